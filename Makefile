@@ -1,0 +1,48 @@
+# The two commands a newcomer runs, as root, on a fresh Debian machine:
+#   make demo   - installs everything, brings the local 3-node cluster up, runs example jobs
+#   make test   - installs everything, runs ruff and pytest (unit + real-cluster tests)
+PREFIX ?= /opt/gpualert
+VENV   := $(PREFIX)/venv
+PY     := $(VENV)/bin/python
+CLUSTER := docker/slurm-cluster/cluster
+
+.PHONY: install plugin demo test lint unit bench eval corpus cluster-up cluster-down clean
+
+install:
+	scripts/install.sh
+
+plugin:
+	$(MAKE) -C spank
+
+demo: install
+	$(CLUSTER) up
+	$(PY) scripts/demo.py
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+test: install
+	$(VENV)/bin/ruff check .
+	scripts/run-pytest.sh
+
+unit: install
+	scripts/run-pytest.sh -m "not cluster"
+
+bench: install
+	$(PY) bench/run.py
+
+eval: install
+	$(VENV)/bin/gpualert eval corpus/
+
+corpus: install
+	scripts/make-corpus.sh
+
+cluster-up:
+	$(CLUSTER) up
+
+cluster-down:
+	$(CLUSTER) down
+
+clean:
+	$(MAKE) -C spank clean
+	rm -rf build *.egg-info

@@ -1,0 +1,5 @@
+import sys
+
+from gpualert_slurm.cli import main
+
+sys.exit(main())

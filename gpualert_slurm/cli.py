@@ -1,0 +1,45 @@
+"""The `gpualert` command: a thin dispatcher; each subcommand lives in its own module."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from gpualert_slurm import __version__
+
+# name -> (module, one-line help). Modules are imported only when their command runs,
+# so a broken optional part (say, the classifier) never stops `gpualert run`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("gpualert_slurm.runner", "run a command with gpualert's guarantees, outside Slurm"),
+    "classify": ("gpualert_slurm.classify.cli", "classify the task logs of one job"),
+    "eval": ("gpualert_slurm.evaluate", "score the classifier on a labelled corpus"),
+    "doctor": ("gpualert_slurm.doctor", "check an installation and say how to fix it"),
+    "hook": ("gpualert_slurm.hooks", "entry points for Slurm's Prolog/Epilog (admins)"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: gpualert [--version] COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items()]
+    lines.append("\n`gpualert COMMAND --help` for a command's options.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if args else 2
+    if args[0] == "--version":
+        print(f"gpualert {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"gpualert: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+#!/bin/bash
+# Installs everything gpualert-slurm needs on a Debian machine, as root. Safe to run again:
+# each step is skipped when already done, so `make test` after `make demo` costs seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREFIX=${PREFIX:-/opt/gpualert}
+VENV=$PREFIX/venv
+
+DEB_PACKAGES=(python3 python3-venv python3-dev gcc make libslurm-dev slurm-wlm-plugins-dev
+              slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install: Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # Debian's service scripts must not start daemons here: the cluster script owns them.
+    made_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
+        made_policy=1
+    fi
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+fi
+
+# Debian's own Python (not a per-user interpreter under /root): jobs run as other users and
+# must be able to execute the same venv the hooks use.
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "install: virtual environment $VENV"
+    mkdir -p "$PREFIX"
+    /usr/bin/python3 -m venv "$VENV"
+fi
+stamp=$VENV/.deps-stamp
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+    "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
+    "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py pytest aiosmtpd ruff
+    touch "$stamp"
+fi
+# Not editable: the hooks and jobs (other users) import the installed copy, never the checkout.
+"$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall . >/dev/null
+chmod -R a+rX "$PREFIX"
+
+make -s -C spank
+make -s -C spank install PREFIX="$PREFIX"
+echo "install: done ($VENV, plugin $PREFIX/lib/gpualert.so)"
