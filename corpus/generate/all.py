@@ -1,0 +1,95 @@
+"""Regenerate the corpus: run every family's generator, write labels.jsonl sorted by id.
+
+usage: all.py [--only FAMILY ...] [--synthetic] [--no-slurm] [--workers N]
+
+Each family owns the case ids that start with its prefixes: running it deletes those cases and
+builds them again. Cases of families not run this time keep their labels, so one family can be
+redone alone. Synthetic GPU cases are kept unless --synthetic asks to rebuild them; Slurm cases
+are built only when the test cluster answers (`cluster status`), unless --no-slurm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import sys
+import time
+from collections import Counter
+
+from common import CASES, LABELS
+
+# Order matters only for speed: the slow Slurm waits come last.
+FAMILIES = ["local", "torchcases", "storage", "dist", "hang", "synthetic_gpu", "slurm"]
+
+
+def load_labels() -> list[dict]:
+    if not LABELS.exists():
+        return []
+    return [json.loads(line) for line in LABELS.read_text().splitlines() if line.strip()]
+
+
+def write_labels(labels: list[dict]) -> None:
+    labels = sorted(labels, key=lambda lab: lab["id"])
+    tmp = LABELS.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(lab, sort_keys=False) + "\n" for lab in labels))
+    tmp.replace(LABELS)
+
+
+def count_table(labels: list[dict]) -> str:
+    by = Counter((lab["class"], lab["source"]) for lab in labels)
+    classes = sorted({c for c, _ in by})
+    sources = ["reproduced", "device", "synthetic"]
+    rows = [f"{'class':<20}" + "".join(f"{s:>12}" for s in sources) + f"{'total':>8}"]
+    for c in classes:
+        n = [by[(c, s)] for s in sources]
+        rows.append(f"{c:<20}" + "".join(f"{x:>12}" for x in n) + f"{sum(n):>8}")
+    tot = [sum(by[(c, s)] for c in classes) for s in sources]
+    rows.append(f"{'all':<20}" + "".join(f"{x:>12}" for x in tot) + f"{sum(tot):>8}")
+    return "\n".join(rows)
+
+
+def owned(module, case_id: str) -> bool:
+    return case_id.startswith(tuple(module.PREFIXES))
+
+
+def run_family(name: str, labels: list[dict], workers: int) -> list[dict]:
+    module = importlib.import_module(name)
+    if hasattr(module, "available") and not module.available():
+        print(f"corpus: {name}: skipped ({module.available.__doc__.strip()})")
+        return labels
+    for d in CASES.glob("*"):
+        if owned(module, d.name):
+            shutil.rmtree(d)
+    t0 = time.time()
+    new = [lab for lab in module.generate(workers=workers) if lab]
+    print(f"corpus: {name}: {len(new)} cases in {time.time() - t0:.0f}s", flush=True)
+    kept = [lab for lab in labels if not owned(module, lab["id"])]
+    return kept + new
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", choices=FAMILIES, help="families to rebuild")
+    ap.add_argument("--synthetic", action="store_true", help="rebuild the synthetic GPU cases")
+    ap.add_argument("--no-slurm", action="store_true", help="do not run the Slurm family")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    families = args.only or [f for f in FAMILIES
+                             if not (f == "synthetic_gpu" and not args.synthetic)
+                             and not (f == "slurm" and args.no_slurm)]
+    if args.only is None and not args.synthetic and not any(
+            lab["source"] == "synthetic" for lab in load_labels()):
+        families.insert(0, "synthetic_gpu")  # none yet: build them once
+    CASES.mkdir(parents=True, exist_ok=True)
+    labels = load_labels()
+    for name in families:
+        labels = run_family(name, labels, args.workers)
+        write_labels(labels)  # after each family, so an interrupted run keeps what it made
+    print(count_table(labels))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

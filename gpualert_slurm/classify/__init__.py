@@ -1,0 +1,352 @@
+"""The classifier: why did this job fail, which rank failed first, and what to do about it.
+
+API (docs/CLASSIFY-API.md): classify(tasks, job, rules=None) -> Verdict.
+Rules and classes are data (rules.yaml, classes.yaml, site rules.d); the order in which the
+kinds of evidence decide is the code below, in `_decide`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpualert_slurm.classify.rules import RuleError, RuleSet, load_rules
+from gpualert_slurm.classify.scan import Event, ScanResult, scan_file
+
+__all__ = ["TaskInput", "JobFacts", "Verdict", "RuleError", "RuleSet", "classify", "load_rules"]
+
+SCHEDULER = frozenset({"time_limit", "preempted", "cancelled", "node_failure"})
+INCIDENT_WINDOW = 8  # lines after the first root event that still belong to the same incident
+MAX_CASCADES = 20
+MAX_EVIDENCE = 8
+
+
+@dataclass
+class TaskInput:
+    path: str
+    rank: int | None = None
+    node: str | None = None
+    step: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    core_dumped: bool = False
+    end_time: float | None = None
+
+
+@dataclass
+class JobFacts:
+    exit_code: int | None = None
+    signal: int | None = None
+    slurm_state: str | None = None
+    slurm_reason: str | None = None
+    kernel_log: str | None = None
+    nvml: dict | None = None
+    hang_threshold_s: float | None = None
+    silence_s: float | None = None
+
+
+@dataclass
+class Verdict:
+    cls: str
+    domain: str
+    confidence: float
+    hint: str
+    detail: str = ""
+    evidence: list[dict] = field(default_factory=list)
+    root_rank: int | None = None
+    root_node: str | None = None
+    root_step: str | None = None
+    cascades: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "class": self.cls,
+            "domain": self.domain,
+            "confidence": round(self.confidence, 2),
+            "hint": self.hint,
+            "detail": self.detail,
+            "evidence": self.evidence,
+            "root_rank": self.root_rank,
+            "root_node": self.root_node,
+            "root_step": self.root_step,
+            "cascades": self.cascades,
+        }
+
+
+@dataclass
+class _Finding:
+    """What one task's log (or one labelled rank inside the batch log) says."""
+
+    task: TaskInput
+    rank: int | None
+    events: list[Event]
+    incident: Event | None = None  # the root cause event this rank shows, if any
+    first_root: Event | None = None
+    from_batch: bool = False
+
+    def key(self) -> tuple:
+        end = self.task.end_time if self.task.end_time is not None else math.inf
+        if self.from_batch:  # no per-rank end time: the interleaved log's order is the clock
+            return (end, self.incident.order if self.incident else math.inf, self.rank or 0)
+        return (end, self.rank if self.rank is not None else math.inf, 0)
+
+    def failed_by_itself(self) -> bool:
+        t = self.task
+        return (t.exit_code not in (None, 0) and not t.signal) or t.signal in (4, 6, 7, 8, 11)
+
+
+def _ev(e: Event) -> dict:
+    return {"file": e.file, "line": e.line, "text": e.text}
+
+
+def _incident(events: list[Event]) -> tuple[Event | None, Event | None]:
+    """First root event in line order; the most specific root within its incident window."""
+    first = next((e for e in events if e.role == "root" and e.cls not in SCHEDULER), None)
+    if first is None:
+        return None, None
+    best = first
+    for e in events:
+        if e.order <= first.order or e.role != "root" or e.cls in SCHEDULER:
+            continue
+        if e.order > first.order + INCIDENT_WINDOW:
+            break
+        if e.priority > best.priority:
+            best = e
+    return best, first
+
+
+def _findings(tasks: list[TaskInput], scans: list[ScanResult | None]) -> list[_Finding]:
+    per_task: list[_Finding] = []
+    batch: list[_Finding] = []
+    for t, s in zip(tasks, scans, strict=True):
+        if s is None:
+            continue
+        if t.step == "batch":
+            # the batch log carries srun's forwarded output of every rank: split it by label
+            groups: dict[int | None, list[Event]] = {}
+            for e in s.events:
+                groups.setdefault(e.label_rank if e.label_rank is not None else t.rank, [])
+                groups[e.label_rank if e.label_rank is not None else t.rank].append(e)
+            for rank, evs in groups.items():
+                batch.append(_Finding(t, rank, evs, from_batch=True))
+        else:
+            per_task.append(_Finding(t, t.rank, s.events))
+    for f in per_task + batch:
+        f.incident, f.first_root = _incident(f.events)
+    # per-rank step logs are the better witness; the batch log is the fallback
+    if any(f.incident for f in per_task):
+        return per_task + [b for b in batch if not b.incident]
+    return per_task + batch
+
+
+def _nvml_hardware(nvml: dict | None) -> str | None:
+    """An uncorrectable-ECC / retired-page counter that grew during the job."""
+    if not isinstance(nvml, dict):
+        return None
+    before, after = nvml.get("before") or {}, nvml.get("after") or {}
+
+    def flat(d: Any, prefix: str = "") -> dict[str, float]:
+        out: dict[str, float] = {}
+        if isinstance(d, dict):
+            for k, v in d.items():
+                out.update(flat(v, f"{prefix}{k}."))
+        elif isinstance(d, list):
+            for i, v in enumerate(d):
+                out.update(flat(v, f"{prefix}{i}."))
+        elif isinstance(d, (int, float)) and not isinstance(d, bool):
+            out[prefix.rstrip(".")] = float(d)
+        return out
+
+    b, a = flat(before), flat(after)
+    for k, v in a.items():
+        lk = k.lower()
+        if ("uncorrect" in lk or "retired" in lk or "xid" in lk or "remap" in lk) and v > b.get(
+            k, 0.0
+        ):
+            return f"NVML counter {k} rose from {b.get(k, 0):g} to {v:g} during the job"
+    return None
+
+
+def classify(tasks: list[TaskInput], job: JobFacts, rules: RuleSet | None = None) -> Verdict:
+    """Classify one job from its task logs and facts. Unreadable logs are noted, not fatal."""
+    rs = rules or load_rules()
+    notes: list[str] = []
+    scans: list[ScanResult | None] = []
+    for t in tasks:
+        try:
+            scans.append(scan_file(t.path, rs, "log"))
+        except OSError as e:
+            scans.append(None)
+            notes.append(f"could not read {t.path}: {e.strerror or e}")
+    kscan = None
+    if job.kernel_log:
+        try:
+            kscan = scan_file(job.kernel_log, rs, "kernel")
+        except OSError as e:
+            notes.append(f"could not read kernel log {job.kernel_log}: {e.strerror or e}")
+    for s in scans:
+        if s is not None and s.partial:
+            notes.append(f"partial reading of {s.path}: {s.partial}")
+    v = _decide(tasks, scans, kscan, job, rs)
+    if notes:
+        v.detail = "; ".join([v.detail, *notes]) if v.detail else "; ".join(notes)
+    return v
+
+
+def _decide(  # noqa: C901 - one place that states the order in which evidence decides
+    tasks: list[TaskInput],
+    scans: list[ScanResult | None],
+    kscan: ScanResult | None,
+    job: JobFacts,
+    rs: RuleSet,
+) -> Verdict:
+    findings = _findings(tasks, scans)
+    all_events = [e for s in scans if s is not None for e in s.events]
+    kevents = kscan.events if kscan else []
+    with_root = sorted((f for f in findings if f.incident), key=_Finding.key)
+    root = with_root[0] if with_root else None
+    confirmations = [e for e in all_events if e.role == "confirmation"]
+    sched_events = [e for e in all_events if e.cls in SCHEDULER and e.role == "root"]
+
+    state = (job.slurm_state or "").strip().upper().split(" ")[0] or None
+    state_cls = rs.slurm_states.get(state) if state else None
+    state_ev = [{"file": "(slurm)", "line": None, "text": f"job state {job.slurm_state}"
+                 + (f", reason {job.slurm_reason}" if job.slurm_reason else "")}] if state else []
+    if state_cls is None and sched_events:  # log-only: Slurm's "*** ... DUE TO ..." line
+        state_cls = sched_events[0].cls
+        state_ev = [_ev(sched_events[0])]
+
+    sig = job.signal or None
+    if sig is None and job.exit_code is not None and job.exit_code > 128:
+        sig = job.exit_code - 128  # shell convention: 128+N is "killed by signal N"
+    sig_task = next((t for t in sorted(tasks, key=lambda t: t.end_time or math.inf)
+                     if t.signal), None)
+    if sig is None and sig_task is not None:
+        sig = sig_task.signal
+
+    def make(cls: str, conf: float, detail: str, evidence: list[dict],
+             at: _Finding | TaskInput | None = None) -> Verdict:
+        info = rs.classes[cls]
+        v = Verdict(cls, info.domain, conf, info.hint, detail, evidence[:MAX_EVIDENCE])
+        if isinstance(at, _Finding):
+            v.root_rank, v.root_node, v.root_step = at.rank, at.task.node, at.task.step
+        elif isinstance(at, TaskInput):
+            v.root_rank, v.root_node, v.root_step = at.rank, at.node, at.step
+        v.cascades = _cascades(findings, root if isinstance(at, _Finding) else None)
+        return v
+
+    def app_verdict(conf: float, prefix: str = "") -> Verdict:
+        assert root is not None and root.incident is not None
+        inc = root.incident
+        detail = inc.detail or inc.text[:200]
+        if inc.cls == "python_exception" and inc.detail:
+            detail = inc.detail
+        ev = [_ev(inc)]
+        if root.first_root is not None and root.first_root is not inc:
+            ev.insert(0, _ev(root.first_root))
+        ev += [_ev(e) for e in root.events
+               if inc.order < e.order <= inc.order + INCIDENT_WINDOW and e.role != "cascade"
+               and _ev(e) not in ev][:3]
+        ev += [_ev(e) for e in confirmations if e.cls == inc.cls][:2]
+        if any(e.cls == inc.cls for e in confirmations):
+            conf = min(0.98, conf + 0.08)
+        return make(inc.cls, conf, prefix + detail, ev, root)
+
+    # 1. hardware the kernel or NVML saw: the software errors are its symptoms
+    hw = [e for e in kevents if e.cls == "gpu_hardware" and e.role == "root"]
+    nv = _nvml_hardware(job.nvml)
+    if hw or nv:
+        ev = [_ev(e) for e in hw[:4]]
+        if nv:
+            ev.append({"file": "(nvml)", "line": None, "text": nv})
+        return make("gpu_hardware", 0.9, hw[0].text[:200] if hw else nv or "", ev,
+                    root if root else None)
+    # 2. a node of the job was lost
+    if state_cls == "node_failure":
+        return make("node_failure", 0.9, f"Slurm state {state or 'NODE_FAIL'}", state_ev)
+    # 3. silence longer than the threshold: the hang caused whatever ended the job
+    crashed = root is not None and root.failed_by_itself()
+    if (job.hang_threshold_s is not None and job.silence_s is not None
+            and job.silence_s > job.hang_threshold_s and not crashed):
+        return make("hang", 0.8, f"no output for {job.silence_s:.0f} s "
+                    f"(threshold {job.hang_threshold_s:.0f} s)",
+                    [{"file": "(heartbeat)", "line": None,
+                      "text": f"silent for {job.silence_s:.0f} s before the job ended"}]
+                    + state_ev)
+    # 4. scheduler decisions; a rank that had already failed on its own came first
+    if state_cls == "preempted":
+        return make("preempted", 0.95, "preempted by Slurm", state_ev)
+    if state_cls in ("time_limit", "cancelled"):
+        if root is not None and crashed:
+            return app_verdict(0.75, f"(then {state_cls.replace('_', ' ')}) ")
+        return make(state_cls, 0.9, f"Slurm state {state}" if state else state_ev[0]["text"],
+                    state_ev)
+    # 5. Slurm's cgroup saw the job run out of host memory
+    if state_cls == "host_oom":
+        ev = [_ev(e) for e in all_events + kevents if e.cls == "host_oom"][:4]
+        return make("host_oom", 0.9, "Slurm state OUT_OF_MEMORY", state_ev + ev,
+                    root if root and root.incident and root.incident.cls == "host_oom" else None)
+    # 6. a clean exit is a success, whatever the log grumbled about
+    task_failed = any((t.exit_code or 0) != 0 or t.signal for t in tasks)
+    clean = (job.exit_code == 0 and not job.signal and not task_failed) or (
+        job.exit_code is None and state == "COMPLETED" and not task_failed)
+    if clean:
+        if root is not None:
+            return make("success", 0.6, "exit code 0 (the log shows "
+                        f"{root.incident.cls} evidence that the job survived)", [])
+        return make("success", 0.95, "exit code 0, no failure evidence", [])
+    # 7. the first rank to fail with a root cause
+    if root is not None:
+        return app_verdict(0.9 if (job.exit_code or sig or task_failed) else 0.7)
+    # 8. no cause in the logs: kernel OOM kill, confirmations, then the terminating signal
+    koom = [e for e in kevents if e.cls == "host_oom"]
+    if koom:
+        return make("host_oom", 0.85, koom[0].text[:200], [_ev(e) for e in koom[:3]])
+    if confirmations:
+        c = confirmations[0]
+        conf = 0.8 if c.cls != "killed" else 0.6
+        return make(c.cls, conf, c.text[:200], [_ev(e) for e in confirmations[:3]],
+                    _finding_of(findings, c))
+    if sig and sig in rs.signals:
+        cls = rs.signals[sig]
+        who = sig_task
+        core = " (core dumped)" if who is not None and who.core_dumped else ""
+        return make(cls, 0.75, f"terminated by signal {sig}{core}, no other evidence",
+                    [{"file": "(exit status)", "line": None, "text": f"signal {sig}{core}"}],
+                    who)
+    # 9. only symptoms: the earliest cascade says what broke, with little confidence
+    casc = sorted((f for f in findings if any(e.role == "cascade" for e in f.events)),
+                  key=_Finding.key)
+    if casc:
+        e = next(e for e in casc[0].events if e.role == "cascade")
+        return make(e.cls, 0.45, f"only symptoms found: {e.text[:160]}", [_ev(e)], casc[0])
+    if state_cls:
+        return make(state_cls, 0.8, f"Slurm state {state}", state_ev)
+    what = "no exit status given and " if job.exit_code is None and not state else ""
+    return make("unknown", 0.3, f"{what}nothing recognisable in the logs"
+                + (f" (exit code {job.exit_code})" if job.exit_code else ""), state_ev)
+
+
+def _finding_of(findings: list[_Finding], e: Event) -> _Finding | None:
+    return next((f for f in findings if e in f.events), None)
+
+
+def _cascades(findings: list[_Finding], root: _Finding | None) -> list[dict]:
+    """Other ranks' errors (and the root rank's later errors): symptoms of the root cause."""
+    out: list[dict] = []
+    for f in sorted(findings, key=_Finding.key):
+        if f is root:
+            later = [e for e in f.events if e.role in ("root", "cascade")
+                     and f.incident is not None and e.order > f.incident.order
+                     and e.cls != f.incident.cls]
+            picks = later[:3]
+        else:
+            first = f.first_root or next((e for e in f.events if e.role == "cascade"), None)
+            picks = [f.incident or first] if first else []
+        for e in picks:
+            if e is None:
+                continue
+            out.append({"rank": f.rank, "cls": e.cls, "file": e.file, "line": e.line,
+                        "text": e.text[:300]})
+    return out[:MAX_CASCADES]

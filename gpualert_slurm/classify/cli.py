@@ -1,0 +1,163 @@
+"""`gpualert classify`: classify the task logs of one job (exit 0 whenever a verdict is made)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal as _signal
+import sys
+from pathlib import Path
+
+from gpualert_slurm.classify import JobFacts, RuleError, TaskInput, classify, load_rules
+
+_STEP_RANK = re.compile(r"^(?P<step>[\w-]+)\.(?P<rank>\d+)\.log$")
+_RANK = re.compile(r"^rank(?P<rank>\d+)\.log$")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit 2 with one clear line, as argparse does
+        self.print_usage(sys.stderr)
+        print(f"gpualert classify: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _signal_arg(text: str) -> int:
+    t = text.strip().upper()
+    if t.isdigit():
+        return int(t)
+    name = t if t.startswith("SIG") else "SIG" + t
+    try:
+        return int(_signal.Signals[name])
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"not a signal number or name: {text!r}") from None
+
+
+def _seconds(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration (e.g. 90, 30m, 2h): {text!r}")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpualert classify", description="Classify why a job failed from its logs.")
+    p.add_argument("logs", nargs="+", metavar="LOG",
+                   help="task logs; <step>.<rank>.log (with a sibling .exit record) or "
+                        "rank<k>.log names give each log's rank")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--exit-code", type=int, help="the job's exit code")
+    p.add_argument("--signal", type=_signal_arg, help="the signal that ended the job (9, KILL)")
+    p.add_argument("--slurm-state", help="Slurm's final job state (TIMEOUT, OUT_OF_MEMORY, ...)")
+    p.add_argument("--slurm-reason", help="Slurm's reason string")
+    p.add_argument("--kernel-log", metavar="FILE", help="kernel log lines of the job's window")
+    p.add_argument("--hang", type=_seconds, metavar="S", help="hang threshold (seconds, or 30m)")
+    p.add_argument("--silence", type=_seconds, metavar="S",
+                   help="seconds between the last output and the job's end")
+    return p
+
+
+def _check_readable(path: str, what: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except FileNotFoundError:
+        return f"cannot read {what} {path}: no such file"
+    except IsADirectoryError:
+        return f"cannot read {what} {path}: it is a directory"
+    except OSError as e:
+        return f"cannot read {what} {path}: {e.strerror or e}"
+    return None
+
+
+def task_from_path(path: str) -> TaskInput:
+    """Rank/step from the file name; exit facts from a sibling <step>.<rank>.exit record."""
+    name = Path(path).name
+    t = TaskInput(path=path)
+    m = _STEP_RANK.match(name)
+    if m:
+        t.step, t.rank = m.group("step"), int(m.group("rank"))
+        rec = Path(path).with_suffix(".exit")
+        try:
+            data = json.loads(rec.read_text())
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict):
+            t.node = data.get("node") if isinstance(data.get("node"), str) else None
+            for k in ("exit_code", "signal", "end_time"):
+                if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool):
+                    setattr(t, k, data[k] if k == "end_time" else int(data[k]))
+            t.core_dumped = bool(data.get("core_dumped"))
+    else:
+        m = _RANK.match(name)
+        if m:
+            t.rank = int(m.group("rank"))
+    return t
+
+
+def render_text(v: dict) -> str:
+    lines = [f"class:      {v['class']} ({v['domain']}, confidence {v['confidence']:.2f})"]
+    if v.get("detail"):
+        lines.append(f"detail:     {v['detail']}")
+    if v.get("root_rank") is not None or v.get("root_node"):
+        where = f"rank {v['root_rank']}" if v.get("root_rank") is not None else "rank ?"
+        if v.get("root_node"):
+            where += f" on {v['root_node']}"
+        if v.get("root_step"):
+            where += f", step {v['root_step']}"
+        lines.append(f"first fail: {where}")
+    lines.append(f"hint:       {v['hint']}")
+    if v["evidence"]:
+        lines.append("evidence:")
+        for e in v["evidence"][:5]:
+            loc = f"{e['file']}:{e['line']}" if e.get("line") is not None else e["file"]
+            lines.append(f"  {loc}: {e['text'][:200]}")
+    if v["cascades"]:
+        lines.append(f"cascades ({len(v['cascades'])}, symptoms of the above):")
+        for c in v["cascades"][:5]:
+            loc = f"{c['file']}:{c['line']}" if c.get("line") is not None else c["file"]
+            lines.append(f"  rank {c['rank']}: {c['cls']} at {loc}: {c['text'][:160]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if (args.hang is None) != (args.silence is None):
+        print("gpualert classify: error: --hang and --silence go together", file=sys.stderr)
+        return 2
+    for path in args.logs:
+        err = _check_readable(path, "log")
+        if err:
+            print(f"gpualert classify: {err}", file=sys.stderr)
+            return 2
+    if args.kernel_log:
+        err = _check_readable(args.kernel_log, "kernel log")
+        if err:
+            print(f"gpualert classify: {err}", file=sys.stderr)
+            return 2
+    try:
+        rules = load_rules()
+    except RuleError as e:
+        print(f"gpualert classify: bad rule file: {e}", file=sys.stderr)
+        return 2
+    tasks = [task_from_path(p) for p in args.logs]
+    job = JobFacts(
+        exit_code=args.exit_code,
+        signal=args.signal,
+        slurm_state=args.slurm_state.upper() if args.slurm_state else None,
+        slurm_reason=args.slurm_reason,
+        kernel_log=args.kernel_log,
+        hang_threshold_s=args.hang,
+        silence_s=args.silence,
+    )
+    verdict = classify(tasks, job, rules).to_json()
+    try:
+        print(json.dumps(verdict) if args.json else render_text(verdict), flush=True)
+    except BrokenPipeError:  # `| head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

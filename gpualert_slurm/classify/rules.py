@@ -1,0 +1,255 @@
+"""Loading and validating the classification rules and class table (both YAML data)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from re import _parser as sre_parse  # type: ignore[attr-defined]  # literal extraction
+
+import yaml
+
+ROLES = ("root", "cascade", "confirmation", "context")
+SOURCES = ("log", "kernel")
+SITE_RULES_DIR = "/etc/gpualert/rules.d"
+MIN_LITERAL = 3
+
+
+class RuleError(ValueError):
+    """A rule or class file is invalid; the message names the file, rule and field."""
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    id: str
+    domain: str
+    hint: str
+
+
+@dataclass(eq=False)  # identity: rules are compared and hashed by object
+class Rule:
+    id: str
+    cls: str
+    role: str
+    source: str
+    priority: int
+    patterns: list[re.Pattern[str]]
+    literals: list[str]  # lower-cased; one of them occurs in every line a pattern matches
+    origin: str  # file the rule came from
+
+    def match(self, line: str) -> re.Match[str] | None:
+        for rx in self.patterns:
+            m = rx.search(line)
+            if m:
+                return m
+        return None
+
+
+@dataclass
+class RuleSet:
+    classes: dict[str, ClassInfo]
+    signals: dict[int, str]
+    slurm_states: dict[str, str]
+    rules: list[Rule]
+    prefilter: dict[str, list[str]] = field(default_factory=dict)  # source -> gates
+    gate_rules: dict[str, dict[str, list[Rule]]] = field(default_factory=dict)
+
+    def for_source(self, source: str) -> list[Rule]:
+        return [r for r in self.rules if r.source == source]
+
+
+def _literal_runs(items: list, out: list[list[str]]) -> None:
+    """Collect candidate literal sets from a parsed regex sequence (one must occur)."""
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            out.append(["".join(run)])
+            run.clear()
+
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            run.append(chr(av))
+            continue
+        flush()
+        if name == "SUBPATTERN":
+            _literal_runs(list(av[-1]), out)
+        elif name == "BRANCH":
+            alts = []
+            for alt in av[1]:
+                sub: list[list[str]] = []
+                _literal_runs(list(alt), sub)
+                best = _best(sub)
+                if best is None:
+                    alts = None
+                    break
+                alts.extend(best)
+            if alts:
+                out.append(alts)
+    flush()
+
+
+def _best(cands: list[list[str]]) -> list[str] | None:
+    cands = [c for c in cands if all(len(s) >= MIN_LITERAL for s in c)]
+    if not cands:
+        return None
+    return max(cands, key=lambda c: (min(len(s) for s in c), -len(c)))
+
+
+def required_literals(pattern: str) -> list[str] | None:
+    """Literals (lower-cased) of which at least one occurs in any text the pattern matches."""
+    parsed = sre_parse.parse(pattern)
+    cands: list[list[str]] = []
+    _literal_runs(list(parsed), cands)
+    best = _best(cands)
+    return [s.lower() for s in best] if best else None
+
+
+def _load_yaml(path: str, text: str) -> dict:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RuleError(f"{path}: not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RuleError(f"{path}: expected a mapping with a 'rules' list at top level")
+    return data
+
+
+def _parse_classes(path: str, data: dict) -> tuple[dict, dict, dict]:
+    classes: dict[str, ClassInfo] = {}
+    raw = data.get("classes")
+    if not isinstance(raw, dict):
+        raise RuleError(f"{path}: field 'classes' must be a mapping of class id -> domain/hint")
+    for cid, body in raw.items():
+        if not isinstance(body, dict) or not isinstance(body.get("hint"), str):
+            raise RuleError(f"{path}: class {cid!r}: field 'hint' must be a string")
+        classes[str(cid)] = ClassInfo(str(cid), str(body.get("domain", "unknown")), body["hint"])
+    signals = {int(k): str(v) for k, v in (data.get("signals") or {}).items()}
+    states = {str(k).upper(): str(v) for k, v in (data.get("slurm_states") or {}).items()}
+    for where, mapping in (("signals", signals), ("slurm_states", states)):
+        for k, v in mapping.items():
+            if v not in classes:
+                raise RuleError(f"{path}: {where}[{k}]: unknown class {v!r}")
+    return classes, signals, states
+
+
+def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[Rule]:
+    raw = data.get("rules", [])
+    if not isinstance(raw, list):
+        raise RuleError(f"{path}: field 'rules' must be a list")
+    out: list[Rule] = []
+    seen: set[str] = set()
+    for i, r in enumerate(raw):
+        if not isinstance(r, dict):
+            raise RuleError(f"{path}: rule #{i + 1}: must be a mapping")
+        rid = r.get("id")
+        if not isinstance(rid, str) or not rid:
+            raise RuleError(f"{path}: rule #{i + 1}: field 'id' is missing or not a string")
+        where = f"{path}: rule {rid!r}"
+        if rid in seen:
+            raise RuleError(f"{where}: field 'id': duplicate id in this file")
+        seen.add(rid)
+        unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns"}
+        if unknown:
+            raise RuleError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        cls = r.get("class")
+        if cls not in classes:
+            raise RuleError(f"{where}: field 'class': {cls!r} is not a known class id")
+        role = r.get("role", "root")
+        if role not in ROLES:
+            raise RuleError(f"{where}: field 'role': {role!r} is not one of {', '.join(ROLES)}")
+        source = r.get("source", "log")
+        if source not in SOURCES:
+            raise RuleError(
+                f"{where}: field 'source': {source!r} is not one of {', '.join(SOURCES)}"
+            )
+        prio = r.get("priority", 50)
+        if not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 100:
+            raise RuleError(f"{where}: field 'priority': must be an integer 0-100, got {prio!r}")
+        pats = r.get("patterns")
+        if isinstance(pats, str):
+            pats = [pats]
+        if not isinstance(pats, list) or not pats:
+            raise RuleError(f"{where}: field 'patterns': must be a non-empty list of regexes")
+        compiled, literals = [], []
+        for p in pats:
+            if not isinstance(p, str) or not p:
+                raise RuleError(f"{where}: field 'patterns': {p!r} is not a non-empty string")
+            try:
+                compiled.append(re.compile(p))
+            except re.error as e:
+                raise RuleError(
+                    f"{where}: field 'patterns': {p!r} is not a valid regex: {e}"
+                ) from None
+            lits = required_literals(p)
+            if not lits:
+                raise RuleError(
+                    f"{where}: field 'patterns': {p!r} has no literal text of at least "
+                    f"{MIN_LITERAL} characters (needed to prefilter lines quickly)"
+                )
+            literals.extend(lits)
+        out.append(Rule(rid, cls, role, source, prio, compiled, literals, path))
+    return out
+
+
+def _site_files() -> list[Path]:
+    d = os.environ.get("GPUALERT_RULES_DIR", SITE_RULES_DIR)
+    p = Path(d)
+    if not p.is_dir():
+        return []
+    return sorted(p.glob("*.yaml"))
+
+
+_DEFAULT: RuleSet | None = None
+
+
+def load_rules(extra_files: list[Path] | None = None, use_cache: bool = True) -> RuleSet:
+    """Shipped rules + site rules (GPUALERT_RULES_DIR or /etc/gpualert/rules.d/*.yaml)."""
+    global _DEFAULT
+    if use_cache and extra_files is None and _DEFAULT is not None:
+        return _DEFAULT
+    pkg = resources.files("gpualert_slurm.classify")
+    cpath = "gpualert_slurm/classify/classes.yaml"
+    classes, signals, states = _parse_classes(
+        cpath, _load_yaml(cpath, pkg.joinpath("classes.yaml").read_text())
+    )
+    rpath = "gpualert_slurm/classify/rules.yaml"
+    shipped = _load_yaml(rpath, pkg.joinpath("rules.yaml").read_text())
+    gates = [str(g).lower() for g in shipped.get("prefilter", [])]
+    by_id: dict[str, Rule] = {r.id: r for r in _parse_rules(rpath, shipped, classes)}
+    files = list(_site_files()) + list(extra_files or [])
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise RuleError(f"{f}: cannot read rule file: {e}") from None
+        for r in _parse_rules(str(f), _load_yaml(str(f), text), classes):
+            by_id[r.id] = r  # a site rule with a shipped id replaces it
+    rs = RuleSet(classes, signals, states, list(by_id.values()))
+    _build_prefilter(rs, gates)
+    if use_cache and extra_files is None:
+        _DEFAULT = rs
+    return rs
+
+
+def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:
+    for source in SOURCES:
+        src_gates = list(gates)
+        table: dict[str, list[Rule]] = {}
+        for rule in rs.for_source(source):
+            for lit in rule.literals:
+                hit = next((g for g in src_gates if g in lit), None)
+                if hit is None:  # not covered by the shipped gates: its literal becomes one
+                    src_gates.append(lit)
+                    hit = lit
+                lst = table.setdefault(hit, [])
+                if rule not in lst:
+                    lst.append(rule)
+        used = [g for g in src_gates if g in table]
+        rs.prefilter[source] = used
+        rs.gate_rules[source] = table

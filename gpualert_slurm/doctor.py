@@ -1,0 +1,256 @@
+"""`gpualert doctor`: check an installation, one line per check, and say how to fix what fails.
+
+    ok   <check>
+    FAIL <check>: <what is wrong> -> <fix>
+Exit status 1 when any check fails. Reads files only; the one network action is a TCP connect
+to the mail relay to read its SMTP banner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import os
+import socket
+import stat
+from dataclasses import dataclass
+
+from gpualert_slurm.config import Config, ConfigError, config_path, load_config
+
+PLUGIN_NAME = "gpualert.so"
+DEFAULT_PLUGIN = "/opt/gpualert/lib/gpualert.so"
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+SHIM_DIR = "/etc/slurm"  # where the fix texts suggest installing the shims
+HOOK_KEYS = {"Prolog": "prolog", "Epilog": "epilog", "EpilogSlurmctld": "epilog-slurmctld"}
+MAX_INCLUDE_DEPTH = 8
+SMTP_TIMEOUT_S = 5.0
+
+
+@dataclass
+class Result:
+    check: str
+    ok: bool
+    problem: str = ""
+    fix: str = ""
+
+    def line(self) -> str:
+        if self.ok:
+            return f"ok   {self.check}"
+        return f"FAIL {self.check}: {self.problem} -> {self.fix}"
+
+
+def _conf_lines(path: str, seen: set[str], depth: int = 0) -> list[tuple[str, int, str]]:
+    """(file, line number, text) of a Slurm-style config and every file it `include`s, with
+    comments stripped. Relative includes are relative to the including file's directory."""
+    real = os.path.realpath(path)
+    if real in seen or depth > MAX_INCLUDE_DEPTH:
+        return []
+    seen.add(real)
+    out: list[tuple[str, int, str]] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, raw in enumerate(f, 1):
+            text = raw.split("#", 1)[0].strip()
+            if not text:
+                continue
+            words = text.split(None, 1)
+            if words[0].lower() == "include" and len(words) == 2:
+                pattern = words[1].strip()
+                if not os.path.isabs(pattern):
+                    pattern = os.path.join(os.path.dirname(path), pattern)
+                for inc in sorted(glob.glob(pattern)):
+                    try:
+                        out += _conf_lines(inc, seen, depth + 1)
+                    except OSError:
+                        continue
+                continue
+            out.append((path, n, text))
+    return out
+
+
+def _plugstack_of(slurm_conf: str) -> str:
+    """Where Slurm itself looks: PlugStackConfig=, else plugstack.conf beside slurm.conf."""
+    try:
+        for _, _, text in _conf_lines(slurm_conf, set()):
+            k, eq, v = text.partition("=")
+            if eq and k.strip().lower() == "plugstackconfig":
+                return v.strip()
+    except OSError:
+        pass
+    return os.path.join(os.path.dirname(slurm_conf) or ".", "plugstack.conf")
+
+
+def check_config(path: str) -> tuple[Result, Config]:
+    name = f"config {path}"
+    if not os.path.exists(path):
+        return Result(f"{name} (absent: built-in defaults)", True), Config()
+    try:
+        return Result(name, True), load_config(path)
+    except ConfigError as e:
+        return Result(name, False, str(e), "correct that key (annotated example: "
+                      "etc/gpualert.yaml)"), Config()
+
+
+def check_plugstack(plugstack: str, cfg: Config) -> list[Result]:
+    line_fix = (f"add the line `optional {DEFAULT_PLUGIN} spool={cfg.spool} default=off` to "
+                f"{plugstack} or a file it includes (Debian: /etc/slurm/plugstack.conf.d/"
+                "gpualert.conf)")
+    try:
+        lines = _conf_lines(plugstack, set())
+    except OSError as e:
+        return [Result("plugin listed in plugstack.conf", False,
+                       f"cannot read {plugstack}: {e.strerror or e}", line_fix)]
+    found = None
+    for file, n, text in lines:
+        words = text.split()
+        if len(words) >= 2 and words[0] in ("required", "optional") and \
+                os.path.basename(words[1]) == PLUGIN_NAME:
+            found = (file, n, words)
+            break
+    if found is None:
+        res = [Result("plugin listed in plugstack.conf", False,
+                      f"no required/optional line names {PLUGIN_NAME} in {plugstack} or its "
+                      "includes", line_fix)]
+        res.append(_check_plugin_file(DEFAULT_PLUGIN))
+        return res
+    file, n, words = found
+    res = [Result(f"plugin listed in plugstack.conf ({file}:{n})", True)]
+    res.append(_check_plugin_file(words[1]))
+    args = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+    spool = args.get("spool")
+    if spool is not None and os.path.normpath(spool) != cfg.spool:
+        res.append(Result("plugin spool= matches the config", False,
+                          f"{file}:{n} has spool={spool}, the config has spool: {cfg.spool}",
+                          "make them the same path"))
+    elif spool is not None:
+        res.append(Result("plugin spool= matches the config", True))
+    return res
+
+
+def _check_plugin_file(path: str) -> Result:
+    name = f"plugin file {path}"
+    fix = "build and install it: `make -C spank install PREFIX=/opt/gpualert`"
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        return Result(name, False, f"cannot read it: {e.strerror or e}", fix)
+    if magic != b"\x7fELF":
+        return Result(name, False, "not a shared object (no ELF header)", fix)
+    return Result(name, True)
+
+
+def _is_shim(path: str, hook: str) -> bool:
+    if os.path.basename(path) == f"gpualert-{hook}":
+        return True
+    try:  # a site copy under another name still calls `gpualert hook <hook>`
+        with open(path, "rb") as f:
+            return f"hook {hook} ".encode() in f.read(65536)
+    except OSError:
+        return False
+
+
+def check_slurm_conf(slurm_conf: str) -> list[Result]:
+    try:
+        lines = _conf_lines(slurm_conf, set())
+    except OSError as e:
+        return [Result(f"{key}= in slurm.conf", False, f"cannot read {slurm_conf}: "
+                       f"{e.strerror or e}", "pass --slurm-conf PATH") for key in HOOK_KEYS]
+    values: dict[str, tuple[str, int, str]] = {}
+    for file, n, text in lines:
+        for tok in text.split():
+            k, eq, v = tok.partition("=")
+            for key in HOOK_KEYS:
+                if eq and k.lower() == key.lower():
+                    values[key] = (file, n, v)
+    res = []
+    for key, hook in HOOK_KEYS.items():
+        shim = f"{SHIM_DIR}/{hook.replace('-', '')}.d/gpualert-{hook}"
+        check = f"{key}= in slurm.conf runs gpualert-{hook}"
+        fix = (f"install epilog.d/gpualert-{hook} as {shim} (mode 0755) and set "
+               f"{key}={os.path.dirname(shim)}/* in slurm.conf"
+               + (" (then restart slurmctld)" if key == "EpilogSlurmctld" else ""))
+        if key not in values:
+            res.append(Result(check, False, f"no {key}= in {slurm_conf}", fix))
+            continue
+        file, n, value = values[key]
+        paths = [p for part in value.split(",") for p in sorted(glob.glob(part))]
+        shims = [p for p in paths if _is_shim(p, hook)]
+        if not shims:
+            res.append(Result(check, False, f"{file}:{n} {key}={value} matches no gpualert-{hook}"
+                              " script", fix))
+        elif not all(os.access(p, os.X_OK) for p in shims):
+            res.append(Result(check, False, f"{shims[0]} is not executable",
+                              f"chmod 0755 {shims[0]}"))
+        else:
+            res.append(Result(check, True))
+    return res
+
+
+def check_spool(spool: str) -> Result:
+    name = f"spool {spool}"
+    fix = f"install -d -o root -g root -m 0755 {spool}"
+    try:
+        st = os.lstat(spool)
+    except OSError as e:
+        return Result(name, False, f"{e.strerror or e}", fix)
+    if stat.S_ISLNK(st.st_mode):
+        return Result(name, False, "is a symlink", f"use the real path in the config and "
+                      f"plugstack.conf, or {fix}")
+    if not stat.S_ISDIR(st.st_mode):
+        return Result(name, False, "is not a directory", fix)
+    if st.st_uid != 0:
+        return Result(name, False, f"owned by uid {st.st_uid}, not root",
+                      f"chown root:root {spool}")
+    if st.st_mode & 0o022:
+        return Result(name, False, f"writable by group or others (mode "
+                      f"{stat.S_IMODE(st.st_mode):04o})", f"chmod 0755 {spool}")
+    return Result(name, True)
+
+
+def check_relay(cfg: Config) -> Result:
+    relay = cfg.mail.relay
+    name = f"mail relay {relay}"
+    fix = "start the relay or set mail.relay in the config to one the controller can reach"
+    try:
+        with socket.create_connection((cfg.mail.relay_host, cfg.mail.relay_port),
+                                      timeout=SMTP_TIMEOUT_S) as s:
+            s.settimeout(SMTP_TIMEOUT_S)
+            banner = b""
+            while b"\n" not in banner and len(banner) < 4096:
+                chunk = s.recv(1024)
+                if not chunk:
+                    break
+                banner += chunk
+            if banner.startswith(b"220"):
+                with contextlib.suppress(OSError):
+                    s.sendall(b"QUIT\r\n")
+                return Result(name, True)
+            first = banner.split(b"\n", 1)[0].decode(errors="replace").strip()
+            return Result(name, False, f"connected, but no SMTP greeting (got {first!r})", fix)
+    except (OSError, TimeoutError) as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        return Result(name, False, f"cannot connect: {why}", fix)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="gpualert doctor", description=__doc__.split("\n")[0])
+    ap.add_argument("--config", help="config file (default: $GPUALERT_CONFIG or "
+                    "/etc/gpualert/gpualert.yaml)")
+    ap.add_argument("--plugstack", help="default: slurm.conf's PlugStackConfig, else "
+                    "plugstack.conf next to slurm.conf")
+    ap.add_argument("--slurm-conf", help=f"default: $SLURM_CONF or {DEFAULT_SLURM_CONF}")
+    args = ap.parse_args(argv)
+    slurm_conf = args.slurm_conf or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF
+    plugstack = args.plugstack or _plugstack_of(slurm_conf)
+    res, cfg = check_config(config_path(args.config))
+    results = [res]
+    results += check_plugstack(plugstack, cfg)
+    results += check_slurm_conf(slurm_conf)
+    results.append(check_spool(cfg.spool))
+    results.append(check_relay(cfg))
+    for r in results:
+        print(r.line(), flush=True)
+    failed = sum(not r.ok for r in results)
+    print(f"{len(results) - failed} ok, {failed} failed")
+    return 1 if failed else 0

@@ -1,0 +1,207 @@
+"""`gpualert hook prolog`: on each node, as root, before any task of the job starts.
+
+Makes the pre-launch log guarantee true: <spool>/<jobid>/ exists, owned by the job's user, 0700,
+with job.json and nodes/<node>.prolog.json on disk, before the first task can crash. Bounded by
+hook_timeout_s; returns 0 whatever happens and logs its own faults (see hooks/common.py).
+Everything it reads comes from Slurm's environment (see SLURM-NOTES.md), so a test can run it
+as a plain subprocess with a made-up environment.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import socket
+import time
+from typing import Any
+
+from gpualert_slurm.hooks.common import (
+    DEFAULT_TIMEOUT_S,
+    HookLog,
+    Watchdog,
+    load_config_logged,
+    shim_bound_s,
+)
+from gpualert_slurm.options import OptionError, Options, options_from_env
+from gpualert_slurm.spool import (
+    SpoolError,
+    create_job_dir,
+    read_json_nofollow,
+    write_json_atomic,
+)
+
+RECORD_VERSION = 1
+_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """'n[1-3,5],gpu07' -> ['n1','n2','n3','n5','gpu07'] (Slurm's hostlist form, one bracket
+    group per name, zero padding kept). Raises ValueError on anything else."""
+    out: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
+        m = re.match(r"^([^\[]*)\[([^\]]+)\](.*)$", part)
+        if not m:
+            out.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        if "[" in suffix:
+            raise ValueError(f"nested brackets in hostlist {text!r}")
+        for r in ranges.split(","):
+            rm = _RANGE_RE.match(r)
+            if not rm:
+                raise ValueError(f"bad range {r!r} in hostlist {text!r}")
+            lo, hi = rm.group(1), rm.group(2) or rm.group(1)
+            if int(hi) - int(lo) > 100000:
+                raise ValueError(f"range too large in hostlist {text!r}")
+            for n in range(int(lo), int(hi) + 1):
+                out.append(f"{prefix}{str(n).zfill(len(lo))}{suffix}")
+    return out
+
+
+def _user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _restart_count(env: dict[str, str]) -> int:
+    v = env.get("SLURM_JOB_RESTART_COUNT", "")
+    return int(v) if v.isdigit() else 0
+
+
+def _int_env(env: dict[str, str], key: str) -> int:
+    v = env.get(key, "")
+    if not v.isdigit():
+        raise ValueError(f"{key}={v!r}: expected a number")
+    return int(v)
+
+
+def _job_record(env: dict[str, str], options: Options, options_error: str | None,
+                uid: int, gid: int, node: str) -> dict[str, Any]:
+    # 22.05's slurmd Prolog sets SLURM_NODELIST; the ctld scripts set SLURM_JOB_NODELIST.
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    try:
+        nodes = expand_hostlist(nodelist) if nodelist else [node]
+    except ValueError:
+        nodes = []
+    now = time.time()
+    return {
+        "version": RECORD_VERSION,
+        "job_id": env["SLURM_JOB_ID"],
+        "user": env.get("SLURM_JOB_USER") or _user_name(uid),
+        "uid": uid,
+        "gid": gid,
+        "partition": env.get("SLURM_JOB_PARTITION"),
+        "account": env.get("SLURM_JOB_ACCOUNT"),
+        "cluster": env.get("SLURM_CLUSTER_NAME"),
+        "work_dir": env.get("SLURM_JOB_WORK_DIR"),
+        "stdout": env.get("SLURM_JOB_STDOUT"),
+        "stderr": env.get("SLURM_JOB_STDERR"),
+        "nodelist": nodelist,
+        "nodes": nodes,
+        "gpus": {node: env.get("CUDA_VISIBLE_DEVICES")},
+        "start_time": now,
+        "start_time_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now)),
+        "options_raw": env.get("SPANK_GPUALERT"),
+        "options": options.to_json(),
+        "options_error": options_error,
+        "restart_count": _restart_count(env),
+        "created_by_node": node,
+    }
+
+
+def _node_record(env: dict[str, str], node: str) -> dict[str, Any]:
+    from gpualert_slurm.hooks.gpu import gpu_snapshot
+
+    return {
+        "version": RECORD_VERSION,
+        "node": node,
+        "time": time.time(),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "restart_count": _restart_count(env),
+        "nvml": gpu_snapshot(),
+        # What Slurm told this node's Prolog: evidence for the report, and for debugging.
+        "slurm_env": {k: v for k, v in sorted(env.items())
+                      if k.startswith(("SLURM_", "SLURMD_", "SPANK_", "CUDA_"))},
+    }
+
+
+def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
+    jobid = env.get("SLURM_JOB_ID", "")
+    cfg = load_config_logged(log)
+    if cfg is None:
+        return
+    watchdog.rearm(min(cfg.hook_timeout_s, shim_bound_s()))
+    log.set_spool(cfg.spool)
+    if not os.path.isdir(cfg.spool):
+        log.error(f"job {jobid}: spool {cfg.spool} does not exist; job not monitored "
+                  "(create it root:root 0755, see `gpualert doctor`)")
+        log.set_spool("")  # nowhere to write the file log
+        return
+    options_error = None
+    try:
+        options = options_from_env(env.get("SPANK_GPUALERT"), cfg.default_monitoring)
+    except OptionError as e:
+        # The plugin validates at submit time, so this is a site problem; monitor anyway.
+        options_error = str(e)
+        options = Options()
+        log.error(f"job {jobid}: SPANK_GPUALERT: {e}; monitoring with defaults")
+    if not options.monitored:
+        return
+    try:
+        uid = _int_env(env, "SLURM_JOB_UID")
+        if env.get("SLURM_JOB_GID", "").isdigit():
+            gid = int(env["SLURM_JOB_GID"])
+        else:
+            gid = pwd.getpwuid(uid).pw_gid
+    except (ValueError, KeyError) as e:
+        log.error(f"job {jobid}: cannot tell the job's user: {e}; job not monitored")
+        return
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    record = _job_record(env, options, options_error, uid, gid, node)
+    try:
+        jd = create_job_dir(cfg.spool, jobid, uid, gid, record, tag=node)
+    except (SpoolError, OSError) as e:
+        log.error(f"job {jobid}: {e}; job not monitored")
+        return
+    try:
+        if not jd.created:
+            # A requeued job keeps its id: refresh job.json for the new run (same-run nodes
+            # that lost the race leave the winner's record alone).
+            try:
+                old = read_json_nofollow("job.json", jd.fd, owners=(0,))
+                same_run = isinstance(old, dict) and old.get("restart_count") == \
+                    record["restart_count"]
+            except OSError:
+                same_run = False
+            if not same_run:
+                write_json_atomic(jd.fd, "job.json", record, 0o644)
+        write_json_atomic(jd.nodes_fd, f"{_node_name(node)}.prolog.json",
+                          _node_record(env, node), 0o644)
+        log.info(f"job {jobid}: {'created' if jd.created else 'joined'} {jd.path} "
+                 f"(user {record['user']}, node {node})")
+    except (SpoolError, OSError) as e:
+        log.error(f"job {jobid}: writing in {jd.path}: {e}")
+    finally:
+        jd.close()
+
+
+def _node_name(node: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", node) or "unknown"
+
+
+def run() -> int:
+    log = HookLog("prolog")
+    try:
+        watchdog = Watchdog(log, min(DEFAULT_TIMEOUT_S, shim_bound_s()))
+        env = dict(os.environ)
+        if not env.get("SLURM_JOB_ID", "").isdigit():
+            log.error(f"SLURM_JOB_ID={env.get('SLURM_JOB_ID')!r}: not run by Slurm? nothing done")
+            return 0
+        prolog(env, log, watchdog)
+        watchdog.stop()
+    except Exception as e:  # a Prolog that fails drains the node: never
+        log.error(f"job {os.environ.get('SLURM_JOB_ID', '?')}: unexpected error: {e!r}")
+    return 0

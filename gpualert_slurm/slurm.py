@@ -1,0 +1,582 @@
+"""A small client over Slurm's own commands (squeue, sacct, scontrol, scancel).
+
+Everything goes through the command-line tools, never libslurm, so the same code works on any
+Slurm the site runs (checked on 22.05; the JSON shapes of 23.x/24.x are handled too). Every call
+has a timeout, and every failure - command missing, non-zero exit, timeout, unparsable output -
+raises `SlurmError` with a message a person can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_TIMEOUT = 30.0
+
+# States after which a job never changes again (base names, without flags such as "by 0").
+FINAL_STATES = frozenset({
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+    "PREEMPTED", "TIMEOUT", "SPECIAL_EXIT", "REVOKED",
+})
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command is missing, failed, timed out, or said something we cannot parse."""
+
+
+class JobNotFound(SlurmError):
+    """Slurm does not know (or no longer remembers) this job."""
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    """Slurm's `exit:signal` pair (as in `sacct -o ExitCode` and `scontrol show job`)."""
+
+    code: int = 0
+    signal: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> ExitCode:
+        m = re.fullmatch(r"\s*(\d+)(?::(\d+))?\s*", text or "")
+        if not m:
+            raise SlurmError(f"bad exit code {text!r}: expected 'exit:signal', e.g. '1:0'")
+        return cls(int(m.group(1)), int(m.group(2) or 0))
+
+    @classmethod
+    def from_wait_status(cls, status: int) -> ExitCode:
+        """From a raw wait(2) status (what squeue 22.05's JSON and SLURM_JOB_EXIT_CODE hold)."""
+        if status & 0x7F:
+            return cls(0, status & 0x7F)
+        return cls((status >> 8) & 0xFF, 0)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0 and self.signal == 0
+
+    def __str__(self) -> str:
+        return f"{self.code}:{self.signal}"
+
+
+@dataclass(frozen=True)
+class StepState:
+    """One step of a job as sacct reports it (`batch`, `extern`, `0`, `1`, ...)."""
+
+    step: str
+    state: str
+    exit_code: ExitCode
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What Slurm says about one job, from whichever command was asked (`source`)."""
+
+    job_id: int
+    state: str                       # base state: RUNNING, COMPLETED, OUT_OF_MEMORY, ...
+    exit_code: ExitCode = ExitCode()
+    reason: str = "None"             # Slurm's Reason= (TimeLimit, NonZeroExitCode, ...)
+    nodes: tuple[str, ...] = ()      # expanded node names
+    nodelist: str = ""               # Slurm's compressed form, e.g. n[1-3]
+    name: str = ""
+    user: str = ""
+    partition: str = ""
+    derived_exit_code: ExitCode | None = None
+    restarts: int = 0
+    steps: tuple[StepState, ...] = ()
+    source: str = ""                 # scontrol | squeue | sacct
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+# ---------------------------------------------------------------------------------------------
+# running commands
+
+
+def run(args: Sequence[str], timeout: float = DEFAULT_TIMEOUT,
+        env: Mapping[str, str] | None = None) -> str:
+    """Run a Slurm command; return its stdout or raise SlurmError with what went wrong."""
+    if not args:
+        raise SlurmError("no command given")
+    exe = shutil.which(args[0], path=(env or os.environ).get("PATH"))
+    if exe is None:
+        raise SlurmError(f"{args[0]}: command not found (is Slurm's client installed and on PATH?)")
+    try:
+        proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True, timeout=timeout,
+                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise SlurmError(f"{' '.join(args)}: no answer within {timeout:g} s") from e
+    except OSError as e:
+        raise SlurmError(f"{' '.join(args)}: cannot run: {e}") from e
+    if proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
+        if "Invalid job id" in msg:
+            raise JobNotFound(f"{' '.join(args)}: {msg}")
+        raise SlurmError(f"{' '.join(args)}: {msg}")
+    return proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# parsers (pure functions: unit-tested without a cluster)
+
+# Keys of `scontrol show job` whose values are free text and may hold spaces and '=': inside
+# them, only a key scontrol really prints (and has not printed yet) ends the value.
+_FREE_TEXT_KEYS = frozenset({
+    "JobName", "Command", "Comment", "AdminComment", "SystemComment", "WorkDir", "StdErr",
+    "StdIn", "StdOut", "Extra", "Container", "ContainerID", "Features", "Reason",
+})
+_KNOWN_JOB_KEYS_TEXT = """
+JobId ArrayJobId ArrayTaskId ArrayTaskThrottle HetJobId HetJobOffset HetJobIdSet JobName UserId
+GroupId MCS_label Priority Nice Account QOS JobState Reason Dependency Requeue Restarts BatchFlag
+Reboot ExitCode DerivedExitCode RunTime TimeLimit TimeMin SubmitTime EligibleTime AccrueTime
+StartTime EndTime Deadline PreemptEligibleTime PreemptTime SuspendTime SecsPreSuspend
+LastSchedEval Scheduler Partition AllocNode:Sid ReqNodeList ExcNodeList NodeList BatchHost
+NumNodes NumCPUs NumTasks CPUs/Task ReqB:S:C:T TRES Socks/Node NtasksPerN:B:S:C CoreSpec
+MinCPUsNode MinMemoryCPU MinMemoryNode MinTmpDiskNode Features DelayBoot OverSubscribe
+Contiguous Licenses Network Command WorkDir AdminComment SystemComment Comment StdErr StdIn
+StdOut Power TresPerNode TresPerJob TresPerTask TresPerSocket CpusPerTres MemPerTres
+TresBind TresFreq MailUser MailType Prefer Extra Container ContainerID CPU_IDs Mem GRES
+Nodes Switches Wait4Switch Reservation ResvPorts KillOInInvalidDependent Clusters
+ClusterFeatures NtasksPerTRES CronJob CrontabSpec LicensesAlloc Segment SpreadJob
+ReqNodeList Restarts OOMKillStep ResvName Epilog Prolog
+"""
+_KNOWN_JOB_KEYS = frozenset(_KNOWN_JOB_KEYS_TEXT.split())
+_KEY_AT = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/()+]*)=")
+
+
+def parse_scontrol_record(line: str) -> dict[str, str]:
+    """Parse one `scontrol show ... -o` line of `Key=Value` pairs into a dict.
+
+    Values may contain spaces and '=' (Command=, Comment=, JobName=): a `Word=` inside such a
+    value only starts a new pair when it is a key scontrol prints that this record has not had
+    yet. Keys of newer Slurm versions still parse wherever they follow a simple value.
+    """
+    line = line.strip()
+    if not line:
+        return {}
+    candidates = list(_KEY_AT.finditer(line))
+    if not candidates or candidates[0].start() != 0:
+        raise SlurmError(f"not a key=value record: {line[:80]!r}")
+    out: dict[str, str] = {}
+    cur = candidates[0]
+    starts = [cur]
+    for m in candidates[1:]:
+        key, cur_key = m.group(1), cur.group(1)
+        if key == cur_key or any(s.group(1) == key for s in starts):
+            continue  # a key appears once per record: this one is part of a value
+        if cur_key in _FREE_TEXT_KEYS and key not in _KNOWN_JOB_KEYS:
+            continue
+        starts.append(m)
+        cur = m
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(line)
+        out[m.group(1)] = line[m.end():end].strip()
+    return out
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand Slurm's compressed node lists: 'n[1-3],gpu[01,05-06],login' -> names, in order."""
+    text = (text or "").strip()
+    if text in ("", "(null)", "None"):
+        return []
+    names: list[str] = []
+    for part in _split_top_level(text):
+        names.extend(_expand_one(part))
+    return names
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise SlurmError(f"bad node list {text!r}: unbalanced ']'")
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise SlurmError(f"bad node list {text!r}: unbalanced '['")
+    parts.append("".join(cur))
+    return [p for p in (p.strip() for p in parts) if p]
+
+
+def _expand_one(part: str) -> list[str]:
+    m = re.match(r"^([^\[]*)\[([^\]]+)\](.*)$", part)
+    if not m:
+        return [part]
+    prefix, ranges, rest = m.groups()
+    tails = _expand_one(rest) if rest else [""]
+    out = []
+    for r in ranges.split(","):
+        if "-" in r:
+            lo, hi = r.split("-", 1)
+            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
+                raise SlurmError(f"bad node range {r!r} in {part!r}")
+            width = len(lo)
+            nums = [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+        else:
+            if not r.isdigit():
+                raise SlurmError(f"bad node index {r!r} in {part!r}")
+            nums = [r]
+        out.extend(prefix + n + t for n in nums for t in tails)
+    return out
+
+
+def _base_state(state: str) -> str:
+    # "CANCELLED by 0" -> "CANCELLED"; flags like "RUNNING+..." are not printed by these tools.
+    return (state or "").split()[0].upper() if state and state.strip() else "UNKNOWN"
+
+
+def _int(value: Any, default: int = 0) -> int:
+    """Numbers as 22.05 (plain) and 23.x+ ({"set": true, "number": N}) print them."""
+    if isinstance(value, dict):
+        if value.get("infinite") or not value.get("set", True):
+            return default
+        value = value.get("number", default)
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _first(value: Any) -> str:
+    """States as 22.05 (a string) and 23.x+ (a list of strings) print them."""
+    if isinstance(value, list):
+        return str(value[0]) if value else "UNKNOWN"
+    return str(value) if value is not None else "UNKNOWN"
+
+
+def _json_exit_code(value: Any) -> ExitCode:
+    if isinstance(value, int):
+        return ExitCode.from_wait_status(value)
+    if not isinstance(value, dict):
+        return ExitCode()
+    sig = value.get("signal") or {}
+    signal = _int(sig.get("signal_id", sig.get("id")) if isinstance(sig, dict) else 0)
+    return ExitCode(_int(value.get("return_code")), signal)
+
+
+def _json_nodes(value: Any) -> tuple[tuple[str, ...], str]:
+    if isinstance(value, dict):  # step nodes: {"list": [...], "range": "n[1-3]"}
+        lst = value.get("list") or expand_hostlist(value.get("range", ""))
+        return tuple(lst), str(value.get("range", ",".join(lst)))
+    text = str(value or "")
+    return tuple(expand_hostlist(text)), text
+
+
+def job_from_scontrol(record: Mapping[str, str]) -> JobState:
+    """A JobState from one parsed `scontrol show job -o` record."""
+    try:
+        job_id = int(record["JobId"])
+    except (KeyError, ValueError) as e:
+        raise SlurmError(f"scontrol record without a valid JobId: {dict(record)!r:.200}") from e
+    nodelist = record.get("NodeList", "")
+    if nodelist == "(null)":
+        nodelist = ""
+    derived = record.get("DerivedExitCode")
+    user = re.sub(r"\(\d+\)$", "", record.get("UserId", ""))
+    return JobState(
+        job_id=job_id,
+        state=_base_state(record.get("JobState", "")),
+        exit_code=ExitCode.parse(record.get("ExitCode", "0:0")),
+        reason=record.get("Reason", "None"),
+        nodes=tuple(expand_hostlist(nodelist)),
+        nodelist=nodelist,
+        name=record.get("JobName", ""),
+        user=user,
+        partition=record.get("Partition", ""),
+        derived_exit_code=ExitCode.parse(derived) if derived else None,
+        restarts=_int(record.get("Restarts")),
+        source="scontrol",
+        raw=dict(record),
+    )
+
+
+def job_from_sacct_json(job: Mapping[str, Any]) -> JobState:
+    """A JobState from one element of `sacct --json`'s "jobs"."""
+    state = job.get("state") or {}
+    nodes, nodelist = _json_nodes(job.get("nodes"))
+    steps = []
+    for s in job.get("steps") or []:
+        step_nodes, _ = _json_nodes(s.get("nodes"))
+        step_state = s.get("state")
+        if isinstance(step_state, dict):
+            step_state = step_state.get("current")
+        steps.append(StepState(
+            step=str((s.get("step") or {}).get("id", s.get("step", "?"))),
+            state=_base_state(_first(step_state)),
+            exit_code=_json_exit_code(s.get("exit_code")),
+            nodes=step_nodes,
+        ))
+    derived = job.get("derived_exit_code")
+    return JobState(
+        job_id=_int(job.get("job_id")),
+        state=_base_state(_first(state.get("current") if isinstance(state, dict) else state)),
+        exit_code=_json_exit_code(job.get("exit_code")),
+        reason=str(state.get("reason", "None")) if isinstance(state, dict) else "None",
+        nodes=nodes,
+        nodelist=nodelist,
+        name=str(job.get("name", "")),
+        user=str(job.get("user", "")),
+        partition=str(job.get("partition", "")),
+        derived_exit_code=_json_exit_code(derived) if derived is not None else None,
+        restarts=_int(job.get("restart_cnt")),
+        steps=tuple(steps),
+        source="sacct",
+        raw=dict(job),
+    )
+
+
+def job_from_squeue_json(job: Mapping[str, Any]) -> JobState:
+    """A JobState from one element of `squeue --json`'s "jobs"."""
+    nodes, nodelist = _json_nodes(job.get("nodes"))
+    derived = job.get("derived_exit_code")
+    return JobState(
+        job_id=_int(job.get("job_id")),
+        state=_base_state(_first(job.get("job_state"))),
+        exit_code=_json_exit_code(job.get("exit_code")),
+        reason=str(job.get("state_reason", "None")),
+        nodes=nodes,
+        nodelist=nodelist,
+        name=str(job.get("name", "")),
+        user=str(job.get("user_name", "")),
+        partition=str(job.get("partition", "")),
+        derived_exit_code=_json_exit_code(derived) if derived is not None else None,
+        restarts=_int(job.get("restart_cnt")),
+        source="squeue",
+        raw=dict(job),
+    )
+
+
+def _load_json(text: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SlurmError(f"{what}: output is not JSON ({e}); first bytes: {text[:120]!r}") from e
+    if not isinstance(data, dict):
+        raise SlurmError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    # "Nothing found" (9003) is how sacct says "no such job (yet)": an empty answer, not a fault.
+    errors = [e for e in data.get("errors") or []
+              if e and not (isinstance(e, dict) and "Nothing found" in str(e.get("error", "")))]
+    if errors and not data.get("jobs"):
+        raise SlurmError(f"{what}: {errors}")
+    return data
+
+
+def parse_sacct_json(text: str) -> list[JobState]:
+    return [job_from_sacct_json(j) for j in _load_json(text, "sacct --json").get("jobs") or []]
+
+
+SACCT_DELIM = "\x1f"  # ASCII unit separator: cannot occur in names or paths people type
+SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "DerivedExitCode", "NodeList", "Partition",
+                "User", "Reason", "Submit", "JobName")  # JobName last: it may hold anything
+
+
+def parse_sacct_table(text: str, delimiter: str = SACCT_DELIM) -> list[JobState]:
+    """Parse `sacct -n -P --delimiter=D -o <SACCT_FIELDS>`: one JobState per job, steps
+    attached, in sacct's order."""
+    jobs: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split(delimiter, len(SACCT_FIELDS) - 1)
+        if len(cols) != len(SACCT_FIELDS):
+            raise SlurmError(f"sacct: expected {len(SACCT_FIELDS)} fields, got {len(cols)}: "
+                             f"{line[:120]!r}")
+        row = dict(zip(SACCT_FIELDS, cols, strict=True))
+        job_part, dot, step = row["JobIDRaw"].partition(".")
+        if not job_part.isdigit():
+            raise SlurmError(f"sacct: bad JobIDRaw {row['JobIDRaw']!r}")
+        if not dot:
+            jobs.append({"row": row, "steps": []})
+        elif jobs and jobs[-1]["row"]["JobIDRaw"] == job_part:
+            jobs[-1]["steps"].append(StepState(
+                step=step, state=_base_state(row["State"]),
+                exit_code=ExitCode.parse(row["ExitCode"] or "0:0"),
+                nodes=tuple(expand_hostlist(row["NodeList"]))))
+    out = []
+    for j in jobs:
+        row = j["row"]
+        nodelist = "" if row["NodeList"] in ("None assigned", "(null)") else row["NodeList"]
+        out.append(JobState(
+            job_id=int(row["JobIDRaw"]),
+            state=_base_state(row["State"]),
+            exit_code=ExitCode.parse(row["ExitCode"] or "0:0"),
+            reason=row["Reason"] or "None",
+            nodes=tuple(expand_hostlist(nodelist)),
+            nodelist=nodelist,
+            name=row["JobName"],
+            user=row["User"],
+            partition=row["Partition"],
+            derived_exit_code=ExitCode.parse(row["DerivedExitCode"])
+            if row["DerivedExitCode"] else None,
+            steps=tuple(j["steps"]),
+            source="sacct",
+            raw=row,
+        ))
+    return out
+
+
+def parse_squeue_json(text: str) -> list[JobState]:
+    return [job_from_squeue_json(j) for j in _load_json(text, "squeue --json").get("jobs") or []]
+
+
+# ---------------------------------------------------------------------------------------------
+# queries
+
+
+def _job_arg(job_id: int | str) -> str:
+    text = str(job_id).strip()
+    if not re.fullmatch(r"\d+(_\d+)?", text):
+        raise SlurmError(f"bad job id {job_id!r}: expected a number such as 1234")
+    return text
+
+
+def show_job(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> JobState:
+    """The controller's view of a job (`scontrol show job -o`); JobNotFound once it is purged."""
+    jid = _job_arg(job_id)
+    out = run(["scontrol", "show", "job", "-o", jid], timeout=timeout)
+    for line in out.splitlines():
+        rec = parse_scontrol_record(line)
+        if rec.get("JobId") == jid.split("_")[0] or rec.get("ArrayTaskId") == jid.partition("_")[2]:
+            return job_from_scontrol(rec)
+    raise JobNotFound(f"scontrol show job {jid}: no record for this job")
+
+
+def queue(user: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> list[JobState]:
+    """Jobs slurmctld still holds (`squeue --json`; filtered here: 22.05 ignores -u/-j)."""
+    args = ["squeue", "--json"]
+    if user:
+        args += ["-u", user]
+    jobs = parse_squeue_json(run(args, timeout=timeout))
+    return [j for j in jobs if not user or j.user == user]
+
+
+def accounting(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> JobState:
+    """The accounting record of a job and its steps: its last run if it was requeued.
+
+    Uses sacct's delimited table, not `sacct --json`: 22.05's JSON reports a job that exited 3
+    as return_code 0 (seen), while the table says 3:0.
+    """
+    jid = _job_arg(job_id)
+    args = ["sacct", "-n", "-P", f"--delimiter={SACCT_DELIM}", "-j", jid,
+            "-o", ",".join(SACCT_FIELDS)]
+    jobs = [j for j in parse_sacct_table(run(args, timeout=timeout))
+            if str(j.job_id) == jid.split("_")[0]]
+    if not jobs:
+        raise JobNotFound(f"sacct -j {jid}: no accounting record (yet)")
+    return jobs[-1]
+
+
+def settled_final(job_id: int | str, timeout: float = 120.0,
+                  poll: float = 1.0) -> JobState | None:
+    """Wait (bounded) for a job's final accounting record, or return None at the deadline.
+
+    Just after a job ends sacct may show a half-written record (seen on 22.05: COMPLETED with
+    nodes=n1 for an n[1-3] job, a moment before n[1-3]), so the record counts as final only
+    once slurmctld no longer calls the job COMPLETING and two reads `poll` s apart agree.
+    """
+    deadline = time.monotonic() + timeout
+    previous: JobState | None = None
+    while time.monotonic() < deadline:
+        try:
+            current: JobState | None = accounting(job_id)
+        except JobNotFound:
+            current = None
+        if current is not None and current.final:
+            try:
+                ctl_final = show_job(job_id).final
+            except JobNotFound:
+                ctl_final = True
+            if ctl_final and previous == current:
+                return current
+            previous = current if ctl_final else None
+        else:
+            previous = None
+        time.sleep(poll)
+    return None
+
+
+def job_state(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> JobState:
+    """Best current view: scontrol while slurmctld remembers the job, else sacct."""
+    try:
+        return show_job(job_id, timeout=timeout)
+    except JobNotFound:
+        return accounting(job_id, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------
+# actions
+
+
+def _kv_args(fields: Mapping[str, Any]) -> list[str]:
+    out = []
+    for key, value in fields.items():
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
+            raise SlurmError(f"bad scontrol field name {key!r}")
+        out.append(f"{key}={value}")
+    return out
+
+
+def requeue(job_id: int | str, hold: bool = False, timeout: float = DEFAULT_TIMEOUT) -> None:
+    run(["scontrol", "requeuehold" if hold else "requeue", _job_arg(job_id)], timeout=timeout)
+
+
+def release(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    run(["scontrol", "release", _job_arg(job_id)], timeout=timeout)
+
+
+def update_job(job_id: int | str, timeout: float = DEFAULT_TIMEOUT, **fields: Any) -> None:
+    """`scontrol update jobid=<id> Key=Value ...`, e.g. update_job(12, ExcNodeList="n2")."""
+    if not fields:
+        raise SlurmError("update_job: no fields to change")
+    run(["scontrol", "update", f"jobid={_job_arg(job_id)}", *_kv_args(fields)], timeout=timeout)
+
+
+def update_node(node: str, state: str, reason: str | None = None,
+                timeout: float = DEFAULT_TIMEOUT) -> None:
+    """`scontrol update nodename=<n> state=<s> [reason=...]` (reasons may hold spaces)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+", node or ""):
+        raise SlurmError(f"bad node name {node!r}")
+    args = ["scontrol", "update", f"nodename={node}", f"state={state}"]
+    if reason is not None:
+        args.append(f"reason={reason}")  # one argv element: no shell quoting needed
+    run(args, timeout=timeout)
+
+
+def cancel(job_id: int | str, signal: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    args = ["scancel"]
+    if signal:
+        args += ["--signal", signal]
+    run([*args, _job_arg(job_id)], timeout=timeout)
+
+
+def node_states(nodes: Iterable[str] | None = None,
+                timeout: float = DEFAULT_TIMEOUT) -> dict[str, str]:
+    """node name -> state as sinfo prints it (idle, down*, drained, mixed, ...)."""
+    out = run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=timeout)
+    states: dict[str, str] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+    if nodes is not None:
+        wanted = set(nodes)
+        states = {n: s for n, s in states.items() if n in wanted}
+    return states

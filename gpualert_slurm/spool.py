@@ -1,0 +1,383 @@
+"""The spool layout of docs/CONTRACTS.md, and the careful file operations root code uses on it.
+
+Root code works on directories the job's user owns, so it never resolves a path string inside
+them: it walks with directory fds and O_NOFOLLOW, creates with O_EXCL, and replaces files by
+rename (which replaces a planted symlink, never its target).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # kept out of `gpualert run`'s start-up time
+    from typing import Any
+
+# Slurm 22.05's reserved step ids (slurm.h).
+STEP_BATCH = 0xFFFFFFFB
+STEP_EXTERN = 0xFFFFFFFC
+STEP_INTERACTIVE = 0xFFFFFFFA
+STEP_PENDING = 0xFFFFFFFD
+
+DIR_MODE = 0o700
+MAX_RECORD_BYTES = 1 << 20
+
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SpoolError(OSError):
+    """A spool path that is unsafe or unusable; str() says which and why."""
+
+
+# ---- names ---------------------------------------------------------------------------------
+
+def _jobid(jobid: str | int) -> str:
+    s = str(jobid)
+    # Job ids are numbers; array/het forms like 12_3 or 12+1 never name spool dirs (Slurm gives
+    # each element its own SLURM_JOB_ID). Anything else could be a path trick.
+    if not s.isdigit() or len(s) > 20:
+        raise SpoolError(f"bad job id {s!r}: expected digits")
+    return s
+
+
+def step_name(step_id: int | str) -> str | None:
+    """'batch' for the batch step, None for the steps that are not tapped, else the number."""
+    n = int(step_id)
+    if n == STEP_BATCH:
+        return "batch"
+    if n in (STEP_EXTERN, STEP_INTERACTIVE, STEP_PENDING):
+        return None
+    return str(n)
+
+
+def job_dir(spool: str, jobid: str | int) -> str:
+    return os.path.join(spool, _jobid(jobid))
+
+
+def job_json(spool: str, jobid: str | int) -> str:
+    return os.path.join(job_dir(spool, jobid), "job.json")
+
+
+def node_prolog_record(spool: str, jobid: str | int, node: str) -> str:
+    return os.path.join(job_dir(spool, jobid), "nodes", f"{_safe_name(node)}.prolog.json")
+
+
+def task_log(spool: str, jobid: str | int, step: str, rank: int) -> str:
+    return os.path.join(job_dir(spool, jobid), "tasks", f"{_safe_name(step)}.{int(rank)}.log")
+
+
+def exit_record(spool: str, jobid: str | int, step: str, rank: int) -> str:
+    return os.path.join(job_dir(spool, jobid), "tasks", f"{_safe_name(step)}.{int(rank)}.exit")
+
+
+def hooks_log(spool: str) -> str:
+    return os.path.join(spool, "gpualert-hooks.log")
+
+
+def _safe_name(name: str) -> str:
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise SpoolError(f"bad name {name!r}")
+    return name
+
+
+# ---- durable writes ------------------------------------------------------------------------
+
+def fsync_dir(dir_fd: int) -> None:
+    try:
+        os.fsync(dir_fd)
+    except OSError as e:  # some filesystems refuse fsync on a directory; nothing better to do
+        if e.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+
+
+def write_atomic(dir_fd: int, name: str, data: bytes, mode: int = 0o644,
+                 uid: int = -1, gid: int = -1) -> None:
+    """Replace dir_fd/name with data: temp file (O_EXCL|O_NOFOLLOW), fsync, rename, fsync dir.
+    A reader sees the old content or the new one, never a part; after return it is on disk."""
+    _safe_name(name)
+    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if uid != -1 or gid != -1:
+                os.fchown(fd, uid, gid)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    fsync_dir(dir_fd)
+
+
+def write_json_atomic(dir_fd: int, name: str, obj: Any, mode: int = 0o644,
+                      uid: int = -1, gid: int = -1) -> None:
+    data = (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
+    write_atomic(dir_fd, name, data, mode, uid, gid)
+
+
+# ---- safe opening --------------------------------------------------------------------------
+
+def open_dir(path: str, dir_fd: int | None = None, shown: str | None = None) -> int:
+    """Open a directory without following a symlink at its last component."""
+    try:
+        return os.open(path, _O_DIR, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise SpoolError(
+                f"{shown or path}: not a directory (a symlink or a file): refused") from None
+        raise
+
+
+@contextmanager
+def opened_dir(path: str, dir_fd: int | None = None) -> Iterator[int]:
+    fd = open_dir(path, dir_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def check_spool_root(fd: int, path: str) -> None:
+    """The spool root must be root's and writable by no one else: else a user could plant or
+    swap job directories."""
+    st = os.fstat(fd)
+    if st.st_uid != 0:
+        raise SpoolError(f"spool {path} is owned by uid {st.st_uid}, not root: refused")
+    if st.st_mode & 0o022:
+        raise SpoolError(
+            f"spool {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}):"
+            " refused"
+        )
+
+
+def check_job_dir(fd: int, path: str, uid: int) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        raise SpoolError(f"{path}: not a directory: refused")
+    if st.st_uid != uid:
+        raise SpoolError(f"{path} exists and is owned by uid {st.st_uid}, not {uid}: refused")
+    if st.st_mode & 0o077:
+        raise SpoolError(
+            f"{path} exists with mode {stat.S_IMODE(st.st_mode):04o}, not 0700: refused"
+        )
+
+
+def _rename_noreplace(src: str, dst: str, dir_fd: int) -> None:
+    """renameat2(RENAME_NOREPLACE); where the filesystem lacks it (NFS), a plain rename, which
+    still never replaces a non-empty directory (the other node's) nor follows a symlink."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is not None:
+        rc = fn(dir_fd, os.fsencode(src), dir_fd, os.fsencode(dst), 1)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), dst)
+    if _exists(dst, dir_fd):
+        raise FileExistsError(errno.EEXIST, "exists", dst)
+    os.rename(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _rmtree_fd(dir_fd: int, name: str) -> None:
+    """Remove our own temp dir (two levels at most), never following symlinks."""
+    try:
+        fd = open_dir(name, dir_fd)
+    except OSError:
+        return
+    try:
+        for entry in os.listdir(fd):
+            st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                _rmtree_fd(fd, entry)
+            else:
+                os.unlink(entry, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
+class JobDir:
+    """An open, verified job directory; `fd` and `nodes_fd` stay valid until close().
+    `created` is True when this call made it (first node), False when it was there."""
+
+    def __init__(self, path: str, fd: int, nodes_fd: int, created: bool) -> None:
+        self.path, self.fd, self.nodes_fd, self.created = path, fd, nodes_fd, created
+
+    def close(self) -> None:
+        for fd in (self.nodes_fd, self.fd):
+            with suppress(OSError):
+                os.close(fd)
+
+
+def create_job_dir(spool: str, jobid: str | int, uid: int, gid: int,
+                   job_record: dict[str, Any], tag: str = "") -> JobDir:
+    """Create <spool>/<jobid> owned by uid:gid 0700 with job.json, nodes/ and tasks/, or open
+    the one another node's Prolog made. The directory appears complete or not at all: it is
+    built under a temp name and renamed into place without replacing anything. A directory
+    there already must be a real directory of uid with mode 0700, else SpoolError."""
+    name = _jobid(jobid)
+    path = os.path.join(spool, name)
+    root_fd = open_dir(spool)
+    try:
+        check_spool_root(root_fd, spool)
+        created = False
+        if not _exists(name, root_fd):
+            tmp = f".tmp-{name}-{_safe_tag(tag)}-{os.getpid()}-{os.urandom(4).hex()}"
+            os.mkdir(tmp, DIR_MODE, dir_fd=root_fd)
+            try:
+                with opened_dir(tmp, root_fd) as tfd:
+                    for sub in ("nodes", "tasks"):
+                        os.mkdir(sub, DIR_MODE, dir_fd=tfd)
+                        os.chown(sub, uid, gid, dir_fd=tfd, follow_symlinks=False)
+                        os.chmod(sub, DIR_MODE, dir_fd=tfd)  # mkdir's mode is cut by umask
+                    # job.json stays root's: a later root reader can tell it was not replaced.
+                    write_json_atomic(tfd, "job.json", job_record, 0o644)
+                    os.fchown(tfd, uid, gid)
+                    os.fchmod(tfd, DIR_MODE)
+                    os.fsync(tfd)
+                try:
+                    _rename_noreplace(tmp, name, root_fd)
+                    created = True
+                    fsync_dir(root_fd)
+                except OSError as e:
+                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                        raise
+                    # Another node won the race (or something was planted): check it below.
+            finally:
+                if not created:
+                    _rmtree_fd(root_fd, tmp)
+        fd = open_dir(name, root_fd, shown=path)
+        try:
+            check_job_dir(fd, path, uid)
+            os.close(_ensure_subdir(fd, path, "tasks", uid, gid))
+            nodes_fd = _ensure_subdir(fd, path, "nodes", uid, gid)
+        except BaseException:
+            os.close(fd)
+            raise
+        return JobDir(path=path, fd=fd, nodes_fd=nodes_fd, created=created)
+    finally:
+        os.close(root_fd)
+
+
+def _ensure_subdir(fd: int, path: str, sub: str, uid: int, gid: int) -> int:
+    """Open (making it if missing: a job dir made by an older or other tool) a subdirectory
+    of the user's job dir; it must be a real directory of that user."""
+    try:
+        os.mkdir(sub, DIR_MODE, dir_fd=fd)
+        os.chown(sub, uid, gid, dir_fd=fd, follow_symlinks=False)
+    except FileExistsError:
+        pass
+    sfd = open_dir(sub, fd, shown=os.path.join(path, sub))
+    try:
+        if os.fstat(sfd).st_uid != uid:
+            raise SpoolError(f"{os.path.join(path, sub)} is not owned by uid {uid}: refused")
+    except BaseException:
+        os.close(sfd)
+        raise
+    return sfd
+
+
+def _safe_tag(tag: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in tag)[:40] or "x"
+
+
+# ---- reading -------------------------------------------------------------------------------
+
+def read_bytes_nofollow(name: str, dir_fd: int, limit: int = MAX_RECORD_BYTES,
+                        owners: tuple[int, ...] | None = None) -> bytes:
+    """Read a regular file at dir_fd/name for root code. Refused: symlinks, FIFOs, devices,
+    files over `limit`, files with more than one link (a hard link a user made to a file they
+    cannot read), and, when `owners` is given, files owned by anyone else."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SpoolError(f"{name}: not a regular file: refused")
+        if st.st_nlink != 1:
+            raise SpoolError(f"{name}: has {st.st_nlink} hard links: refused")
+        if owners is not None and st.st_uid not in owners:
+            raise SpoolError(f"{name}: owned by uid {st.st_uid}: refused")
+        if st.st_size > limit:
+            raise SpoolError(f"{name}: {st.st_size} bytes, more than {limit}: refused")
+        chunks, total = [], 0
+        while total <= limit:
+            b = os.read(fd, 65536)
+            if not b:
+                break
+            chunks.append(b)
+            total += len(b)
+        if total > limit:
+            raise SpoolError(f"{name}: more than {limit} bytes: refused")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_json_nofollow(name: str, dir_fd: int, owners: tuple[int, ...] | None = None) -> Any:
+    try:
+        return json.loads(read_bytes_nofollow(name, dir_fd, owners=owners))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SpoolError(f"{name}: not valid JSON: {e}") from None
+
+
+EXIT_FIELDS = ("node", "step", "rank", "pid", "exit_code", "signal", "core_dumped", "end_time",
+               "status")
+
+
+def read_exit_record(name: str, dir_fd: int,
+                     owners: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """One tasks/<step>.<rank>.exit record (see CONTRACTS.md); missing fields are None."""
+    obj = read_json_nofollow(name, dir_fd, owners)
+    if not isinstance(obj, dict):
+        raise SpoolError(f"{name}: expected a JSON object")
+    return {k: obj.get(k) for k in EXIT_FIELDS} | {
+        k: v for k, v in obj.items() if k not in EXIT_FIELDS
+    }
+
+
+def read_exit_records(job_path: str, owners: tuple[int, ...] | None = None
+                      ) -> dict[str, dict[str, Any]]:
+    """All exit records of a job dir, by file name; unreadable or refused ones are left out (a
+    task that died before writing one is what the classifier must cope with anyway). Root
+    callers pass owners=(job uid, 0)."""
+    out: dict[str, dict[str, Any]] = {}
+    with opened_dir(job_path) as jfd:
+        try:
+            tfd = open_dir("tasks", jfd, shown=os.path.join(job_path, "tasks"))
+        except FileNotFoundError:
+            return out
+        try:
+            for entry in sorted(os.listdir(tfd)):
+                if entry.endswith(".exit") and not entry.startswith("."):
+                    try:
+                        out[entry] = read_exit_record(entry, tfd, owners)
+                    except OSError:
+                        continue
+        finally:
+            os.close(tfd)
+    return out

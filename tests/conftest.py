@@ -1,0 +1,57 @@
+"""Shared fixtures: the real Slurm test cluster, per-test work dirs, a private SMTP sink."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/clusterlib.py
+
+import clusterlib  # noqa: E402
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test that uses the cluster is a cluster test, marked or not: `-m "not cluster"` must
+    # never start daemons.
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> clusterlib.ClusterFacts:
+    """The local 3-node cluster, brought up once a session. Fails - never skips - if it cannot."""
+    try:
+        return clusterlib.cluster_up()
+    except clusterlib.ClusterError as e:
+        pytest.fail(f"the Slurm test cluster is not available:\n{e}", pytrace=False)
+
+
+@pytest.fixture
+def workdir(cluster: clusterlib.ClusterFacts, request: pytest.FixtureRequest) -> Path:
+    """A fresh directory owned by the test user, for job scripts and their output."""
+    return clusterlib.make_workdir(cluster, request.node.name)
+
+
+def _load_smtp_sink() -> Any:
+    spec = importlib.util.spec_from_file_location("gpualert_smtp_sink", clusterlib.SMTP_SINK)
+    assert spec and spec.loader, f"cannot load {clusterlib.SMTP_SINK}"
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def smtp_server(tmp_path: Path) -> Iterator[Any]:
+    """A private real SMTP server on a free port: `.host`, `.port`, `.maildir`, `.messages()`."""
+    sink = _load_smtp_sink().SmtpSink(tmp_path / "mail", host="127.0.0.1", port=0)
+    sink.start()
+    try:
+        yield sink
+    finally:
+        sink.stop()

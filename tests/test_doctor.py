@@ -1,0 +1,211 @@
+"""`gpualert doctor` against a made-up installation in a temp dir and a real SMTP server."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aiosmtpd.controller import Controller
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sink:
+    async def handle_DATA(self, server, session, envelope):
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp():
+    port = free_port()
+    c = Controller(Sink(), hostname="127.0.0.1", port=port)
+    c.start()
+    yield port
+    c.stop()
+
+
+@pytest.fixture
+def install(tmp_path, smtp):
+    """A complete, correct installation; each test breaks one part of it."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    spool.chmod(0o755)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    shutil.copy("/bin/true", lib / "gpualert.so")  # any ELF file passes the file check
+    (tmp_path / "plugstack.conf.d").mkdir()
+    (tmp_path / "plugstack.conf").write_text("include plugstack.conf.d/*.conf\n")
+    (tmp_path / "plugstack.conf.d" / "gpualert.conf").write_text(
+        f"# gpualert\noptional {lib / 'gpualert.so'} spool={spool} default=off\n")
+    for d, hook in (("prolog.d", "prolog"), ("epilog.d", "epilog"),
+                    ("ctld.d", "epilog-slurmctld")):
+        (tmp_path / d).mkdir()
+        shutil.copy(REPO / "epilog.d" / f"gpualert-{hook}", tmp_path / d)
+        (tmp_path / d / f"gpualert-{hook}").chmod(0o755)
+    (tmp_path / "nodes.conf").write_text(f"Epilog={tmp_path / 'epilog.d'}/*\n")
+    (tmp_path / "slurm.conf").write_text(
+        "ClusterName=test\n"
+        f"Prolog={tmp_path / 'prolog.d'}/*   # comment\n"
+        "Include nodes.conf\n"
+        f"EpilogSlurmctld={tmp_path / 'ctld.d' / 'gpualert-epilog-slurmctld'}\n"
+        "NodeName=n1 Port=17001\n")
+    cfg = tmp_path / "gpualert.yaml"
+    cfg.write_text(f"spool: {spool}\nmail: {{relay: '127.0.0.1:{smtp}'}}\n")
+    return tmp_path
+
+
+def doctor(tmp, *extra):
+    r = subprocess.run([sys.executable, "-m", "gpualert_slurm", "doctor",
+                        "--config", str(tmp / "gpualert.yaml"),
+                        "--plugstack", str(tmp / "plugstack.conf"),
+                        "--slurm-conf", str(tmp / "slurm.conf"), *extra],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "Traceback" not in r.stdout + r.stderr
+    return r
+
+
+def fails(r):
+    return [line for line in r.stdout.splitlines() if line.startswith("FAIL ")]
+
+
+def test_good_installation_passes(install):
+    r = doctor(install)
+    assert r.returncode == 0, r.stdout
+    assert fails(r) == []
+    oks = [line for line in r.stdout.splitlines() if line.startswith("ok   ")]
+    assert len(oks) == 9  # config, plugstack, plugin file, spool=, 3 hooks, spool, relay
+    assert any("mail relay 127.0.0.1:" in line for line in oks)
+    assert any("plugstack.conf.d/gpualert.conf:2" in line for line in oks)
+
+
+def test_closed_relay_port_fails(install):
+    port = free_port()  # nothing listens there
+    (install / "gpualert.yaml").write_text(
+        f"spool: {install / 'spool'}\nmail: {{relay: '127.0.0.1:{port}'}}\n")
+    r = doctor(install)
+    assert r.returncode == 1
+    (line,) = fails(r)
+    assert line.startswith(f"FAIL mail relay 127.0.0.1:{port}: cannot connect: Connection refused")
+    assert "-> start the relay" in line
+
+
+def test_non_smtp_server_fails(install):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    (install / "gpualert.yaml").write_text(
+        f"spool: {install / 'spool'}\nmail: {{relay: '127.0.0.1:{port}'}}\n")
+    import threading
+
+    def serve():
+        c, _ = srv.accept()
+        c.sendall(b"HTTP/1.0 400 Bad\r\n")
+        c.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    r = doctor(install)
+    srv.close()
+    (line,) = fails(r)
+    assert "no SMTP greeting" in line and "HTTP/1.0 400 Bad" in line
+
+
+def test_plugin_not_listed(install):
+    (install / "plugstack.conf.d" / "gpualert.conf").write_text("# removed\n")
+    r = doctor(install)
+    assert r.returncode == 1
+    assert any(line.startswith("FAIL plugin listed in plugstack.conf: no required/optional "
+                               "line names gpualert.so") and "-> add the line `optional "
+               in line for line in fails(r))
+
+
+def test_plugin_file_missing(install):
+    (install / "lib" / "gpualert.so").unlink()
+    r = doctor(install)
+    (line,) = fails(r)
+    assert "FAIL plugin file" in line and "make -C spank install" in line
+
+
+def test_spool_mismatch_between_plugin_and_config(install):
+    (install / "plugstack.conf.d" / "gpualert.conf").write_text(
+        f"optional {install / 'lib' / 'gpualert.so'} spool=/elsewhere\n")
+    (line,) = fails(doctor(install))
+    assert "spool=/elsewhere" in line and "make them the same path" in line
+
+
+def test_prolog_missing_and_not_a_shim(install):
+    conf = install / "slurm.conf"
+    conf.write_text(conf.read_text().replace("Prolog=", "#Prolog="))
+    (line,) = fails(doctor(install))
+    assert line.startswith("FAIL Prolog= in slurm.conf runs gpualert-prolog: no Prolog=")
+    assert "-> install epilog.d/gpualert-prolog" in line
+    conf.write_text(conf.read_text().replace("#Prolog=", "Prolog=/bin/true,"))
+    (install / "prolog.d" / "gpualert-prolog").unlink()
+    (line,) = fails(doctor(install))
+    assert "matches no gpualert-prolog script" in line
+
+
+def test_shim_not_executable(install):
+    (install / "epilog.d" / "gpualert-epilog").chmod(0o644)
+    (line,) = fails(doctor(install))
+    assert "is not executable -> chmod 0755" in line
+
+
+@pytest.mark.parametrize("mode,problem", [(0o777, "writable by group or others (mode 0777)"),
+                                          (0o775, "writable by group or others")])
+def test_spool_permissions(install, mode, problem):
+    (install / "spool").chmod(mode)
+    (line,) = fails(doctor(install))
+    assert problem in line and "-> chmod 0755" in line
+
+
+def test_spool_not_root_owned(install):
+    os.chown(install / "spool", 4242, 4242)
+    (line,) = fails(doctor(install))
+    assert "owned by uid 4242, not root -> chown root:root" in line
+
+
+def test_spool_missing(install):
+    (install / "spool").rmdir()
+    (line,) = fails(doctor(install))
+    assert "No such file or directory -> install -d -o root -g root -m 0755" in line
+
+
+def test_bad_config(install):
+    (install / "gpualert.yaml").write_text("hook_timeout_s: forever\n")
+    r = doctor(install)
+    assert r.returncode == 1
+    assert any("hook_timeout_s: expected a number" in line for line in fails(r))
+
+
+def test_missing_plugstack(install):
+    r = doctor(install, "--plugstack", str(install / "nope.conf"))
+    assert any("cannot read" in line and "nope.conf" in line for line in fails(r))
+
+
+def test_plugstack_found_through_slurm_conf(install):
+    # Without --plugstack: slurm.conf's PlugStackConfig=, as Slurm does.
+    other = install / "elsewhere"
+    other.mkdir()
+    (install / "plugstack.conf").rename(other / "ps.conf")
+    (other / "ps.conf").write_text(f"include {install / 'plugstack.conf.d'}/*.conf\n")
+    conf = install / "slurm.conf"
+    conf.write_text(conf.read_text() + f"PlugStackConfig={other / 'ps.conf'}\n")
+    r = subprocess.run([sys.executable, "-m", "gpualert_slurm", "doctor",
+                        "--config", str(install / "gpualert.yaml"),
+                        "--slurm-conf", str(conf)],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stdout
+    assert "plugstack.conf.d/gpualert.conf:2" in r.stdout

@@ -1,0 +1,215 @@
+"""The SPANK plugin on the real cluster: the option at submit time, opting out, exit records,
+Slurm's verdicts unchanged by the tap, and a tap that cannot work leaving the job alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from spank_jobs import (
+    Cluster,
+    cluster_facts,
+    job_dir,
+    run,
+    steps,
+    submit,
+    task_files,
+    wait,
+    workdir,
+    write_user_file,
+)
+
+pytestmark = pytest.mark.cluster
+
+ACCEPTED = "(accepted: mail, notify, artifacts, hang, budget, checkpoint, recover, off)"
+
+
+@pytest.fixture(scope="module")
+def c(cluster) -> Cluster:  # noqa: ARG001 - `cluster` brings the cluster up
+    return cluster_facts()
+
+
+def test_plugin_option_listed_by_sbatch_and_srun(c: Cluster) -> None:
+    for cmd in ("sbatch", "srun"):
+        assert "--gpualert" in run(c, [cmd, "--help"]).stdout, cmd
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        ("colour=red", f"gpualert: unknown option colour {ACCEPTED}"),
+        ("notify=sometimes", "gpualert: bad option notify=sometimes: fail, always or never"),
+        ("notify=", "gpualert: bad option notify=: fail, always or never"),
+        ("mail=bob", "gpualert: bad option mail=bob: one or more addresses local@domain"),
+        ("mail=a@b.org:", "gpualert: bad option mail=a@b.org:: one or more addresses"),
+        ("hang=0s", "gpualert: bad option hang=0s: a duration like 90s, 30m, 2h or 1d"),
+        ("hang=10", "gpualert: bad option hang=10: a duration like"),
+        ("budget=5X", "gpualert: bad option budget=5X: a size like 500K, 20M or 1G"),
+        ("recover=maybe", "gpualert: bad option recover=maybe: on or off"),
+        ("notify=fail,notify=never", "gpualert: bad option notify=never: notify given twice"),
+        ("off,mail=a@b.org", "gpualert: bad option off: 'off' cannot be combined"),
+        ("", "gpualert: empty option list"),
+    ],
+)
+def test_bad_options_refused_at_sbatch(c: Cluster, opts: str, message: str) -> None:
+    d = workdir(c, "badopt")
+    script = write_user_file(c, d / "job.sh", "#!/bin/bash\ntrue\n")
+    p = run(c, ["sbatch", f"--gpualert={opts}", str(script)], cwd=d, check=False)
+    assert p.returncode != 0, p.stdout
+    assert "Submitted batch job" not in p.stdout
+    assert f"sbatch: error: {message}" in p.stderr, p.stderr
+    assert f"Invalid --gpualert argument: {opts}" in p.stderr, p.stderr
+
+
+def test_bad_option_in_sbatch_line_refused(c: Cluster) -> None:
+    d = workdir(c, "badline")
+    script = write_user_file(c, d / "job.sh", "#!/bin/bash\n#SBATCH --gpualert=hang=5y\ntrue\n")
+    p = run(c, ["sbatch", str(script)], cwd=d, check=False)
+    assert p.returncode != 0
+    assert "gpualert: bad option hang=5y: a duration like" in p.stderr, p.stderr
+
+
+def test_good_options_accepted_and_monitored(c: Cluster) -> None:
+    d = workdir(c, "goodopt")
+    opts = ("mail=a.b@lab.example.org:c@d.io,notify=always,artifacts=ckpt/*.pt:logs/*,"
+            "hang=30m,budget=20M,checkpoint=ckpt/*.pt,recover=off")
+    script = write_user_file(c, d / "job.sh", f"#!/bin/bash\n#SBATCH --gpualert={opts}\n"
+                             "echo hello\n")
+    jobid = submit(c, script)
+    wait(c, jobid)
+    assert task_files(c, jobid)["batch.0.log"] == b"hello\n"
+
+
+def test_off_and_unmonitored_jobs_leave_no_task_logs(c: Cluster) -> None:
+    """--gpualert=off (and no option, with default=off) taps nothing; --gpualert does."""
+    d = workdir(c, "off")
+    script = write_user_file(c, d / "job.sh", "#!/bin/bash\n#SBATCH -N2 -n2\n"
+                             "echo batch; srun echo step\n")
+    with ThreadPoolExecutor(3) as ex:
+        off, plain, on = ex.map(lambda a: submit(c, script, a),
+                                [["--gpualert=off"], [], ["--gpualert"]])
+    for j in (off, plain, on):
+        wait(c, j)
+    for j in (off, plain):
+        assert task_files(c, j) == {}
+        assert not (job_dir(c, j) / "tap.log").exists()
+        assert (d / f"slurm-{j}.out").read_bytes() == b"batch\nstep\nstep\n"
+    assert sorted(task_files(c, on)) == [
+        "0.0.exit", "0.0.log", "0.1.exit", "0.1.log", "batch.0.exit", "batch.0.log"
+    ]
+
+
+def exit_record(c: Cluster, jobid: int, name: str) -> dict:
+    raw = task_files(c, jobid)[name]
+    rec = json.loads(raw)
+    assert set(rec) == {"node", "step", "rank", "pid", "exit_code", "signal", "core_dumped",
+                        "end_time", "status"}
+    return rec
+
+
+def test_exit_records(c: Cluster) -> None:
+    """One record per task with its node, code or signal, owned by the user, mode 0600."""
+    d = workdir(c, "exitrec")
+    script = write_user_file(c, d / "job.sh", """#!/bin/bash
+#SBATCH -N3 -n3 --gpualert
+srun bash -c 'exit $((SLURM_PROCID + 3))'
+srun -N1 -n1 bash -c 'kill -SEGV $$'
+exit 0
+""")
+    t0 = time.time()
+    jobid = submit(c, script)
+    wait(c, jobid)
+    for rank in range(3):
+        rec = exit_record(c, jobid, f"0.{rank}.exit")
+        assert (rec["step"], rec["rank"], rec["exit_code"], rec["signal"]) == (
+            "0", rank, rank + 3, None)
+        assert rec["node"] == f"n{rank + 1}"
+        assert rec["status"] == (rank + 3) << 8
+        assert t0 < rec["end_time"] < time.time() + 1 and rec["pid"] > 1
+    seg = exit_record(c, jobid, "1.0.exit")
+    assert (seg["exit_code"], seg["signal"], seg["status"] & 0x7F) == (None, signal.SIGSEGV, 11)
+    batch = exit_record(c, jobid, "batch.0.exit")
+    assert (batch["step"], batch["exit_code"], batch["signal"]) == ("batch", 0, None)
+    st = (job_dir(c, jobid) / "tasks" / "batch.0.exit").stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (int(run(c, ["id", "-u"]).stdout), 0o600)
+
+
+# (name, sbatch args, script body); each runs with and without the tap at the same time.
+SCENARIOS = {
+    "exit3": ([], "srun -n1 bash -c 'exit 3'\nexit 3\n"),
+    "segv": ([], "srun -n1 bash -c 'kill -SEGV $$'\nkill -SEGV $$\n"),
+    "killed": ([], "srun -n1 bash -c 'echo $$ > pid.$SLURM_JOB_ID; exec sleep 300'\n"),
+    "timeout": (["--time=1"], "srun -n1 sleep 300\n"),
+    "scancel": ([], "srun -n1 sleep 300\n"),
+}
+
+
+def test_sacct_states_identical_with_and_without_tap(c: Cluster) -> None:
+    d = workdir(c, "states")
+    jobs: dict[tuple[str, bool], int] = {}
+    for name, (args, body) in SCENARIOS.items():
+        script = write_user_file(c, d / f"{name}.sh", f"#!/bin/bash\necho {name}\n{body}")
+        for tap in (True, False):
+            jobs[name, tap] = submit(c, script,
+                                     [*args, "--gpualert" if tap else "--gpualert=off"])
+    # Outside interference once the steps run: SIGKILL the task, scancel the job.
+    deadline = time.monotonic() + 60
+    pending = {k: j for k, j in jobs.items() if k[0] in ("killed", "scancel")}
+    while pending and time.monotonic() < deadline:
+        for (name, tap), j in list(pending.items()):
+            if name == "killed":
+                pidfile = d / f"pid.{j}"
+                if pidfile.exists() and pidfile.read_text().strip():
+                    time.sleep(1)
+                    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+                    del pending[name, tap]
+            elif any(s[0] == ".0" and s[1] == "RUNNING" for s in steps(c, j)):
+                run(c, ["scancel", str(j)])
+                del pending[name, tap]
+        time.sleep(0.5)
+    assert not pending, f"jobs never reached their step: {pending}"
+    for j in jobs.values():
+        wait(c, j, timeout=240)
+    expect = {"exit3": ("FAILED", "3:0"), "segv": ("FAILED", "0:11"),
+              "killed": ("FAILED", "0:9"), "timeout": ("TIMEOUT", "0:0"),
+              "scancel": ("CANCELLED", "0:15")}
+    for name in SCENARIOS:
+        with_tap, without = steps(c, jobs[name, True]), steps(c, jobs[name, False])
+        assert with_tap == without, name
+        assert with_tap[0][1:] == expect[name] or name in ("killed", "scancel"), with_tap
+        assert with_tap[0][1] == expect[name][0], (name, with_tap)
+        # The monitored job's tasks all have a record, also when killed.
+        assert "batch.0.exit" in task_files(c, jobs[name, True]), name
+
+
+def test_unwritable_spool_dir_job_runs_untouched(c: Cluster) -> None:
+    """A job dir the user cannot write (root's, 0755): the tap steps aside, output intact."""
+    d = workdir(c, "rospool")
+    script = write_user_file(c, d / "job.sh", "#!/bin/bash\n#SBATCH -N2 -n2 --gpualert\n"
+                             "printf 'batch\\0'; srun printf 'step\\n'; exit 0\n")
+    jobid = submit(c, script, spool_dir="root-ro")
+    wait(c, jobid)
+    assert steps(c, jobid)[0][1:] == ("COMPLETED", "0:0")
+    assert (d / f"slurm-{jobid}.out").read_bytes() == b"batch\0step\nstep\n"
+    assert list(job_dir(c, jobid).iterdir()) == []
+    # The fault is not silent: the task says so in slurmd's log (info level).
+    logs = "".join(p.read_text(errors="replace") for p in c.logs.glob("slurmd-*.log"))
+    assert f"gpualert: job {jobid} " in logs and "task runs untapped" in logs
+
+
+def test_exec_failure_still_logged_and_recorded(c: Cluster) -> None:
+    d = workdir(c, "execfail")
+    script = write_user_file(c, d / "job.sh", "#!/bin/bash\n#SBATCH --gpualert\n"
+                             "srun -n1 /nonexistent/prog; echo srun=$?\n")
+    jobid = submit(c, script)
+    wait(c, jobid)
+    files = task_files(c, jobid)
+    log = files["0.0.log"].decode(errors="replace")
+    assert "/nonexistent/prog" in log and "No such file or directory" in log, log
+    rec = exit_record(c, jobid, "0.0.exit")
+    assert rec["exit_code"] not in (0, None), rec
+    assert "srun=" in (d / f"slurm-{jobid}.out").read_text()

@@ -1,0 +1,141 @@
+"""The spool layout and the careful file operations root code uses in users' directories."""
+
+import json
+import os
+import stat
+
+import pytest
+
+from gpualert_slurm import spool
+from gpualert_slurm.spool import SpoolError
+
+
+def test_layout_paths():
+    assert spool.job_dir("/s", 12) == "/s/12"
+    assert spool.job_json("/s", "12") == "/s/12/job.json"
+    assert spool.node_prolog_record("/s", 12, "n1") == "/s/12/nodes/n1.prolog.json"
+    assert spool.task_log("/s", 12, "batch", 0) == "/s/12/tasks/batch.0.log"
+    assert spool.exit_record("/s", 12, "3", 7) == "/s/12/tasks/3.7.exit"
+    assert spool.hooks_log("/s") == "/s/gpualert-hooks.log"
+
+
+@pytest.mark.parametrize("bad", ["../etc", "12/..", "", "12_3", "-1", "1" * 30])
+def test_job_ids_are_digits_only(bad):
+    with pytest.raises(SpoolError):
+        spool.job_dir("/s", bad)
+
+
+def test_names_cannot_escape():
+    with pytest.raises(SpoolError):
+        spool.task_log("/s", 1, "../x", 0)
+    with pytest.raises(SpoolError):
+        spool.node_prolog_record("/s", 1, "..")
+
+
+@pytest.mark.parametrize("step,name", [(0xFFFFFFFB, "batch"), (0, "0"), (17, "17"),
+                                       (0xFFFFFFFC, None), (0xFFFFFFFA, None), ("4294967291",
+                                                                                "batch")])
+def test_step_names(step, name):
+    assert spool.step_name(step) == name
+
+
+def test_write_atomic_replaces_a_planted_symlink_not_its_target(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("precious")
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "job.json").symlink_to(target)
+    with spool.opened_dir(str(d)) as fd:
+        spool.write_json_atomic(fd, "job.json", {"a": 1}, 0o640)
+    assert target.read_text() == "precious"
+    assert not (d / "job.json").is_symlink()
+    assert json.loads((d / "job.json").read_text()) == {"a": 1}
+    assert stat.S_IMODE((d / "job.json").stat().st_mode) == 0o640
+    assert sorted(p.name for p in d.iterdir()) == ["job.json"]  # no temp file left
+
+
+def test_open_dir_refuses_symlinks(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(SpoolError, match="not a directory"):
+        spool.open_dir(str(tmp_path / "link"))
+
+
+def test_reader_refuses_symlink_hardlink_fifo_oversize_and_foreign_owner(tmp_path):
+    (tmp_path / "ok").write_text("{}")
+    (tmp_path / "secret").write_text("root only")
+    (tmp_path / "sym").symlink_to(tmp_path / "secret")
+    os.link(tmp_path / "secret", tmp_path / "hard")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "big").write_bytes(b"x" * 100)
+    with spool.opened_dir(str(tmp_path)) as fd:
+        assert spool.read_json_nofollow("ok", fd) == {}
+        with pytest.raises(OSError):
+            spool.read_bytes_nofollow("sym", fd)
+        with pytest.raises(SpoolError, match="hard links"):
+            spool.read_bytes_nofollow("hard", fd)
+        with pytest.raises(SpoolError, match="not a regular file"):
+            spool.read_bytes_nofollow("fifo", fd)
+        with pytest.raises(SpoolError, match="more than 10"):
+            spool.read_bytes_nofollow("big", fd, limit=10)
+        with pytest.raises(SpoolError, match="owned by uid"):
+            spool.read_bytes_nofollow("ok", fd, owners=(4242,))
+
+
+def test_read_exit_records(tmp_path):
+    t = tmp_path / "tasks"
+    t.mkdir()
+    (t / "batch.0.exit").write_text(json.dumps({"rank": 0, "exit_code": 3, "extra": "x"}))
+    (t / "1.2.exit").write_text("{not json")
+    (t / "1.3.log").write_text("log")
+    (t / "1.4.exit").symlink_to(tmp_path / "elsewhere")
+    recs = spool.read_exit_records(str(tmp_path))
+    assert list(recs) == ["batch.0.exit"]
+    r = recs["batch.0.exit"]
+    assert r["exit_code"] == 3 and r["signal"] is None and r["extra"] == "x"
+    assert spool.read_exit_records(str(tmp_path), owners=(4242,)) == {}
+
+
+def test_create_job_dir_then_join(tmp_path):
+    root = tmp_path / "spool"
+    root.mkdir()
+    root.chmod(0o755)
+    a = spool.create_job_dir(str(root), 5, 65534, 65534, {"n": 1}, tag="n1")
+    b = spool.create_job_dir(str(root), 5, 65534, 65534, {"n": 2}, tag="n2")
+    try:
+        assert a.created and not b.created
+        assert json.loads((root / "5" / "job.json").read_text()) == {"n": 1}
+        st = (root / "5").stat()
+        assert st.st_uid == 65534 and stat.S_IMODE(st.st_mode) == 0o700
+    finally:
+        a.close()
+        b.close()
+    assert [p.name for p in root.iterdir()] == ["5"]
+
+
+def test_existing_job_dir_without_subdirs_is_completed(tmp_path):
+    # E.g. made by an older version: nodes/ and tasks/ are added, owned by the user.
+    root = tmp_path / "spool"
+    root.mkdir()
+    root.chmod(0o755)
+    (root / "6").mkdir(mode=0o700)
+    os.chown(root / "6", 65534, 65534)
+    jd = spool.create_job_dir(str(root), 6, 65534, 65534, {}, tag="n1")
+    jd.close()
+    assert not jd.created
+    for sub in ("nodes", "tasks"):
+        st = (root / "6" / sub).lstat()
+        assert stat.S_ISDIR(st.st_mode) and st.st_uid == 65534
+        assert stat.S_IMODE(st.st_mode) == 0o700
+
+
+def test_planted_subdir_symlink_is_refused(tmp_path):
+    root = tmp_path / "spool"
+    root.mkdir()
+    root.chmod(0o755)
+    jd = spool.create_job_dir(str(root), 7, 65534, 65534, {}, tag="n1")
+    jd.close()
+    (root / "7" / "nodes").rmdir()
+    (root / "7" / "nodes").symlink_to("/etc")
+    with pytest.raises(SpoolError, match="nodes: not a directory"):
+        spool.create_job_dir(str(root), 7, 65534, 65534, {}, tag="n2")

@@ -1,0 +1,150 @@
+"""The task tap on the real cluster: every byte a task writes reaches both Slurm's destination
+and the task's log in the spool, unchanged, on every run."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from spank_jobs import (
+    Cluster,
+    cluster_facts,
+    job_dir,
+    submit,
+    task_files,
+    wait,
+    workdir,
+    write_user_file,
+)
+
+pytestmark = pytest.mark.cluster
+
+NODES, TASKS = 3, 6
+TOTAL_BYTES = 100 * 1000 * 1000  # across all ranks
+
+# Writes `size` pseudo-random bytes (seeded) to stdout in chunks of varying size, starting
+# with NUL and invalid UTF-8, no trailing newline. The test regenerates the same bytes.
+GEN = """\
+import os, random, sys
+seed, size = int(sys.argv[1]), int(sys.argv[2])
+data = b"\\x00\\xff\\xfe\\xc3(" + random.Random(seed).randbytes(size - 5)
+sizes = random.Random(-seed)
+pos = 0
+while pos < len(data):
+    n = sizes.choice((1, 7, 4096, 65536, 65537, 300000))
+    view = memoryview(data)[pos:pos + n]
+    while view:
+        view = view[os.write(1, view):]
+    pos += n
+"""
+
+
+def expected(seed: int, size: int) -> bytes:
+    return b"\x00\xff\xfe\xc3(" + random.Random(seed).randbytes(size - 5)
+
+
+@pytest.fixture(scope="module")
+def c(cluster) -> Cluster:  # noqa: ARG001 - `cluster` brings the cluster up
+    return cluster_facts()
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+@pytest.mark.parametrize("run", [1, 2, 3])
+def test_every_rank_log_holds_exactly_its_bytes_100mb(c: Cluster, run: int) -> None:
+    """3 nodes x 2 tasks, 100 MB of binary data in total; repeated to catch a drain race."""
+    d = workdir(c, f"tapbytes{run}")
+    write_user_file(c, d / "gen.py", GEN, 0o644)
+    size = TOTAL_BYTES // TASKS
+    seed0 = 1000 * run
+    script = write_user_file(c, d / "job.sh", f"""#!/bin/bash
+#SBATCH -N{NODES} -n{TASKS} --ntasks-per-node=2 --gpualert
+echo start
+srun -o 'rank-%t.out' bash -c 'exec /usr/bin/python3 gen.py $(({seed0} + SLURM_PROCID)) {size}'
+echo end
+""")
+    jobid = submit(c, script)
+    wait(c, jobid, timeout=600)
+    files = task_files(c, jobid)
+    for rank in range(TASKS):
+        want = sha(expected(seed0 + rank, size))
+        log = files.get(f"0.{rank}.log")
+        assert log is not None, f"no log for rank {rank}: {sorted(files)}"
+        assert len(log) == size, f"rank {rank}: log has {len(log)} bytes, wrote {size}"
+        assert sha(log) == want, f"rank {rank}: log differs from what the rank wrote"
+        out = (d / f"rank-{rank}.out").read_bytes()
+        assert sha(out) == want, f"rank {rank}: Slurm's own output file was changed"
+    assert (d / f"slurm-{jobid}.out").read_bytes() == b"start\nend\n"
+    assert not (job_dir(c, jobid) / "tap.log").exists(), (job_dir(c, jobid) / "tap.log").read_text()
+
+
+# Deterministic output on both streams (a pause whenever the stream changes, so arrival order
+# is the write order), binary bytes, srun-forwarded output from rank 0 only, a failing step.
+SAME_OUT = r"""#!/bin/bash
+#SBATCH -N3 -n3
+printf 'batch line 1\n'
+sleep 0.3
+printf 'batch err 1\n' >&2
+sleep 0.3
+printf '\x00\xff binary \xfe no newline'
+sleep 0.3
+srun bash -c '[ $SLURM_PROCID = 0 ] && printf "rank0 \x01\x80 forwarded\n"; true'
+sleep 0.3
+srun -N1 -n1 bash -c 'echo to-stderr >&2; sleep 0.5; exit 7'
+sleep 0.3
+printf 'last line, no newline'
+"""
+
+
+def test_job_output_identical_with_and_without_tap(c: Cluster) -> None:
+    """slurm-%j.out is byte-identical with and without --gpualert; batch log = that output."""
+    d = workdir(c, "sameout")
+    script = write_user_file(c, d / "job.sh", SAME_OUT)
+    with ThreadPoolExecutor(2) as ex:
+        with_tap, without = ex.map(
+            lambda a: submit(c, script, a), [["--gpualert"], ["--gpualert=off"]]
+        )
+        for j in (with_tap, without):
+            wait(c, j, timeout=120)
+    out_with = (d / f"slurm-{with_tap}.out").read_bytes()
+    out_without = (d / f"slurm-{without}.out").read_bytes()
+    assert b"rank0 \x01\x80 forwarded\n" in out_without and b"to-stderr" in out_without
+    assert out_with == out_without
+    assert task_files(c, with_tap)["batch.0.log"] == out_with
+    assert task_files(c, without) == {}
+
+
+def test_stdout_and_stderr_kept_apart(c: Cluster) -> None:
+    """With -o and -e, each file gets only its stream; the log has both in arrival order."""
+    d = workdir(c, "split")
+    script = write_user_file(c, d / "job.sh", """#!/bin/bash
+#SBATCH -o out.txt -e err.txt --gpualert
+for i in 1 2 3; do printf "out $i\\n"; sleep 0.2; printf "err $i\\n" >&2; sleep 0.2; done
+""")
+    jobid = submit(c, script)
+    wait(c, jobid)
+    assert (d / "out.txt").read_bytes() == b"out 1\nout 2\nout 3\n"
+    assert (d / "err.txt").read_bytes() == b"err 1\nerr 2\nerr 3\n"
+    assert task_files(c, jobid)["batch.0.log"] == (
+        b"out 1\nerr 1\nout 2\nerr 2\nout 3\nerr 3\n"
+    )
+
+
+def test_heartbeat_is_log_mtime(c: Cluster) -> None:
+    """The log's mtime follows the task's last output (what hang detection reads)."""
+    d = workdir(c, "heartbeat")
+    script = write_user_file(c, d / "job.sh", """#!/bin/bash
+#SBATCH --gpualert
+echo first; sleep 4; echo second; date +%s.%N > stamp; sleep 3
+""")
+    jobid = submit(c, script)
+    wait(c, jobid)
+    log = job_dir(c, jobid) / "tasks" / "batch.0.log"
+    stamp = float((d / "stamp").read_text())
+    assert log.read_bytes() == b"first\nsecond\n"
+    # Last write was just before the stamp, and 3 s before the job ended.
+    assert abs(log.stat().st_mtime - stamp) < 1.0
