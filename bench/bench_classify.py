@@ -28,9 +28,10 @@ TRACEBACK = """Traceback (most recent call last):
     main()
   File "/home/user/train.py", line 188, in main
     loss = model(batch).loss
-  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1518, in _wrapped_call_impl
+  File "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1518, in call
     return self._call_impl(*args, **kwargs)
-torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.21 GiB is free. Including non-PyTorch memory, this process has 77.93 GiB memory in use.
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total \
+capacity of 79.15 GiB of which 1.21 GiB is free.
 [rank0]:[W1129 16:02:11.123 ProcessGroupNCCL.cpp:1168] Warning: WorkNCCL(SeqNum=3021) aborted
 """
 

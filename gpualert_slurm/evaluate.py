@@ -113,7 +113,7 @@ def baseline_exit(tasks: list[TaskInput], job: JobFacts) -> str:
     if state in _EXIT_STATES:
         return _EXIT_STATES[state]
     sig = job.signal or next((t.signal for t in tasks if t.signal), None)
-    if sig is None and job.exit_code is not None and job.exit_code > 128:
+    if sig is None and job.exit_code is not None and 128 < job.exit_code <= 128 + 64:
         sig = job.exit_code - 128
     if sig == 9:
         return "killed"

@@ -89,6 +89,7 @@ class JobState:
     partition: str = ""
     derived_exit_code: ExitCode | None = None
     restarts: int = 0
+    alloc_nodes: int = 0             # how many nodes Slurm allocated (0: unknown / none yet)
     steps: tuple[StepState, ...] = ()
     source: str = ""                 # scontrol | squeue | sacct
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -303,6 +304,7 @@ def job_from_scontrol(record: Mapping[str, str]) -> JobState:
         partition=record.get("Partition", ""),
         derived_exit_code=ExitCode.parse(derived) if derived else None,
         restarts=_int(record.get("Restarts")),
+        alloc_nodes=_int(record.get("NumNodes")) if nodelist else 0,
         source="scontrol",
         raw=dict(record),
     )
@@ -384,8 +386,8 @@ def parse_sacct_json(text: str) -> list[JobState]:
 
 
 SACCT_DELIM = "\x1f"  # ASCII unit separator: cannot occur in names or paths people type
-SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "DerivedExitCode", "NodeList", "Partition",
-                "User", "Reason", "Submit", "JobName")  # JobName last: it may hold anything
+SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "DerivedExitCode", "NodeList", "AllocNodes",
+                "Partition", "User", "Reason", "Submit", "JobName")  # JobName last: it may hold anything
 
 
 def parse_sacct_table(text: str, delimiter: str = SACCT_DELIM) -> list[JobState]:
@@ -426,6 +428,7 @@ def parse_sacct_table(text: str, delimiter: str = SACCT_DELIM) -> list[JobState]
             partition=row["Partition"],
             derived_exit_code=ExitCode.parse(row["DerivedExitCode"])
             if row["DerivedExitCode"] else None,
+            alloc_nodes=_int(row["AllocNodes"]),
             steps=tuple(j["steps"]),
             source="sacct",
             raw=row,
@@ -488,9 +491,12 @@ def settled_final(job_id: int | str, timeout: float = 120.0,
                   poll: float = 1.0) -> JobState | None:
     """Wait (bounded) for a job's final accounting record, or return None at the deadline.
 
-    Just after a job ends sacct may show a half-written record (seen on 22.05: COMPLETED with
-    nodes=n1 for an n[1-3] job, a moment before n[1-3]), so the record counts as final only
-    once slurmctld no longer calls the job COMPLETING and two reads `poll` s apart agree.
+    Just after a job ends sacct may show a half-written record: seen on 22.05, COMPLETED with
+    NodeList=n1 and AllocNodes=3 for an n[1-3] job (the batch step's node), until the job's
+    start record reaches slurmdbd, sometimes after its end record. So the record counts only
+    once slurmctld no longer calls the job COMPLETING, its node list is whole (as many nodes
+    as allocated, the same as slurmctld's while it still remembers the job) and two reads
+    `poll` s apart agree.
     """
     deadline = time.monotonic() + timeout
     previous: JobState | None = None
@@ -499,16 +505,17 @@ def settled_final(job_id: int | str, timeout: float = 120.0,
             current: JobState | None = accounting(job_id)
         except JobNotFound:
             current = None
-        if current is not None and current.final:
+        ok = False
+        if current is not None and current.final and (
+                current.alloc_nodes == 0 or len(current.nodes) == current.alloc_nodes):
             try:
-                ctl_final = show_job(job_id).final
+                ctl = show_job(job_id)
+                ok = ctl.final and (not ctl.nodes or ctl.nodes == current.nodes)
             except JobNotFound:
-                ctl_final = True
-            if ctl_final and previous == current:
-                return current
-            previous = current if ctl_final else None
-        else:
-            previous = None
+                ok = True
+        if ok and previous == current:
+            return current
+        previous = current if ok else None
         time.sleep(poll)
     return None
 

@@ -122,7 +122,8 @@ def test_two_dozen_small_jobs_run_at_once(cluster: ClusterFacts, workdir: Path) 
         clusterlib.write_user_file(marker, "", 0o644)
         states = [wait_final(j, timeout=60) for j in jobs]
         assert {s.state for s in states} == {"COMPLETED"}
-        assert {n for s in states for n in s.nodes} == set(cluster.nodes)
+        # 24 one-CPU jobs cannot fit on one 16-CPU node: they were spread over nodes.
+        assert len({n for s in states for n in s.nodes}) >= 2
     finally:
         clusterlib.cancel_quietly(*jobs)
 

@@ -218,7 +218,7 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
         state_ev = [_ev(sched_events[0])]
 
     sig = job.signal or None
-    if sig is None and job.exit_code is not None and job.exit_code > 128:
+    if sig is None and job.exit_code is not None and 128 < job.exit_code <= 128 + 64:
         sig = job.exit_code - 128  # shell convention: 128+N is "killed by signal N"
     sig_task = next((t for t in sorted(tasks, key=lambda t: t.end_time or math.inf)
                      if t.signal), None)
@@ -308,8 +308,8 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
         conf = 0.8 if c.cls != "killed" else 0.6
         return make(c.cls, conf, c.text[:200], [_ev(e) for e in confirmations[:3]],
                     _finding_of(findings, c))
-    if sig and sig in rs.signals:
-        cls = rs.signals[sig]
+    if sig:
+        cls = rs.signals.get(sig, "killed")  # any other fatal signal: killed, cause unknown
         who = sig_task
         core = " (core dumped)" if who is not None and who.core_dumped else ""
         return make(cls, 0.75, f"terminated by signal {sig}{core}, no other evidence",
