@@ -109,14 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         generate(log, args.size_mb << 20)
         size = log.stat().st_size
-        print(f"generated {size / 2**20:.0f} MiB log in {time.monotonic() - t:.1f} s")
+        print(f"generated {size / 2**20:.0f} MiB log in {time.monotonic() - t:.1f} s "
+              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)", flush=True)
         dt, rss, out = run_child([sys.executable, "-m", "gpualert_slurm", "classify", "--json",
                                   "--exit-code", "1", str(log)])
         verdict = json.loads(out)
         ok = verdict["class"] == "cuda_oom"
         rate = size / 2**20 / dt
         print(f"gpualert classify: {rate:.0f} MiB/s ({dt:.2f} s), peak RSS {rss / 1024:.0f} MiB, "
-              f"verdict {verdict['class']} ({'right' if ok else 'WRONG'})")
+              f"verdict {verdict['class']} ({'right' if ok else 'WRONG'})", flush=True)
         limit = min(size, args.naive_mb << 20)
         _, _, nout = run_child([sys.executable, "-c", NAIVE, str(log), str(limit)])
         nbytes, _, ndt = nout.split()

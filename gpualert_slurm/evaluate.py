@@ -235,15 +235,21 @@ def render(rep: dict[str, Any]) -> str:
 
 
 def _matrix(conf: dict[str, int]) -> list[str]:
+    """Rows: labels; columns: predictions, numbered (the row with that number names it)."""
     pairs = {tuple(k.split(" -> ")): n for k, n in conf.items()}
-    rows = sorted({t for t, _ in pairs})
-    cols = sorted({p for _, p in pairs})
-    abbrev = {c: c[:8] for c in cols}
-    w = max((len(r) for r in rows), default=5) + 2
-    lines = [" " * w + "".join(f"{abbrev[c]:>9}" for c in cols)]
+    names = sorted({t for t, _ in pairs} | {p for _, p in pairs})
+    rows = [c for c in names if any(t == c for t, _ in pairs)]
+    cols = [c for c in names if any(p == c for _, p in pairs)]
+    num = {c: i + 1 for i, c in enumerate(names)}
+    w = max(len(r) for r in names) + 5
+    head = "label / predicted"
+    lines = [f"{head:<{w}}" + "".join(f"{num[c]:>5}" for c in cols)]
     for r in rows:
-        lines.append(f"{r:<{w}}" + "".join(
-            f"{(pairs.get((r, c)) or '.'):>9}" for c in cols))
+        cells = "".join(f"{(pairs.get((r, c)) or '.'):>5}" for c in cols)
+        lines.append(f"{num[r]:>2} {r:<{w - 3}}{cells}")
+    extra = [c for c in cols if c not in rows]
+    if extra:
+        lines.append("   (predicted only: " + ", ".join(f"{num[c]} {c}" for c in extra) + ")")
     return lines
 
 

@@ -386,8 +386,9 @@ def parse_sacct_json(text: str) -> list[JobState]:
 
 
 SACCT_DELIM = "\x1f"  # ASCII unit separator: cannot occur in names or paths people type
+# JobName last: it may hold anything.
 SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "DerivedExitCode", "NodeList", "AllocNodes",
-                "Partition", "User", "Reason", "Submit", "JobName")  # JobName last: it may hold anything
+                "Partition", "User", "Reason", "Submit", "JobName")
 
 
 def parse_sacct_table(text: str, delimiter: str = SACCT_DELIM) -> list[JobState]:
@@ -496,7 +497,8 @@ def settled_final(job_id: int | str, timeout: float = 120.0,
     start record reaches slurmdbd, sometimes after its end record. So the record counts only
     once slurmctld no longer calls the job COMPLETING, its node list is whole (as many nodes
     as allocated, the same as slurmctld's while it still remembers the job) and two reads
-    `poll` s apart agree.
+    `poll` s apart agree. Steps' exit codes may still lag (a cancelled batch step read 0:0
+    and later 0:15); the job's own state and exit code do not.
     """
     deadline = time.monotonic() + timeout
     previous: JobState | None = None

@@ -29,7 +29,9 @@
 SPANK_PLUGIN(gpualert, 1);
 
 #define OPTS_MAX 1024          /* longest OPTS accepted (it travels in the job's env) */
+#ifndef DRAIN_WAIT_MS
 #define DRAIN_WAIT_MS 10000    /* task_exit waits at most this long for the copier */
+#endif
 #define COPY_BUF (64 * 1024)
 
 /* Plugin arguments (plugstack.conf). */

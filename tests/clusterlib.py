@@ -13,7 +13,7 @@ import shlex
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -212,6 +212,15 @@ def wait_final(job_id: int, timeout: float = 120, root: Path | None = None) -> s
     return st
 
 
+def wait_final_many(job_ids: Sequence[int], timeout: float = 120,
+                    root: Path | None = None) -> list[slurm.JobState]:
+    """wait_final for many jobs at once (a few at a time in threads), in the given order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        return list(pool.map(lambda j: wait_final(j, timeout, root), job_ids))
+
+
 def wait_state(job_id: int, states: set[str] | str, timeout: float = 60,
                root: Path | None = None) -> slurm.JobState:
     """Wait until the controller reports one of `states` (e.g. RUNNING) for the job."""
@@ -264,6 +273,29 @@ def cancel_quietly(*job_ids: int) -> None:
     for job_id in job_ids:
         with contextlib.suppress(slurm.SlurmError):
             slurm.cancel(job_id)
+
+
+@contextlib.contextmanager
+def cluster_lock(facts: ClusterFacts, timeout: float = 200) -> Iterator[None]:
+    """Hold the lock `cluster up` takes, so that no concurrent `up` (another test session)
+    "repairs" a node this test broke on purpose while it is still checking the breakage."""
+    import fcntl
+
+    with open(facts.root / ".lock", "a") as fh:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as e:
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"{facts.root}/.lock held for more than {timeout:g} s") from e
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def node_state(node: str) -> str:

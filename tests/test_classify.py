@@ -100,11 +100,29 @@ def test_warnings_mentioning_error_with_exit_0_is_success(tmp_path):
     ("dataloader.log", "dataloader_worker"),
     ("storage_io.log", "storage_io"),
     ("nccl_rank0.log", "nccl_error"),
+    ("time_limit.log", "time_limit"),
+    ("user_cancel.log", "cancelled"),
+    ("xid_kernel.log", "gpu_hardware"),  # the driver's words also count in a task log
 ])
 def test_fixture_log_classes(name, expected):
     v = classify([TaskInput(str(FIX / name))], JobFacts(exit_code=1))
     assert v.cls == expected, (v.cls, v.detail)
     assert v.evidence and all(e["file"].endswith(name) for e in v.evidence)
+
+
+def test_every_class_has_a_domain_and_hint_and_rules_reach_most_classes():
+    rs = load_rules()
+    table = {"cuda_oom", "host_oom", "gpu_hardware", "cuda_error", "cuda_device_assert",
+             "cuda_setup", "nccl_error", "collective_timeout", "nan_divergence", "import_error",
+             "file_not_found", "permission_denied", "disk_full", "storage_io",
+             "checkpoint_corrupt", "segfault", "dataloader_worker", "device_mismatch",
+             "python_exception", "time_limit", "preempted", "cancelled", "node_failure", "hang",
+             "killed", "success", "unknown"}
+    assert set(rs.classes) == table
+    assert all(c.hint and c.domain for c in rs.classes.values())
+    by_text = {r.cls for r in rs.rules if r.role == "root"}
+    # the rest are decided by facts: silence, exit status, Slurm state
+    assert table - by_text == {"hang", "killed", "success", "unknown"}
 
 
 def test_first_root_cause_wins_over_later_symptoms():
@@ -346,3 +364,63 @@ def test_huge_file_partial_reading_is_reported(tmp_path):
     assert res.bytes_read <= (2 << 20) + (1 << 20)
     assert [e.cls for e in res.events] == ["import_error", "cuda_oom"]
     assert res.events[1].line is None  # unknown after the jump
+
+
+# ---- tracebacks: frames, wrappers, helpers ----
+
+def test_generic_exception_inside_checkpoint_loader_is_checkpoint_corrupt(tmp_path):
+    v = classify([TaskInput(str(FIX / "ckpt_loader_oserror.log"))], JobFacts(exit_code=1))
+    assert v.cls == "checkpoint_corrupt", v.detail
+    assert "Invalid argument" in v.detail
+    # a specific exception raised in the same loader keeps its own class
+    log = tmp_path / "0.0.log"
+    log.write_text((FIX / "ckpt_loader_oserror.log").read_text().replace(
+        "OSError: [Errno 22] Invalid argument",
+        "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt/last.pt'"))
+    assert classify([TaskInput(str(log))], JobFacts(exit_code=1)).cls == "file_not_found"
+
+
+def test_helper_thread_traceback_is_a_symptom_of_the_dead_worker():
+    v = classify([TaskInput(str(FIX / "dataloader_sharer.log"))], JobFacts(exit_code=1))
+    assert v.cls == "dataloader_worker", v.detail
+    assert v.evidence[0]["line"] == 11
+
+
+def test_dataloader_reraise_wrapper_defers_to_the_original_exception():
+    v = classify([TaskInput(str(FIX / "dataloader_reraise.log"))], JobFacts(exit_code=1))
+    assert (v.cls, v.detail) == ("python_exception", "KeyError")
+    assert v.evidence[0]["line"] == 12
+
+
+def test_exit_255_is_not_a_signal(tmp_path):
+    log = tmp_path / "0.0.log"
+    log.write_text("step 1 loss=0.2\ngiving up.\n")
+    assert classify([TaskInput(str(log))], JobFacts(exit_code=255)).cls == "unknown"
+    assert classify([TaskInput(str(log))], JobFacts(exit_code=137)).cls == "killed"
+
+
+def test_collective_timeout_root_is_the_silent_straggler(tmp_path):
+    timeout = (FIX / "collective_timeout.log").read_text()
+    tasks = [TaskInput(_rank_log(tmp_path, r, timeout), r, f"n{r // 2}", "0", None, 6, True,
+                       100.0 + r) for r in (0, 1, 3)]
+    tasks.append(TaskInput(_rank_log(tmp_path, 2, "step 1\nloading next shard ...\n"), 2, "n1",
+                           "0", None, 9, False, 160.0))
+    v = classify(tasks, JobFacts(signal=6, slurm_state="FAILED"))
+    assert (v.cls, v.root_rank, v.root_node) == ("collective_timeout", 2, "n1")
+    assert "straggler" in v.detail
+    assert {c["rank"] for c in v.cascades} == {0, 1, 3}
+    # when a rank failed with a cause of its own, that rank is the root, not a silent one
+    tasks[1] = TaskInput(_rank_log(tmp_path, 1, "ValueError: bad batch\n"), 1, "n0", "0", 1,
+                         None, False, 50.0)
+    v = classify(tasks, JobFacts(exit_code=1, slurm_state="FAILED"))
+    assert (v.cls, v.root_rank) == ("python_exception", 1)
+
+
+def test_traceback_scope_needs_a_fitting_role(tmp_path, monkeypatch):
+    d = tmp_path / "rules.d"
+    d.mkdir()
+    (d / "s.yaml").write_text("rules:\n  - id: frame_root\n    class: cuda_oom\n    role: root\n"
+                              "    scope: traceback\n    patterns: ['mylib/alloc.py']\n")
+    monkeypatch.setenv("GPUALERT_RULES_DIR", str(d))
+    with pytest.raises(RuleError, match=r"s\.yaml: rule 'frame_root': field 'scope'"):
+        load_rules(use_cache=False)

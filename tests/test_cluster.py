@@ -70,24 +70,23 @@ def test_killed_slurmd_marks_node_down_and_its_job_node_fail(
     node = "n3"
     job = submit("#!/bin/bash\nsleep 300\n", "-w", node, "--no-requeue", "-o", "out-%j.txt",
                  workdir=workdir)
-    try:
-        wait_state(job, "RUNNING", timeout=60)
-        pid = int(cluster.slurmd_pidfile(node).read_text().strip())
-        t0 = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
-        state = clusterlib.wait_until(
-            # SlurmdTimeout=10: usually 20-30 s; slower while RPCs to the dead node retry.
-            lambda: (s := clusterlib.node_state(node)).startswith("down") and s, 90,
-            f"{node} to be marked down after its slurmd was killed",
-            diagnose=lambda: clusterlib.diagnostics(job, cluster.root))
-        took = time.monotonic() - t0
-        assert took < 90
-        print(f"{node} seen as {state} {took:.1f} s after its slurmd was killed")
-        st = wait_final(job, timeout=60)
-        assert st.state == "NODE_FAIL"
-    finally:
-        clusterlib.cancel_quietly(job)
-        clusterlib.restore_node(cluster, node)
+    wait_state(job, "RUNNING", timeout=60)
+    # Under the cluster lock: a concurrent `cluster up` would restart this slurmd at once.
+    with clusterlib.cluster_lock(cluster):
+        try:
+            pid = int(cluster.slurmd_pidfile(node).read_text().strip())
+            t0 = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            state = clusterlib.wait_until(
+                # SlurmdTimeout=10: usually 20-30 s; slower while RPCs to the dead node retry.
+                lambda: (s := clusterlib.node_state(node)).startswith("down") and s, 90,
+                f"{node} to be marked down after its slurmd was killed",
+                diagnose=lambda: clusterlib.diagnostics(job, cluster.root))
+            print(f"{node} seen as {state} {time.monotonic() - t0:.1f} s after its slurmd died")
+            assert wait_final(job, timeout=60).state == "NODE_FAIL"
+        finally:
+            clusterlib.cancel_quietly(job)
+            clusterlib.restore_node(cluster, node)
     assert clusterlib.node_state(node) in ("idle", "mixed", "allocated")
 
 
@@ -120,7 +119,7 @@ def test_two_dozen_small_jobs_run_at_once(cluster: ClusterFacts, workdir: Path) 
                               "24 jobs to be running at the same time",
                               diagnose=lambda: clusterlib.diagnostics(None, cluster.root))
         clusterlib.write_user_file(marker, "", 0o644)
-        states = [wait_final(j, timeout=60) for j in jobs]
+        states = clusterlib.wait_final_many(jobs, timeout=60)
         assert {s.state for s in states} == {"COMPLETED"}
         # 24 one-CPU jobs cannot fit on one 16-CPU node: they were spread over nodes.
         assert len({n for s in states for n in s.nodes}) >= 2
@@ -184,3 +183,15 @@ def test_gpualert_is_wired_in_as_an_admin_would(cluster: ClusterFacts) -> None:
     # Plain commands work for the test user without any Slurm environment.
     proc = run_as_user(["sinfo", "-h", "-o", "%P"])
     assert proc.returncode == 0 and "debug*" in proc.stdout and "urgent" in proc.stdout
+
+
+def test_cluster_script_refuses_bad_use_clearly(cluster: ClusterFacts) -> None:
+    bad = subprocess.run([str(clusterlib.CLUSTER_SCRIPT), "bogus"], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode == 2 and "usage:" in bad.stderr
+    no_venv = subprocess.run([str(clusterlib.CLUSTER_SCRIPT), "up"], capture_output=True,
+                             text=True, timeout=200,
+                             env=dict(os.environ, GPUALERT_VENV="/nonexistent/venv"))
+    assert no_venv.returncode == 1
+    assert "/nonexistent/venv/bin/python missing: run scripts/install.sh" in no_venv.stderr
+    assert "Traceback" not in no_venv.stderr

@@ -4,7 +4,10 @@ and the task's log in the spool, unchanged, on every run."""
 from __future__ import annotations
 
 import hashlib
+import pwd
 import random
+import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -12,6 +15,8 @@ from spank_jobs import (
     Cluster,
     cluster_facts,
     job_dir,
+    run,
+    steps,
     submit,
     task_files,
     wait,
@@ -56,15 +61,21 @@ def sha(b: bytes) -> str:
 
 @pytest.mark.parametrize("run", [1, 2, 3])
 def test_every_rank_log_holds_exactly_its_bytes_100mb(c: Cluster, run: int) -> None:
-    """3 nodes x 2 tasks, 100 MB of binary data in total; repeated to catch a drain race."""
+    """3 nodes x 2 tasks, 100 MB of binary data in total; repeated to catch a drain race.
+
+    Run 1 lets Slurm write each task's output to its own file (compared byte for byte); runs
+    2 and 3 send it through srun into slurm-%j.out, so the batch step's copier carries 100 MB
+    too and is still draining when the batch script ends (when the step is killed)."""
     d = workdir(c, f"tapbytes{run}")
     write_user_file(c, d / "gen.py", GEN, 0o644)
     size = TOTAL_BYTES // TASKS
     seed0 = 1000 * run
+    gen = f"bash -c 'exec /usr/bin/python3 gen.py $(({seed0} + SLURM_PROCID)) {size}'"
+    step = f"srun -o 'rank-%t.out' {gen}" if run == 1 else f"srun {gen}"
     script = write_user_file(c, d / "job.sh", f"""#!/bin/bash
 #SBATCH -N{NODES} -n{TASKS} --ntasks-per-node=2 --gpualert
 echo start
-srun -o 'rank-%t.out' bash -c 'exec /usr/bin/python3 gen.py $(({seed0} + SLURM_PROCID)) {size}'
+{step}
 echo end
 """)
     jobid = submit(c, script)
@@ -76,9 +87,16 @@ echo end
         assert log is not None, f"no log for rank {rank}: {sorted(files)}"
         assert len(log) == size, f"rank {rank}: log has {len(log)} bytes, wrote {size}"
         assert sha(log) == want, f"rank {rank}: log differs from what the rank wrote"
-        out = (d / f"rank-{rank}.out").read_bytes()
-        assert sha(out) == want, f"rank {rank}: Slurm's own output file was changed"
-    assert (d / f"slurm-{jobid}.out").read_bytes() == b"start\nend\n"
+        if run == 1:
+            out = (d / f"rank-{rank}.out").read_bytes()
+            assert sha(out) == want, f"rank {rank}: Slurm's own output file was changed"
+    out = (d / f"slurm-{jobid}.out").read_bytes()
+    if run == 1:
+        assert out == b"start\nend\n"
+    else:  # the ranks' bytes interleave in srun's order: check the size and the ends
+        assert len(out) == size * TASKS + 10 and out.startswith(b"start\n")
+        assert out.endswith(b"end\n")
+    assert files["batch.0.log"] == out
     assert not (job_dir(c, jobid) / "tap.log").exists(), (job_dir(c, jobid) / "tap.log").read_text()
 
 
@@ -148,3 +166,62 @@ echo first; sleep 4; echo second; date +%s.%N > stamp; sleep 3
     assert log.read_bytes() == b"first\nsecond\n"
     # Last write was just before the stamp, and 3 s before the job ended.
     assert abs(log.stat().st_mtime - stamp) < 1.0
+
+
+def test_log_disk_full_keeps_forwarding(c: Cluster) -> None:
+    """tasks/ on a 1 MiB filesystem: the log stops, Slurm's output stays complete, and the
+    fact is recorded in tap.log."""
+    d = workdir(c, "diskfull")
+    write_user_file(c, d / "gen.py", GEN, 0o644)
+    size = 3 * 1024 * 1024
+    script = write_user_file(c, d / "job.sh", f"""#!/bin/bash
+#SBATCH --gpualert -o out.bin
+exec /usr/bin/python3 gen.py 7 {size}
+""")
+    p = run(c, ["sbatch", "--parsable", "--hold", str(script)], cwd=d)
+    jobid = int(p.stdout.strip())
+    tasks = job_dir(c, jobid) / "tasks"
+    tasks.mkdir(parents=True)
+    shutil.chown(job_dir(c, jobid), c.user, c.user)
+    job_dir(c, jobid).chmod(0o700)
+    uid = pwd.getpwnam(c.user).pw_uid
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=1m,uid={uid},gid={uid},mode=0700",
+                    "gpualert-test-full", str(tasks)], check=True)
+    try:
+        run(c, ["scontrol", "release", str(jobid)], user=False)
+        wait(c, jobid)
+        log = (tasks / "batch.0.log").read_bytes()
+    finally:
+        subprocess.run(["umount", str(tasks)], check=True)
+    want = expected(7, size)
+    assert sha((d / "out.bin").read_bytes()) == sha(want)
+    assert 0 < len(log) < size and want.startswith(log)
+    taplog = (job_dir(c, jobid) / "tap.log").read_text()
+    assert "task log write failed" in taplog and "No space left on device" in taplog, taplog
+    assert steps(c, jobid)[0][1:] == ("COMPLETED", "0:0")
+
+
+def test_copier_holds_only_its_own_fds(c: Cluster) -> None:
+    """The copier keeps 7 fds (2 pipes, the 2 original outputs, log, pidfd, job dir) and none
+    of the task's other files (here: fd 7 the script opens, and its stdin)."""
+    d = workdir(c, "fds")
+    script = write_user_file(c, d / "job.sh", """#!/bin/bash
+#SBATCH --gpualert
+exec 7>"$PWD/held-by-task"
+for p in $(pgrep -u "$USER" -x slurmstepd); do
+  echo "copier $p"; ls -l /proc/$p/fd | awk 'NR > 1 {print $9, $11}'
+done > fds.txt
+""")
+    jobid = submit(c, script)
+    wait(c, jobid)
+    text = (d / "fds.txt").read_text()
+    # Only this job's copier (other jobs of the user may run meanwhile).
+    copiers = [b for b in text.split("copier ")[1:] if f"/{jobid}/tasks/" in b]
+    assert len(copiers) == 1, text
+    for block in copiers:
+        fds = block.strip().splitlines()[1:]
+        targets = [f.split(" ", 1)[1] if " " in f else "" for f in fds]
+        assert len(fds) == 7, block
+        assert not any("held-by-task" in t for t in targets), block
+        assert "anon_inode:[pidfd]" in targets, block
+        assert any(t.endswith("/tasks/batch.0.log") for t in targets), block

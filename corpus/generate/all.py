@@ -11,6 +11,7 @@ are built only when the test cluster answers (`cluster status`), unless --no-slu
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib
 import json
 import shutil
@@ -65,7 +66,15 @@ def run_family(name: str, labels: list[dict], workers: int) -> list[dict]:
     t0 = time.time()
     new = [lab for lab in module.generate(workers=workers) if lab]
     print(f"corpus: {name}: {len(new)} cases in {time.time() - t0:.0f}s", flush=True)
-    kept = [lab for lab in labels if not owned(module, lab["id"])]
+    ids = {lab["id"] for lab in new}
+    for d in CASES.glob("*"):  # a case that did not reproduce leaves no directory behind
+        if owned(module, d.name) and d.name not in ids:
+            shutil.rmtree(d)
+    # Reread under a lock: another family may have written its labels meanwhile.
+    with open("/tmp/gpualert-corpus-labels.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = [lab for lab in load_labels() if not owned(module, lab["id"])]
+        write_labels(kept + new)
     return kept + new
 
 
@@ -85,9 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     CASES.mkdir(parents=True, exist_ok=True)
     labels = load_labels()
     for name in families:
-        labels = run_family(name, labels, args.workers)
-        write_labels(labels)  # after each family, so an interrupted run keeps what it made
-    print(count_table(labels))
+        labels = run_family(name, labels, args.workers)  # written after each family
+    print(count_table(load_labels()))
     return 0
 
 

@@ -23,7 +23,13 @@ from pathlib import Path
 
 from common import CORPUS, PY, case_dir, label, prog
 
-PREFIXES = ("slurm-",)
+# CORPUS_SLURM_PARTS=hangs,cancels (say) redoes only those parts, and owns only their cases.
+PART_PREFIX = {"time_limits": "slurm-timelimit-", "hangs": "slurm-hang-",
+               "cancels": "slurm-cancel-", "host_ooms": "slurm-oom-",
+               "distributed": "slurm-dist-", "preemptions": "slurm-preempt-",
+               "node_failures": "slurm-nodefail", "misc": "slurm-misc-"}
+PARTS = [p for p in os.environ.get("CORPUS_SLURM_PARTS", ",".join(PART_PREFIX)).split(",") if p]
+PREFIXES = tuple(PART_PREFIX[p] for p in PARTS)
 CLUSTER = Path(__file__).resolve().parents[2] / "docker" / "slurm-cluster" / "cluster"
 FACTS: dict[str, str] = {}
 ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "NODE_FAIL",
@@ -139,8 +145,8 @@ def collect(case_id: str, jobid: str, wd: Path, cls: str, command: str,
     exit_code, _, sig = code.partition(":")
     silence = None
     if hang_threshold_s is not None:
-        end = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "End", "-j", jobid,
-                              "--format=End"], capture_output=True, text=True).stdout.strip()
+        end = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "End", "-j", jobid],
+                             capture_output=True, text=True).stdout.strip()
         end_t = time.mktime(time.strptime(end, "%Y-%m-%dT%H:%M:%S")) if end else time.time()
         silence = round(end_t - last_out, 3)
     return label(case_id, cls, tasks, command=f"sbatch job {jobid}: {command}{note}",
@@ -148,7 +154,8 @@ def collect(case_id: str, jobid: str, wd: Path, cls: str, command: str,
                  exit_code=int(exit_code) if exit_code.isdigit() else None,
                  signal_=int(sig) if sig.isdigit() and int(sig) else None,
                  slurm_state=state.split()[0] if state else None,
-                 slurm_reason=reason or None, hang_threshold_s=hang_threshold_s,
+                 slurm_reason=reason if reason not in ("", "None") else None,
+                 hang_threshold_s=hang_threshold_s,
                  silence_s=silence)
 
 
@@ -324,16 +331,18 @@ def host_ooms() -> list[dict]:
         "print(f'loaded block {i}', flush=True)\"",
         f"srun {PY} -c \"import numpy as np\nx=[np.ones((64,1<<20)) for _ in range(20)]\"",
         "echo start; python3 -c \"x = ' ' * (800 << 20); print(len(x))\"",
-        " ".join(prog("pyfail", "long", 1, "oom")) + " & "
+        " ".join(prog("pyfail", "long", 1, "oom")) + " &\n"
         f"{PY} -c \"import time\nb=bytearray(0)\nwhile True: b += bytearray(20<<20); "
-        "time.sleep(0.05)\"; wait",
+        "time.sleep(0.05)\"\nrc=$?; kill %1; exit $rc",
     ]
     batch = []
     for i in range(12):
         body = allocs[i % len(allocs)]
         batch.append((f"slurm-oom-{i:02d}", "host_oom", body,
                       [f"--mem={[100, 150, 200][i % 3]}M", "--time=3", "--gpualert"]))
-    return _run_batch(batch, limit=240)
+    labs = _run_batch(batch, limit=240)
+    # Only what Slurm itself saw as an OOM kill counts as this class.
+    return [lab for lab in labs if lab["slurm_state"] == "OUT_OF_MEMORY"]
 
 
 def distributed() -> list[dict]:
@@ -369,10 +378,30 @@ def distributed() -> list[dict]:
     return labs
 
 
+def misc() -> list[dict]:
+    """Workload failures through Slurm too: the batch log then also holds srun's lines."""
+    kinds = [("python_exception", "python_exception"), ("file_not_found", "file_not_found"),
+             ("import_error", "import_error"), ("segfault", "segfault"), ("success", "success"),
+             ("unknown", "unknown"), ("host_oom", "host_oom")]
+    batch = []
+    for i in range(21):
+        kind, cls = kinds[i % len(kinds)]
+        case_id = f"slurm-misc-{kind}-{i:02d}"
+        cmd = " ".join(prog("pyfail", kind, i, case_id, "/tmp"))
+        if kind == "host_oom":
+            cmd = f"ulimit -v 1500000; {cmd}"
+        elif kind == "segfault" and i % 2:
+            cmd = cmd.replace(f" {i} ", " 0 ")  # the ctypes NULL read, not the native helper
+        body = cmd if i % 3 == 0 else (f"echo \"job $SLURM_JOB_ID on $(hostname)\"\n"
+                                       f"srun {cmd}" if i % 3 == 1 else f"set -e\n{cmd}\n"
+                                       "echo finished")
+        batch.append((case_id, cls, body, ["--time=3", "--gpualert"]))
+    return _run_batch(batch, limit=240)
+
+
 def generate(workers: int = 2) -> list[dict]:
     out: list[dict] = []
-    for part in (time_limits, hangs, cancels, host_ooms, distributed, preemptions,
-                 node_failures):
+    for part in (globals()[p] for p in PARTS):
         t0 = time.time()
         try:
             got = part()

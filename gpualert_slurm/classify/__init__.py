@@ -18,6 +18,7 @@ __all__ = ["TaskInput", "JobFacts", "Verdict", "RuleError", "RuleSet", "classify
 
 SCHEDULER = frozenset({"time_limit", "preempted", "cancelled", "node_failure"})
 INCIDENT_WINDOW = 8  # lines after the first root event that still belong to the same incident
+FRAME_WINDOW = 80  # lines before a generic exception where its traceback's frames are
 MAX_CASCADES = 20
 MAX_EVIDENCE = 8
 
@@ -101,19 +102,35 @@ def _ev(e: Event) -> dict:
 
 
 def _incident(events: list[Event]) -> tuple[Event | None, Event | None]:
-    """First root event in line order; the most specific root within its incident window."""
-    first = next((e for e in events if e.role == "root" and e.cls not in SCHEDULER), None)
-    if first is None:
-        return None, None
-    best = first
-    for e in events:
-        if e.order <= first.order or e.role != "root" or e.cls in SCHEDULER:
+    """First root event in line order; the most specific root within its incident window.
+
+    Traceback-scoped rules (frames) between the previous root event and a root exception line
+    apply to it: a cascade frame makes it a symptom (the next root is looked at), a
+    confirmation frame gives a generic python_exception the frame rule's class.
+    """
+    prev = -1
+    for i, first in enumerate(events):
+        if first.role != "root" or first.cls in SCHEDULER:
             continue
-        if e.order > first.order + INCIDENT_WINDOW:
-            break
-        if e.priority > best.priority:
-            best = e
-    return best, first
+        lo = max(prev + 1, first.order - FRAME_WINDOW)
+        prev = first.order
+        frames = [e for e in events[max(0, i - 50):i]
+                  if e.rule.scope == "traceback" and lo <= e.order < first.order]
+        if any(f.role == "cascade" for f in frames):
+            continue
+        best = first
+        for e in events[i + 1:]:
+            if e.order > first.order + INCIDENT_WINDOW:
+                break
+            if e.role == "root" and e.cls not in SCHEDULER and e.priority > best.priority:
+                best = e
+        conf = [f for f in frames if f.role == "confirmation"]
+        if best.cls == "python_exception" and conf:
+            f = conf[-1]
+            best = Event(f.file, f.line, f.text, f.rule, best.text[:200], best.order,
+                         best.label_rank)
+        return best, first
+    return None, None
 
 
 def _findings(tasks: list[TaskInput], scans: list[ScanResult | None]) -> list[_Finding]:
@@ -206,6 +223,7 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
     kevents = kscan.events if kscan else []
     with_root = sorted((f for f in findings if f.incident), key=_Finding.key)
     root = with_root[0] if with_root else None
+    straggler = _straggler(findings, with_root)
     confirmations = [e for e in all_events if e.role == "confirmation"]
     sched_events = [e for e in all_events if e.cls in SCHEDULER and e.role == "root"]
 
@@ -233,7 +251,8 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
             v.root_rank, v.root_node, v.root_step = at.rank, at.task.node, at.task.step
         elif isinstance(at, TaskInput):
             v.root_rank, v.root_node, v.root_step = at.rank, at.node, at.step
-        v.cascades = _cascades(findings, root if isinstance(at, _Finding) else None)
+        if cls != "success":
+            v.cascades = _cascades(findings, root if isinstance(at, _Finding) else None)
         return v
 
     def app_verdict(conf: float, prefix: str = "") -> Verdict:
@@ -298,7 +317,16 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
         return make("success", 0.95, "exit code 0, no failure evidence", [])
     # 7. the first rank to fail with a root cause
     if root is not None:
-        return app_verdict(0.9 if (job.exit_code or sig or task_failed) else 0.7)
+        v = app_verdict(0.9 if (job.exit_code or sig or task_failed) else 0.7)
+        if straggler is not None:
+            # every rank that said anything timed out in a collective: the culprit is the
+            # rank that never reached it and reported nothing
+            v.root_rank, v.root_node, v.root_step = (straggler.rank, straggler.task.node,
+                                                     straggler.task.step)
+            v.detail += (f"; rank {straggler.rank} reported no timeout: it never reached the "
+                         "collective (the straggler)")
+            v.cascades = _cascades(findings, None)
+        return v
     # 8. no cause in the logs: kernel OOM kill, confirmations, then the terminating signal
     koom = [e for e in kevents if e.cls == "host_oom"]
     if koom:
@@ -326,6 +354,21 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
     what = "no exit status given and " if job.exit_code is None and not state else ""
     return make("unknown", 0.3, f"{what}nothing recognisable in the logs"
                 + (f" (exit code {job.exit_code})" if job.exit_code else ""), state_ev)
+
+
+def _straggler(findings: list[_Finding], with_root: list[_Finding]) -> _Finding | None:
+    """In a collective timeout, the rank whose log has no error is the one the others waited on.
+
+    Only when every rank with a root cause timed out in a collective; among several silent
+    ranks, the one that ended last (killed by the launcher after the others gave up).
+    """
+    if not with_root or any(f.incident.cls != "collective_timeout" for f in with_root):
+        return None
+    silent = [f for f in findings if not f.from_batch and f.rank is not None
+              and not any(e.role in ("root", "cascade") for e in f.events)]
+    if not silent:
+        return None
+    return max(silent, key=lambda f: (f.task.end_time or 0.0, -(f.rank or 0)))
 
 
 def _finding_of(findings: list[_Finding], e: Event) -> _Finding | None:

@@ -13,6 +13,7 @@ import yaml
 
 ROLES = ("root", "cascade", "confirmation", "context")
 SOURCES = ("log", "kernel")
+SCOPES = ("line", "traceback")
 SITE_RULES_DIR = "/etc/gpualert/rules.d"
 MIN_LITERAL = 3
 
@@ -38,6 +39,9 @@ class Rule:
     patterns: list[re.Pattern[str]]
     literals: list[str]  # lower-cased; one of them occurs in every line a pattern matches
     origin: str  # file the rule came from
+    digit_literals: list[str] = field(default_factory=list)  # literals of patterns with a
+    # literal digit ("Errno 28" is not "Errno 13", though both normalise to "errno 00")
+    scope: str = "line"  # or "traceback": applies to the exception ending its traceback
 
     def match(self, line: str) -> re.Match[str] | None:
         for rx in self.patterns:
@@ -55,6 +59,7 @@ class RuleSet:
     rules: list[Rule]
     prefilter: dict[str, list[str]] = field(default_factory=dict)  # source -> gates
     gate_rules: dict[str, dict[str, list[Rule]]] = field(default_factory=dict)
+    digit_gates: dict[str, set[str]] = field(default_factory=dict)  # source -> gates
 
     def for_source(self, source: str) -> list[Rule]:
         return [r for r in self.rules if r.source == source]
@@ -154,7 +159,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
         if rid in seen:
             raise RuleError(f"{where}: field 'id': duplicate id in this file")
         seen.add(rid)
-        unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns"}
+        unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns", "scope"}
         if unknown:
             raise RuleError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         cls = r.get("class")
@@ -168,6 +173,12 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             raise RuleError(
                 f"{where}: field 'source': {source!r} is not one of {', '.join(SOURCES)}"
             )
+        scope = r.get("scope", "line")
+        if scope not in SCOPES:
+            raise RuleError(f"{where}: field 'scope': {scope!r} is not one of {', '.join(SCOPES)}")
+        if scope == "traceback" and role not in ("cascade", "confirmation"):
+            raise RuleError(f"{where}: field 'scope': traceback rules must have role cascade "
+                            f"or confirmation, not {role!r}")
         prio = r.get("priority", 50)
         if not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 100:
             raise RuleError(f"{where}: field 'priority': must be an integer 0-100, got {prio!r}")
@@ -193,7 +204,10 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
                     f"{MIN_LITERAL} characters (needed to prefilter lines quickly)"
                 )
             literals.extend(lits)
-        out.append(Rule(rid, cls, role, source, prio, compiled, literals, path))
+        digit_lits = [lit for p in pats if re.search(r"(?<!\\)\d", p)
+                      for lit in (required_literals(p) or [])]
+        out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
+                        scope))
     return out
 
 
@@ -208,10 +222,17 @@ def _site_files() -> list[Path]:
 _DEFAULT: RuleSet | None = None
 
 
-def load_rules(extra_files: list[Path] | None = None, use_cache: bool = True) -> RuleSet:
-    """Shipped rules + site rules (GPUALERT_RULES_DIR or /etc/gpualert/rules.d/*.yaml)."""
+def load_rules(
+    extra_files: list[Path] | None = None, use_cache: bool = True, site: bool = True
+) -> RuleSet:
+    """Shipped rules + site rules (GPUALERT_RULES_DIR or /etc/gpualert/rules.d/*.yaml).
+
+    Raises RuleError naming file, rule and field. A hook that must produce a verdict anyway
+    can retry with site=False (shipped rules only).
+    """
     global _DEFAULT
-    if use_cache and extra_files is None and _DEFAULT is not None:
+    use_cache = use_cache and site and extra_files is None
+    if use_cache and _DEFAULT is not None:
         return _DEFAULT
     pkg = resources.files("gpualert_slurm.classify")
     cpath = "gpualert_slurm/classify/classes.yaml"
@@ -222,7 +243,7 @@ def load_rules(extra_files: list[Path] | None = None, use_cache: bool = True) ->
     shipped = _load_yaml(rpath, pkg.joinpath("rules.yaml").read_text())
     gates = [str(g).lower() for g in shipped.get("prefilter", [])]
     by_id: dict[str, Rule] = {r.id: r for r in _parse_rules(rpath, shipped, classes)}
-    files = list(_site_files()) + list(extra_files or [])
+    files = (list(_site_files()) if site else []) + list(extra_files or [])
     for f in files:
         try:
             text = f.read_text(encoding="utf-8")
@@ -232,7 +253,7 @@ def load_rules(extra_files: list[Path] | None = None, use_cache: bool = True) ->
             by_id[r.id] = r  # a site rule with a shipped id replaces it
     rs = RuleSet(classes, signals, states, list(by_id.values()))
     _build_prefilter(rs, gates)
-    if use_cache and extra_files is None:
+    if use_cache:
         _DEFAULT = rs
     return rs
 
@@ -252,4 +273,8 @@ def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:
                     lst.append(rule)
         used = [g for g in src_gates if g in table]
         rs.prefilter[source] = used
+        rs.digit_gates[source] = {
+            next(g for g in used if g in lit)
+            for rule in rs.for_source(source) for lit in rule.digit_literals
+        }
         rs.gate_rules[source] = table

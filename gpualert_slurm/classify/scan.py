@@ -31,8 +31,6 @@ TAIL_BYTES = int(os.environ.get("GPUALERT_SCAN_TAIL_MB", "256")) << 20
 KEEP_EVENTS = 200  # first N and last N matched lines are kept per file
 
 _TABLE = bytearray(range(256))
-for _c in range(ord("A"), ord("Z") + 1):
-    _TABLE[_c] = _c + 32
 for _c in range(ord("0"), ord("9") + 1):
     _TABLE[_c] = ord("0")
 _TABLE[ord("\r")] = ord("\n")
@@ -90,9 +88,20 @@ class _Matcher:
         self.gate_rules = rules.gate_rules[source]
         self.context = [r for r in rules.for_source(source) if r.role == "context"]
         self.cache: dict[bytes, tuple[Rule, str | None] | None] = {}
+        # shapes (digit-normalised lines) known to match nothing: a shape's lines differ only
+        # in digit values, so this holds for all of them unless a candidate rule has a digit
+        # literal (e.g. "Errno 28")
+        self.quiet: set[bytes] = set()
+        self.digit_gates = rules.digit_gates[source]
+        self.gate_rx = _trie_regex([g for g, _ in self.gates])
 
     def hits(self, blob: bytes) -> bool:
-        return any(g in blob for g, _ in self.gates)
+        low = blob.lower()
+        return any(g in low for g, _ in self.gates)
+
+    def can_be_quiet(self, shape: bytes) -> bool:
+        low = shape.lower()
+        return not any(g in low for g, name in self.gates if name in self.digit_gates)
 
     def match(self, raw: bytes) -> tuple[Rule, str | None, str] | None:
         if raw in self.cache:
@@ -121,6 +130,24 @@ class _Matcher:
             self.cache.clear()
         self.cache[raw] = best
         return None if best is None else (*best, text)
+
+
+def _trie_regex(words: list[bytes]) -> re.Pattern[bytes]:
+    """One regex that finds any of the words, factored as a trie (one pass over the text)."""
+    trie: dict = {}
+    for w in words:
+        d = trie
+        for ch in w:
+            d = d.setdefault(ch, {})
+        d[None] = {}
+
+    def emit(d: dict) -> bytes:
+        if None in d:  # a shorter word already matches: longer ones add nothing
+            return b""
+        alts = [re.escape(bytes([k])) + emit(v) for k, v in sorted(d.items())]
+        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+
+    return re.compile(emit(trie))
 
 
 def _decode(raw: bytes) -> str:
@@ -160,24 +187,28 @@ def scan_file(
     with open(path, "rb") as f:
         res.size = os.fstat(f.fileno()).st_size
         if res.size > head + tail:
-            _scan_range(f, head, res, col, matcher, line_base=0)
+            order = _scan_range(f, head, res, col, matcher, line_base=0)
             f.seek(res.size - tail)
             res.partial = (
                 f"read the first {head >> 20} MiB and the last {tail >> 20} MiB of "
                 f"{res.size >> 20} MiB; the middle was skipped"
             )
-            _scan_range(f, tail, res, col, matcher, line_base=None, resync=True)
+            # +1 million: events after the jump never join an incident from before it
+            _scan_range(f, tail, res, col, matcher, line_base=None, resync=True,
+                        order_base=order + 1_000_000)
         else:
             _scan_range(f, None, res, col, matcher, line_base=0)
     col.finish()
     return res
 
 
-def _scan_range(f, limit, res, col, matcher, line_base, resync=False) -> None:  # noqa: C901
-    """Scan up to `limit` bytes (None: to EOF). line_base None: line numbers unknown."""
+def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base=0) -> int:
+    """Scan up to `limit` bytes (None: to EOF). line_base None: line numbers unknown.
+
+    Returns the segment counter at the end (events are ordered by it within the file).
+    """
     lines = 0  # newlines consumed in this range
-    order_base = res.events[-1].order + 1 if res.events else 0
-    order = order_base  # segment counter, orders events within the file
+    order = order_base
     carry = b""
     skipping = resync  # after a seek we are mid-line: drop up to the first newline
     left = limit
@@ -216,6 +247,7 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False) -> None:  
         lines += 1
     if line_base is not None:
         res.lines += lines
+    return order
 
 
 def _first_sep(b: bytes) -> int:
@@ -234,18 +266,55 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
     uniq = set(segs)
     del segs
     has_cr = buf.find(b"\r", 0, end) >= 0
+    if len(uniq) * 4 > nseg and nseg >= 256:
+        # mostly distinct lines (random ids, hashes): dedup does not pay, one regex pass does
+        found = _found_by_regex(buf, end, normed, matcher)
+        return _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, path,
+                     count)
     if not matcher.hits(b"\n".join(uniq)):
         if count:
             lines += buf.count(b"\n", 0, end) if has_cr else nseg
         return lines, order + nseg
     # locate each occurrence of a segment holding a gate; decode and match only those
     found = []
+    quiet = matcher.quiet
     for s in uniq:
-        if matcher.hits(s):
-            for p in _positions(normed, s):
-                got = matcher.match(buf[p : p + min(len(s), LINE_CAP)])
-                if got is not None:
-                    found.append((p, got))
+        if s in quiet or not matcher.hits(s):
+            continue
+        matched = False
+        for p in _positions(normed, s):
+            got = matcher.match(buf[p : p + min(len(s), LINE_CAP)])
+            if got is not None:
+                found.append((p, got))
+                matched = True
+            elif not matched and matcher.can_be_quiet(s):
+                if len(quiet) > 20000:
+                    quiet.clear()
+                quiet.add(s)
+                break
+    return _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, path,
+                 count)
+
+
+def _found_by_regex(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> list:
+    low = normed[:end].lower()
+    found = []
+    last = -1
+    for m in matcher.gate_rx.finditer(low):
+        p = m.start()
+        start = low.rfind(b"\n", 0, p) + 1
+        if start == last or p - start >= LINE_CAP:
+            continue
+        last = start
+        stop = low.find(b"\n", p)
+        got = matcher.match(buf[start : min(stop, start + LINE_CAP)])
+        if got is not None:
+            found.append((start, got))
+    return found
+
+
+def _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, path, count):
+    """Turn matches (offset, (rule, detail, text)) into events with line numbers."""
     found.sort(key=lambda x: x[0])
     at = seg = 0
     for p, (rule, detail, text) in found:
