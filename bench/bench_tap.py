@@ -51,7 +51,8 @@ STATS = re.compile(r"stats: bytes_out=(\d+) bytes_err=(\d+) user_s=([\d.]+) sys_
 
 
 def run_job(c: Cluster, d: Path, script: Path, tap: bool) -> tuple[int, list[float]]:
-    jobid = submit(c, script, ["--gpualert" if tap else "--gpualert=off"])
+    # --no-requeue: a re-run after a node failure would mix its timings into the file.
+    jobid = submit(c, script, ["--no-requeue", "--gpualert" if tap else "--gpualert=off"])
     wait(c, jobid, timeout=1800)
     if steps(c, jobid)[0][1] != "COMPLETED":
         raise RuntimeError(f"benchmark job {jobid} ended {steps(c, jobid)}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections import Counter
 from importlib import resources
@@ -126,7 +127,9 @@ def baseline_exit(tasks: list[TaskInput], job: JobFacts) -> str:
 
 def _keywords() -> list[tuple[str, str]]:
     text = resources.files("gpualert_slurm.classify").joinpath("baseline_keywords.yaml")
-    return [(str(k).lower(), str(c)) for k, c in yaml.safe_load(text.read_text())["keywords"]]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    data = yaml.load(text.read_text(), Loader=loader)
+    return [(str(k).lower(), str(c)) for k, c in data["keywords"]]
 
 
 def baseline_keywords(tasks: list[TaskInput], job: JobFacts, kws: list[tuple[str, str]]) -> str:
@@ -275,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     except RuleError as e:
         print(f"gpualert eval: bad rule file: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(rep, indent=1) if args.json else render(rep))
+    try:
+        print(json.dumps(rep, indent=1) if args.json else render(rep), flush=True)
+    except BrokenPipeError:  # `| head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -64,10 +64,17 @@ EXAMPLES = [
             ("--mem=100M",)),
     Example("time-limit", "sleeps past --time=1",
             "echo 'step 1 of many'\nsleep 300\n", ("--time=1",)),
-    Example("rank1-fails", "3-node srun, rank 1 fails",
-            "srun -N3 -n3 bash -c 'if [ \"$SLURM_PROCID\" = 1 ]; then\n"
-            "  echo \"rank 1 on $SLURMD_NODENAME: RuntimeError: shard 1 is corrupt\" >&2; exit 7\n"
-            "fi; sleep 3; echo \"rank $SLURM_PROCID on $SLURMD_NODENAME done\"'\n",
+    Example("rank1-fails", "3-node srun, rank 1 raises",
+            "cat > rank.py <<'EOF'\n"
+            "import os, time\n"
+            "rank, node = int(os.environ['SLURM_PROCID']), os.environ['SLURMD_NODENAME']\n"
+            "print(f'rank {rank} on {node}: loading shard {rank}', flush=True)\n"
+            "if rank == 1:\n"
+            "    raise RuntimeError(f'shard {rank} has 0 samples')\n"
+            "time.sleep(3)\n"
+            "print(f'rank {rank} done', flush=True)\n"
+            "EOF\n"
+            "srun -N3 -n3 python3 rank.py\n",
             ("-N3",)),
 ]
 

@@ -449,17 +449,21 @@ static int pump(struct copier *c, int i, char *buf, int *log_ok, unsigned long l
         }
         bytes[i] += (unsigned long long)n;
         /* The user's destination first: it must never lose bytes because the log failed. */
-        if (c->orig[i] >= 0 && write_all(c->orig[i], buf, (size_t)n) != 0) {
-            tap_log(-1, c->jfd, id, "copier: writing to the original std%s failed: %s; "
-                    "still logging", i ? "err" : "out", strerror(errno));
-            close(c->orig[i]);
-            c->orig[i] = -1;
-        }
+        int fwd_errno = write_all(c->orig[i], buf, (size_t)n) != 0 ? errno : 0;
         if (*log_ok && write_all(c->log, buf, (size_t)n) != 0) {
             tap_log(-1, c->jfd, id, "copier: task log write failed after %llu bytes: %s; "
                     "logging stopped, output still forwarded", bytes[0] + bytes[1] - n,
                     strerror(errno));
             *log_ok = 0;
+        }
+        if (fwd_errno) {
+            /* As without the tap, the task's next write must fail (EPIPE/SIGPIPE, e.g.
+             * `srun yes | head`): close our end of its pipe, the caller treats it as EOF. */
+            if (fwd_errno != EPIPE)
+                tap_log(-1, c->jfd, id, "copier: writing to the original std%s failed: %s; "
+                        "closing the task's std%s", i ? "err" : "out", strerror(fwd_errno),
+                        i ? "err" : "out");
+            return 0;
         }
         if (!drain)
             return 1;
@@ -675,7 +679,8 @@ static void wait_for_copier(int tfd, const char *logname)
         return;
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-        struct timespec start, now, nap = {0, 1000000};
+        /* The copier usually needs well under a millisecond: start with short naps. */
+        struct timespec start, now, nap = {0, 100000};
         clock_gettime(CLOCK_MONOTONIC, &start);
         while (flock(fd, LOCK_SH | LOCK_NB) != 0 && (errno == EWOULDBLOCK || errno == EINTR)) {
             clock_gettime(CLOCK_MONOTONIC, &now);
@@ -686,7 +691,7 @@ static void wait_for_copier(int tfd, const char *logname)
                 break;
             }
             nanosleep(&nap, NULL);
-            if (nap.tv_nsec < 20000000)
+            if (nap.tv_nsec < 10000000)
                 nap.tv_nsec *= 2;
         }
     }

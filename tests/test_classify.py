@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -120,9 +121,12 @@ def test_every_class_has_a_domain_and_hint_and_rules_reach_most_classes():
              "killed", "success", "unknown"}
     assert set(rs.classes) == table
     assert all(c.hint and c.domain for c in rs.classes.values())
-    by_text = {r.cls for r in rs.rules if r.role == "root"}
+    by_text = {r.cls for r in rs.rules if r.role == "root" and r.source in ("log", "kernel")}
     # the rest are decided by facts: silence, exit status, Slurm state
     assert table - by_text == {"hang", "killed", "success", "unknown"}
+    by_facts = {r.cls for r in rs.rules if r.source in ("slurm", "exit")}
+    assert by_facts == {"time_limit", "preempted", "cancelled", "node_failure", "host_oom",
+                        "segfault", "killed"}
 
 
 def test_first_root_cause_wins_over_later_symptoms():
@@ -360,7 +364,7 @@ def test_huge_file_partial_reading_is_reported(tmp_path):
             f.write(line)
         f.write("torch.OutOfMemoryError: CUDA out of memory.\n")
     res = scan_file(str(log), load_rules(), head_bytes=1 << 20, tail_bytes=1 << 20)
-    assert res.partial and "skipped" in res.partial
+    assert res.partial and "skipped" in res.partial and "first 1 MiB" in res.partial
     assert res.bytes_read <= (2 << 20) + (1 << 20)
     assert [e.cls for e in res.events] == ["import_error", "cuda_oom"]
     assert res.events[1].line is None  # unknown after the jump
@@ -424,3 +428,71 @@ def test_traceback_scope_needs_a_fitting_role(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUALERT_RULES_DIR", str(d))
     with pytest.raises(RuleError, match=r"s\.yaml: rule 'frame_root': field 'scope'"):
         load_rules(use_cache=False)
+
+
+def test_time_budget_stops_the_head_and_still_reads_the_tail(tmp_path):
+    log = tmp_path / "slow.log"
+    with open(log, "w") as f:
+        f.write("ModuleNotFoundError: No module named 'early'\n")
+        line = "step 123 loss=0.5\n" * 60_000
+        for _ in range(8):
+            f.write(line)
+        f.write("torch.OutOfMemoryError: CUDA out of memory.\n")
+    res = scan_file(str(log), load_rules(), tail_bytes=1 << 20, budget_s=0.0)
+    assert res.partial and "time budget" in res.partial and "skipped" in res.partial
+    assert res.bytes_read < log.stat().st_size
+    assert [e.cls for e in res.events] == ["import_error", "cuda_oom"]
+
+
+def test_a_line_repeated_every_step_is_cheap_and_keeps_first_and_last(tmp_path):
+    log = tmp_path / "nan.log"
+    with open(log, "w") as f:
+        for i in range(200_000):
+            f.write(f"step {i} loss=0.{i % 97:02d}\n")
+        for i in range(200_000, 400_000):
+            f.write(f"step {i} loss=nan\n")
+    res = scan_file(str(log), load_rules())
+    assert res.lines == 400_000
+    lines = [e.line for e in res.events]
+    assert lines[0] == 200_001 and lines[-1] == 400_000
+    assert len(lines) < 100  # not one event per line
+    v = classify([TaskInput(str(log))], JobFacts(exit_code=1))
+    assert v.cls == "nan_divergence" and v.evidence[0]["line"] == 200_001
+
+
+def test_mostly_distinct_lines_take_the_search_path_with_right_line_numbers(tmp_path):
+    rnd = random.Random(5)
+    log = tmp_path / "ids.log"
+    with open(log, "w") as f:
+        for _ in range(30_000):  # random hex ids: no two lines share a shape
+            f.write(f"sample {rnd.getrandbits(64):x} path=/d/{rnd.getrandbits(40):x}.bin\n")
+        f.write("PermissionError: [Errno 13] Permission denied: '/d/out'\n")
+        for _ in range(100):
+            f.write(f"sample {rnd.getrandbits(64):x}\n")
+    v = classify([TaskInput(str(log))], JobFacts(exit_code=1))
+    assert v.cls == "permission_denied" and v.evidence[0]["line"] == 30_001
+
+
+def test_ranks_terminated_after_a_silent_failure_do_not_make_it_killed(tmp_path):
+    tasks = [TaskInput(_rank_log(tmp_path, 0, "step 1\n"), 0, "n1", "0", None, 15, False, 20.0),
+             TaskInput(_rank_log(tmp_path, 1, "step 1\n"), 1, "n2", "0", 3, None, False, 10.0)]
+    assert classify(tasks, JobFacts(exit_code=3)).cls == "unknown"
+    tasks[1].exit_code, tasks[1].signal = None, 9
+    v = classify(tasks, JobFacts(exit_code=None))
+    assert (v.cls, v.root_rank) == ("killed", 1)
+
+
+def test_site_rule_can_map_a_slurm_reason(tmp_path, monkeypatch):
+    d = tmp_path / "rules.d"
+    d.mkdir()
+    (d / "site.yaml").write_text(
+        "rules:\n  - id: site_failed_node_down\n    class: node_failure\n    source: slurm\n"
+        "    priority: 90\n    patterns: ['^state=FAILED reason=NodeDown']\n")
+    monkeypatch.setenv("GPUALERT_RULES_DIR", str(d))
+    log = tmp_path / "0.0.log"
+    log.write_text("step 1\n")
+    rules = load_rules(use_cache=False)
+    job = JobFacts(exit_code=1, slurm_state="FAILED", slurm_reason="NodeDown")
+    assert classify([TaskInput(str(log))], job, rules).cls == "node_failure"
+    job.slurm_reason = "NonZeroExitCode"
+    assert classify([TaskInput(str(log))], job, rules).cls == "unknown"

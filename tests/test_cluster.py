@@ -15,6 +15,8 @@ import clusterlib
 import pytest
 from clusterlib import ClusterFacts, run_as_user, submit, wait_final, wait_state
 
+from gpualert_slurm import slurm
+
 pytestmark = pytest.mark.cluster
 
 
@@ -67,7 +69,9 @@ def test_host_oom_ends_out_of_memory(cluster: ClusterFacts, workdir: Path) -> No
 
 def test_killed_slurmd_marks_node_down_and_its_job_node_fail(
         cluster: ClusterFacts, workdir: Path) -> None:
-    node = "n3"
+    # An idle node if there is one: other sessions' jobs on the node would die with it.
+    states = slurm.node_states(cluster.nodes)
+    node = next((n for n in reversed(cluster.nodes) if states.get(n) == "idle"), "n3")
     job = submit("#!/bin/bash\nsleep 300\n", "-w", node, "--no-requeue", "-o", "out-%j.txt",
                  workdir=workdir)
     wait_state(job, "RUNNING", timeout=60)

@@ -121,7 +121,7 @@ srun -N1 -n1 bash -c 'kill -SEGV $$'
 exit 0
 """)
     t0 = time.time()
-    jobid = submit(c, script)
+    jobid = submit(c, script, spool_dir="none")  # the real Prolog makes the job dir here
     wait(c, jobid)
     for rank in range(3):
         rec = exit_record(c, jobid, f"0.{rank}.exit")

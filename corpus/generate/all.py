@@ -51,6 +51,35 @@ def count_table(labels: list[dict]) -> str:
     return "\n".join(rows)
 
 
+FIELDS = ["id", "class", "root_rank", "source", "command", "how", "exit_code", "signal",
+          "slurm_state", "slurm_reason", "hang_threshold_s", "silence_s", "tasks", "kernel_log"]
+TASK_FIELDS = ["log", "rank", "node", "step", "exit_code", "signal", "core_dumped", "end_time"]
+
+
+def check(labels: list[dict]) -> list[str]:
+    """Problems with the labels: missing fields or files, duplicate ids, empty cases."""
+    problems, seen = [], set()
+    for lab in labels:
+        cid = lab.get("id")
+        if cid in seen:
+            problems.append(f"{cid}: duplicate id")
+        seen.add(cid)
+        if list(lab) != FIELDS:
+            problems.append(f"{cid}: fields {list(lab)}")
+        if not lab.get("tasks") and not lab.get("slurm_state"):
+            # (a job Slurm ended before its first task wrote anything has no task log)
+            problems.append(f"{cid}: no tasks")
+        for t in lab.get("tasks", []):
+            if list(t) != TASK_FIELDS or not (CASES.parent / t["log"]).is_file():
+                problems.append(f"{cid}: bad task entry {t}")
+        if lab.get("kernel_log") and not (CASES.parent / lab["kernel_log"]).is_file():
+            problems.append(f"{cid}: kernel_log missing")
+    for d in CASES.glob("*"):
+        if d.name not in seen:
+            problems.append(f"{d.name}: directory without a label")
+    return problems
+
+
 def owned(module, case_id: str) -> bool:
     return case_id.startswith(tuple(module.PREFIXES))
 
@@ -95,8 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     labels = load_labels()
     for name in families:
         labels = run_family(name, labels, args.workers)  # written after each family
-    print(count_table(load_labels()))
-    return 0
+    labels = load_labels()
+    print(count_table(labels))
+    problems = check(labels)
+    for p in problems:
+        print(f"corpus: problem: {p}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

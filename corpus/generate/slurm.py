@@ -132,7 +132,10 @@ def collect(case_id: str, jobid: str, wd: Path, cls: str, command: str,
         step, rank = (m.group(1), int(m.group(2))) if m else ("batch", 0)
         if log.parent != d:
             shutil.copy2(log, d / log.name)
-        last_out = max(last_out, log.stat().st_mtime)
+        if step != "batch" or len(logs) == 1:
+            # The batch log of an srun job gets srun's/slurmstepd's lines when the job is
+            # killed; the tasks' own silence is in the step logs.
+            last_out = max(last_out, log.stat().st_mtime)
         ex = log.with_suffix(".exit")
         rec = json.loads(ex.read_text()) if ex.exists() else {}
         if ex.exists():
@@ -261,9 +264,11 @@ def _node_mem_mb() -> int:
 
 def _kill_node(node: str, jobids: list[str]) -> None:
     """What a node crash does here: its slurmd and the jobs' slurmstepd die, with their tasks."""
-    root = Path(FACTS.get("root", "/var/lib/gpualert-cluster"))
-    pidfile = next(root.glob(f"**/slurmd-{node}.pid"))
-    os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+    available()  # the cluster may have been restarted since: fresh pids
+    m = re.search(r"pid=(\d+)", FACTS.get(f"daemon.slurmd-{node}", ""))
+    if not m:
+        raise RuntimeError(f"no pid for slurmd {node} in `cluster status`")
+    os.kill(int(m.group(1)), signal.SIGKILL)
     want = {f"[{j}." for j in jobids}
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
@@ -341,8 +346,9 @@ def host_ooms() -> list[dict]:
         batch.append((f"slurm-oom-{i:02d}", "host_oom", body,
                       [f"--mem={[100, 150, 200][i % 3]}M", "--time=3", "--gpualert"]))
     labs = _run_batch(batch, limit=240)
-    # Only what Slurm itself saw as an OOM kill counts as this class.
-    return [lab for lab in labs if lab["slurm_state"] == "OUT_OF_MEMORY"]
+    # Only what the cgroup OOM handler really killed counts as this class.
+    return [lab for lab in labs if lab["slurm_state"] == "OUT_OF_MEMORY" or any(
+        "oom-kill" in (CORPUS / t["log"]).read_text(errors="replace") for t in lab["tasks"])]
 
 
 def distributed() -> list[dict]:
@@ -375,7 +381,8 @@ def distributed() -> list[dict]:
         root = (i + 1) % world if mode != "ok" else None
         labs.append(collect(case_id, jobid, wd, cls, body.splitlines()[1][:300],
                             root_rank=root))
-    return labs
+    from dist import plausible
+    return [lab for lab in labs if plausible(lab)]
 
 
 def misc() -> list[dict]:

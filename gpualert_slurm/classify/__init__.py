@@ -143,8 +143,8 @@ def _findings(tasks: list[TaskInput], scans: list[ScanResult | None]) -> list[_F
             # the batch log carries srun's forwarded output of every rank: split it by label
             groups: dict[int | None, list[Event]] = {}
             for e in s.events:
-                groups.setdefault(e.label_rank if e.label_rank is not None else t.rank, [])
-                groups[e.label_rank if e.label_rank is not None else t.rank].append(e)
+                rank = e.label_rank if e.label_rank is not None else t.rank
+                groups.setdefault(rank, []).append(e)
             for rank, evs in groups.items():
                 batch.append(_Finding(t, rank, evs, from_batch=True))
         else:
@@ -228,7 +228,9 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
     sched_events = [e for e in all_events if e.cls in SCHEDULER and e.role == "root"]
 
     state = (job.slurm_state or "").strip().upper().split(" ")[0] or None
-    state_cls = rs.slurm_states.get(state) if state else None
+    facts = f"state={state} reason={job.slurm_reason or ''}"
+    hit = rs.match_fact("slurm", facts) if state else None
+    state_cls = hit[0].cls if hit else None
     state_ev = [{"file": "(slurm)", "line": None, "text": f"job state {job.slurm_state}"
                  + (f", reason {job.slurm_reason}" if job.slurm_reason else "")}] if state else []
     if state_cls is None and sched_events:  # log-only: Slurm's "*** ... DUE TO ..." line
@@ -238,8 +240,11 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
     sig = job.signal or None
     if sig is None and job.exit_code is not None and 128 < job.exit_code <= 128 + 64:
         sig = job.exit_code - 128  # shell convention: 128+N is "killed by signal N"
-    sig_task = next((t for t in sorted(tasks, key=lambda t: t.end_time or math.inf)
-                     if t.signal), None)
+    # the task that ended first with a failure tells how it ended; the others were often just
+    # terminated by srun/the launcher after it (SIGTERM)
+    first_fail = next((t for t in sorted(tasks, key=lambda t: t.end_time or math.inf)
+                       if t.signal or (t.exit_code or 0) != 0), None)
+    sig_task = first_fail if first_fail is not None and first_fail.signal else None
     if sig is None and sig_task is not None:
         sig = sig_task.signal
 
@@ -336,10 +341,14 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
         conf = 0.8 if c.cls != "killed" else 0.6
         return make(c.cls, conf, c.text[:200], [_ev(e) for e in confirmations[:3]],
                     _finding_of(findings, c))
-    if sig:
-        cls = rs.signals.get(sig, "killed")  # any other fatal signal: killed, cause unknown
-        who = sig_task
-        core = " (core dumped)" if who is not None and who.core_dumped else ""
+    who = sig_task
+    core_dumped = who is not None and who.core_dumped
+    code = "" if job.exit_code is None else job.exit_code
+    exit_hit = rs.match_fact("exit", f"exit_code={code} signal={sig or ''} "
+                             f"core_dumped={int(core_dumped)}")
+    if sig and exit_hit:
+        cls = exit_hit[0].cls
+        core = " (core dumped)" if core_dumped else ""
         return make(cls, 0.75, f"terminated by signal {sig}{core}, no other evidence",
                     [{"file": "(exit status)", "line": None, "text": f"signal {sig}{core}"}],
                     who)

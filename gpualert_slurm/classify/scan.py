@@ -1,24 +1,28 @@
 """Streaming scan of one log: fixed memory, any size, any bytes.
 
 How it stays fast without running every regex on every line: each chunk is normalised with one
-`bytes.translate` (lower case, every digit -> '0', CR -> LF) and split into segments; a training
-log is mostly progress lines that differ only in their numbers, so the set of distinct
-normalised segments is tiny. Only those distinct segments are checked for the prefilter
-substrings ("gates"), and only segments holding a gate are decoded and matched against the
-rules that gate can trigger. A log of all-distinct lines degrades to one substring search per
-gate over the chunk - slower, never wrong.
+`bytes.translate` (every digit -> '0', CR -> LF) and split into segments; a training log is
+mostly progress lines that differ only in their numbers, so the set of distinct normalised
+segments ("shapes") is tiny. Only the distinct shapes are checked for the prefilter substrings
+("gates", case-insensitive), and only lines holding a gate are decoded and matched against the
+rules that gate can trigger; a shape that matched nothing is remembered as quiet. A chunk of
+mostly distinct lines (random ids) falls back to one substring search per gate - much slower,
+never wrong, and bounded by the time budget below.
 
-Reading policy for huge files (documented in the verdict detail as partial reading): files up to
-HEAD_BYTES + TAIL_BYTES are read whole; larger ones are read for their first HEAD_BYTES, then
-from the last TAIL_BYTES (where a crash's traceback and Slurm's end-of-job lines are). Line
-numbers after the jump are unknown (reported as null). A line longer than LINE_CAP is matched
-on its first LINE_CAP bytes; the rest is skipped without being buffered.
+Reading policy (reported in the verdict detail as partial reading): a file is read from the
+start for at most HEAD_BYTES (1 GiB) and at most BUDGET_S (20 s); if more than TAIL_BYTES
+(64 MiB) are left then, reading jumps to the last TAIL_BYTES (where a crash's traceback and
+Slurm's end-of-job lines are) and the middle is skipped; otherwise the rest is read. Line
+numbers after a jump or a budget stop are unknown (null). A line longer than LINE_CAP is matched
+on its first LINE_CAP bytes; the rest is skipped without being buffered. Environment overrides:
+GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -26,9 +30,11 @@ from gpualert_slurm.classify.rules import Rule, RuleSet
 
 CHUNK = 2 << 20
 LINE_CAP = 8 << 10
-HEAD_BYTES = int(os.environ.get("GPUALERT_SCAN_HEAD_MB", "2048")) << 20
-TAIL_BYTES = int(os.environ.get("GPUALERT_SCAN_TAIL_MB", "256")) << 20
+HEAD_BYTES = int(os.environ.get("GPUALERT_SCAN_HEAD_MB", "1024")) << 20
+TAIL_BYTES = int(os.environ.get("GPUALERT_SCAN_TAIL_MB", "64")) << 20
+BUDGET_S = float(os.environ.get("GPUALERT_SCAN_BUDGET_S", "20"))
 KEEP_EVENTS = 200  # first N and last N matched lines are kept per file
+REPEAT_KEEP = 3  # occurrences of one repeated line shape matched per chunk (+ its last one)
 
 _TABLE = bytearray(range(256))
 for _c in range(ord("0"), ord("9") + 1):
@@ -93,7 +99,6 @@ class _Matcher:
         # literal (e.g. "Errno 28")
         self.quiet: set[bytes] = set()
         self.digit_gates = rules.digit_gates[source]
-        self.gate_rx = _trie_regex([g for g, _ in self.gates])
 
     def hits(self, blob: bytes) -> bool:
         low = blob.lower()
@@ -126,28 +131,11 @@ class _Matcher:
                     best = (r, det)
             if best is not None and best[0].role == "context":
                 best = None
-        if len(self.cache) > 4096:
-            self.cache.clear()
-        self.cache[raw] = best
+        if len(raw) <= 1024:  # bounded memory: at most 4096 short lines are remembered
+            if len(self.cache) >= 4096:
+                self.cache.clear()
+            self.cache[raw] = best
         return None if best is None else (*best, text)
-
-
-def _trie_regex(words: list[bytes]) -> re.Pattern[bytes]:
-    """One regex that finds any of the words, factored as a trie (one pass over the text)."""
-    trie: dict = {}
-    for w in words:
-        d = trie
-        for ch in w:
-            d = d.setdefault(ch, {})
-        d[None] = {}
-
-    def emit(d: dict) -> bytes:
-        if None in d:  # a shorter word already matches: longer ones add nothing
-            return b""
-        alts = [re.escape(bytes([k])) + emit(v) for k, v in sorted(d.items())]
-        return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
-
-    return re.compile(emit(trie))
 
 
 def _decode(raw: bytes) -> str:
@@ -177,33 +165,44 @@ def scan_file(
     source: str = "log",
     head_bytes: int | None = None,
     tail_bytes: int | None = None,
+    budget_s: float | None = None,
 ) -> ScanResult:
     """Scan one file; raises OSError if it cannot be read."""
     head = HEAD_BYTES if head_bytes is None else head_bytes
     tail = TAIL_BYTES if tail_bytes is None else tail_bytes
+    budget = BUDGET_S if budget_s is None else budget_s
     matcher = _Matcher(rules, source)
     res = ScanResult(path=path)
     col = _Collector(res)
+    t0 = time.monotonic()
     with open(path, "rb") as f:
         res.size = os.fstat(f.fileno()).st_size
-        if res.size > head + tail:
-            order = _scan_range(f, head, res, col, matcher, line_base=0)
-            f.seek(res.size - tail)
-            res.partial = (
-                f"read the first {head >> 20} MiB and the last {tail >> 20} MiB of "
-                f"{res.size >> 20} MiB; the middle was skipped"
-            )
-            # +1 million: events after the jump never join an incident from before it
-            _scan_range(f, tail, res, col, matcher, line_base=None, resync=True,
-                        order_base=order + 1_000_000)
-        else:
-            _scan_range(f, None, res, col, matcher, line_base=0)
+        limit = head if res.size > head + tail else None
+        order = _scan_range(f, limit, res, col, matcher, line_base=0, deadline=t0 + budget)
+        pos = f.tell()
+        if pos < res.size:
+            why = (f"after {pos >> 20} MiB the time budget of {budget:g} s was used up"
+                   if limit is None or pos < head else f"the first {head >> 20} MiB were read")
+            if res.size - tail > pos:
+                f.seek(res.size - tail)
+                res.partial = (f"{why}; then the last {tail >> 20} MiB of {res.size >> 20} MiB "
+                               "were read, the middle was skipped")
+                # +1 million: events after the jump never join an incident from before it
+                _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+                            order_base=order + 1_000_000)
+            else:  # what is left is no more than the tail: finish it, budget or not
+                _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+                            order_base=order + 1_000_000)
+                res.partial = f"{why}; line numbers after that point are unknown"
     col.finish()
     return res
 
 
-def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base=0) -> int:
-    """Scan up to `limit` bytes (None: to EOF). line_base None: line numbers unknown.
+def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
+                deadline=None) -> int:
+    """Scan up to `limit` bytes (None: to EOF), stopping at a line end once past `deadline`.
+
+    line_base None: line numbers unknown.
 
     Returns the segment counter at the end (events are ordered by it within the file).
     """
@@ -240,6 +239,8 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
             skipping = True
         else:
             carry = rest
+        if deadline is not None and time.monotonic() > deadline:
+            break  # at least one chunk is always read
     if carry and not skipping:
         lines, order = _scan_body(carry + b"\n", len(carry) + 1, lines, order, line_base, col,
                                   matcher, res.path)
@@ -267,8 +268,8 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
     del segs
     has_cr = buf.find(b"\r", 0, end) >= 0
     if len(uniq) * 4 > nseg and nseg >= 256:
-        # mostly distinct lines (random ids, hashes): dedup does not pay, one regex pass does
-        found = _found_by_regex(buf, end, normed, matcher)
+        # mostly distinct lines (random ids, hashes): dedup does not pay, one search per gate does
+        found = _found_by_search(buf, end, normed, matcher)
         return _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, path,
                      count)
     if not matcher.hits(b"\n".join(uniq)):
@@ -281,32 +282,45 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
     for s in uniq:
         if s in quiet or not matcher.hits(s):
             continue
-        matched = False
+        matched = 0
         for p in _positions(normed, s):
             got = matcher.match(buf[p : p + min(len(s), LINE_CAP)])
             if got is not None:
                 found.append((p, got))
-                matched = True
+                matched += 1
+                if matched == REPEAT_KEEP and matcher.can_be_quiet(s):
+                    # the same line over and over ("loss=nan" every step): its first few and
+                    # its last occurrence in this chunk are evidence enough
+                    last = normed.rfind(b"\n" + s + b"\n") + 1
+                    if last > p:
+                        got = matcher.match(buf[last : last + min(len(s), LINE_CAP)])
+                        if got is not None:
+                            found.append((last, got))
+                    break
             elif not matched and matcher.can_be_quiet(s):
-                if len(quiet) > 20000:
-                    quiet.clear()
-                quiet.add(s)
+                if len(s) <= 1024:  # bounded memory, as the cache above
+                    if len(quiet) >= 20000:
+                        quiet.clear()
+                    quiet.add(s)
                 break
     return _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, path,
                  count)
 
 
-def _found_by_regex(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> list:
+def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> list:
     low = normed[:end].lower()
+    starts: set[int] = set()
+    for g, _ in matcher.gates:
+        p = low.find(g)
+        while p != -1:
+            start = low.rfind(b"\n", 0, p) + 1
+            if p - start < LINE_CAP:
+                starts.add(start)
+            nxt = low.find(b"\n", p)  # the rest of this line is decided already
+            p = low.find(g, nxt) if nxt != -1 else -1
     found = []
-    last = -1
-    for m in matcher.gate_rx.finditer(low):
-        p = m.start()
-        start = low.rfind(b"\n", 0, p) + 1
-        if start == last or p - start >= LINE_CAP:
-            continue
-        last = start
-        stop = low.find(b"\n", p)
+    for start in starts:
+        stop = low.find(b"\n", start)
         got = matcher.match(buf[start : min(stop, start + LINE_CAP)])
         if got is not None:
             found.append((start, got))
