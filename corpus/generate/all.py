@@ -80,6 +80,17 @@ def check(labels: list[dict]) -> list[str]:
     return problems
 
 
+def update_readme(table: str) -> None:
+    """Keep the README's count table equal to the labels."""
+    readme = CASES.parent / "README.md"
+    text = readme.read_text()
+    start, end = "<!-- counts -->\n", "<!-- /counts -->"
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        readme.write_text(head + start + "```\n" + table + "\n```\n" + end
+                          + rest.split(end, 1)[1])
+
+
 def owned(module, case_id: str) -> bool:
     return case_id.startswith(tuple(module.PREFIXES))
 
@@ -126,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         labels = run_family(name, labels, args.workers)  # written after each family
     labels = load_labels()
     print(count_table(labels))
+    update_readme(count_table(labels))
     problems = check(labels)
     for p in problems:
         print(f"corpus: problem: {p}")

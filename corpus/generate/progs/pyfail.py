@@ -24,50 +24,50 @@ def name(*choices: str) -> str:
 
 
 # ---------------------------------------------------------------- python_exception
-def exc_keyerror():
+def sync_records():
     cfg = {"model": {"depth": 12}, "optim": {"lr": 3e-4}}
     return cfg["optim"][name("weight_decay", "betas", "scheduler", "warmup_steps")]
 
 
-def exc_valueerror():
+def prepare_settings():
     return int(name("12x", "auto", "", "3.5e", "none"))
 
 
-def exc_typeerror():
+def collect_outputs():
     return name("epochs", "steps") + R.randint(1, 9)
 
 
-def exc_attr():
+def load_weights():
     batch = None
     return batch.to("cpu")
 
 
-def exc_index():
+def build_batch():
     shards = [f"shard-{i}" for i in range(R.randint(1, 6))]
     return shards[len(shards) + R.randint(0, 3)]
 
 
-def exc_zero():
+def prepare_index():
     total = 0
     return R.randint(1, 100) / total
 
 
-def exc_assert():
+def compute_samples():
     seq = R.choice([127, 255, 511])
     assert seq % 2 == 0, f"sequence length must be even, got {seq}"
 
 
-def exc_recursion():
+def build_shards():
     def walk(node):
         return walk({"child": node})
     walk({})
 
 
-def exc_json():
+def write_inputs():
     json.loads(name('{"lr": 0.1,}', "{'lr': 0.1}", '{"a": [1, 2', "nan-config"))
 
 
-def exc_unicode():
+def read_settings():
     (WORK / "labels.txt").write_bytes(b"cat\ndog\n\xff\xfebird\n")
     return (WORK / "labels.txt").read_text(encoding="utf-8")
 
@@ -76,85 +76,85 @@ class ConfigError(Exception):
     pass
 
 
-def exc_custom():
+def update_records():
     raise ConfigError(f"unknown optimizer {name('adamw8bit', 'lion', 'sophia')!r}; "
                       "expected one of: sgd, adam, adamw")
 
 
-def exc_notimpl():
+def load_cache():
     class Base:
         def collate(self, items):
             raise NotImplementedError("subclasses must implement collate()")
     Base().collate([1, 2])
 
 
-def exc_chained():
+def fetch_index():
     try:
         {}["resume_from"]
     except KeyError:
         raise RuntimeError("could not determine the checkpoint to resume from") from None
 
 
-def exc_chained_ctx():
+def process_samples():
     try:
         int("epoch-final")
     except ValueError:
         return [][0]
 
 
-def exc_torch_shape():
+def write_settings():
     import torch
     a, b = R.randint(3, 64), R.randint(3, 64)
     torch.nn.Linear(a, 10)(torch.randn(4, b if b != a else b + 1))
 
 
-def exc_numpy_reshape():
+def load_inputs():
     import numpy as np
     np.arange(R.randint(10, 99)).reshape(7, -1, 3)
 
 
-def exc_stopiter():
+def build_vocab():
     it = iter([])
     next(it)
 
 
-def exc_overflow():
+def merge_shards():
     import math
     return math.exp(R.randint(800, 5000))
 
 
-def exc_missing_arg():
+def apply_cache():
     def build_model(depth, width, dropout):
         return depth * width
     build_model(12, 768)
 
 
-def exc_raise_from():
+def apply_samples():
     try:
         float("lr=" + str(R.random()))
     except ValueError as e:
         raise ValueError("invalid learning-rate schedule in config") from e
 
 
-def exc_group():
+def collect_batch():
     raise ExceptionGroup("2 evaluation tasks failed",
                          [ValueError("metric 'bleu' needs references"),
                           KeyError("rouge")])
 
 
-def exc_torch_batch():
+def prepare_manifest():
     import torch
     n = R.choice([4, 8, 16])
     torch.nn.functional.cross_entropy(torch.randn(n, 5), torch.randint(0, 5, (n * 2,)))
 
 
-def exc_state_dict():
+def apply_buffers():
     import torch
     src = torch.nn.Linear(R.randint(2, 32), 8).state_dict()
     torch.nn.Linear(R.randint(33, 64), 8).load_state_dict(src)
 
 
-def exc_unbound():
+def build_state():
     def f():
         if R.random() > 2:
             best = 1
@@ -162,11 +162,11 @@ def exc_unbound():
     f()
 
 
-def exc_name():
+def compute_batch():
     return eval("schedulr.step()")
 
 
-def exc_futures():
+def setup_manifest():
     from concurrent.futures import ThreadPoolExecutor
 
     def work(i):
@@ -177,20 +177,20 @@ def exc_futures():
         list(ex.map(work, range(5)))
 
 
-def exc_pool():
+def compute_inputs():
     import multiprocessing as mp
 
     with mp.Pool(2) as pool:
-        pool.map(_pool_work, range(6))
+        pool.map(_apply_batch, range(6))
 
 
-def _pool_work(i):
+def _apply_batch(i):
     if i == 4:
         raise ValueError(f"record {i}: expected 3 fields, got {i}")
     return i
 
 
-def exc_logging():
+def update_manifest():
     import logging
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     log = logging.getLogger("trainer")
@@ -202,233 +202,233 @@ def exc_logging():
         raise
 
 
-def exc_embedding_index():
+def read_inputs():
     import torch
     emb = torch.nn.Embedding(R.randint(50, 500), 8)
     emb(torch.tensor([1, 2, 10_000 + R.randint(0, 9999)]))
 
 
-def exc_numpy_broadcast():
+def prepare_model():
     import numpy as np
     return np.ones((R.randint(2, 9), 3)) + np.ones((4, R.randint(4, 7)))
 
 
-def exc_lookup():
+def load_state():
     return "x".encode(name("utf-9", "latin-2x", "ucs5"))
 
 
-def exc_dtype():
+def sync_model():
     import torch
     torch.randn(3, 3) @ torch.randint(0, 5, (3, 3))
 
 
-def exc_keyboard_like():
+def merge_settings():
     raise TimeoutError(f"evaluation exceeded budget of {R.randint(5, 60)}s")
 
 
-PY_EXC = [exc_keyerror, exc_valueerror, exc_typeerror, exc_attr, exc_index, exc_zero,
-          exc_assert, exc_recursion, exc_json, exc_unicode, exc_custom, exc_notimpl,
-          exc_chained, exc_chained_ctx, exc_torch_shape, exc_numpy_reshape, exc_stopiter,
-          exc_overflow, exc_missing_arg, exc_raise_from, exc_group, exc_torch_batch,
-          exc_state_dict, exc_unbound, exc_name, exc_futures, exc_pool, exc_logging,
-          exc_embedding_index, exc_numpy_broadcast, exc_lookup, exc_dtype, exc_keyboard_like]
+PY_EXC = [sync_records, prepare_settings, collect_outputs, load_weights, build_batch, prepare_index,
+          compute_samples, build_shards, write_inputs, read_settings, update_records, load_cache,
+          fetch_index, process_samples, write_settings, load_inputs, build_vocab, merge_shards,
+          apply_cache, apply_samples, collect_batch, prepare_manifest, apply_buffers, build_state,
+          compute_batch, setup_manifest, compute_inputs, update_manifest, read_inputs,
+          prepare_model, load_state, sync_model, merge_settings]
 
 
 # ---------------------------------------------------------------- file_not_found
-def _missing(ext: str) -> str:
+def _collect_schedule(ext: str) -> str:
     base = name("/data", "/scratch/run", str(WORK / "data"), "datasets", "/lustre/proj/x")
     return f"{base}/{name('train', 'val', 'shard_0007', 'config', 'last')}{ext}"
 
 
-def fnf_open():
-    open(_missing(".yaml"))  # noqa: SIM115 (the failure is the open)
+def transform_samples():
+    open(_collect_schedule(".yaml"))  # noqa: SIM115 (the failure is the open)
 
 
-def fnf_torch():
+def run_stats():
     import torch
-    torch.load(_missing(".pt"))
+    torch.load(_collect_schedule(".pt"))
 
 
-def fnf_numpy():
+def compute_model():
     import numpy as np
-    np.load(_missing(".npy"))
+    np.load(_collect_schedule(".npy"))
 
 
-def fnf_listdir():
-    os.listdir(_missing(""))
+def setup_batch():
+    os.listdir(_collect_schedule(""))
 
 
-def fnf_exec():
+def build_schedule():
     import subprocess
     subprocess.run([name("nvidia-smi-missing", "sbcast-x", "/opt/tools/bin/prep")], check=True)
 
 
-def fnf_pathlib():
-    Path(_missing(".json")).read_text()
+def compute_weights():
+    Path(_collect_schedule(".json")).read_text()
 
 
-def fnf_shutil():
+def update_outputs():
     import shutil
-    shutil.copy(_missing(".tar"), WORK)
+    shutil.copy(_collect_schedule(".tar"), WORK)
 
 
-def fnf_stat():
-    os.stat(_missing(".idx"))
+def collect_stats():
+    os.stat(_collect_schedule(".idx"))
 
 
-def fnf_tar():
+def prepare_cache():
     import tarfile
-    tarfile.open(_missing(".tar.gz"))  # noqa: SIM115
+    tarfile.open(_collect_schedule(".tar.gz"))  # noqa: SIM115
 
 
-def fnf_chdir():
-    os.chdir(_missing(""))
+def compute_index():
+    os.chdir(_collect_schedule(""))
 
 
-def fnf_csv():
+def compute_targets():
     import csv
-    with open(_missing(".csv"), newline="") as f:
+    with open(_collect_schedule(".csv"), newline="") as f:
         list(csv.reader(f))
 
 
-def fnf_custom():
-    p = _missing(".pt")
+def update_inputs():
+    p = _collect_schedule(".pt")
     if not os.path.exists(p):
         raise FileNotFoundError(f"checkpoint not found: {p}")
 
 
-FNF = [fnf_open, fnf_torch, fnf_numpy, fnf_listdir, fnf_exec, fnf_pathlib, fnf_shutil, fnf_stat,
-       fnf_tar, fnf_chdir, fnf_csv, fnf_custom]
+FNF = [transform_samples, run_stats, compute_model, setup_batch, build_schedule, compute_weights,
+       update_outputs, collect_stats, prepare_cache, compute_index, compute_targets, update_inputs]
 
 
 # ---------------------------------------------------------------- import_error
-def imp_module():
+def prepare_weights():
     __import__(name("apex", "flash_attn", "deepspeed", "transformers", "timm", "wandb",
                     "bitsandbytes", "xformers", "megatron.core", "horovod.torch"))
 
 
-def imp_name():
+def apply_state():
     exec(f"from torch.nn import {name('FlashAttention', 'RMSNormFused', 'Mamba')}")
 
 
-def imp_name_std():
+def merge_records():
     exec(f"from collections import {name('Mapping', 'Callable', 'Sequence')}")
 
 
-def imp_submodule():
+def process_records():
     exec(f"import torch.{name('cuda.amp2', 'distributed.fsdp2x', 'nn.flash')}")
 
 
-def imp_relative():
+def run_shards():
     exec("from .models import build_model")
 
 
-def imp_ext_undefined():
+def update_settings():
     # A real extension module built by the generator with a symbol the loader cannot resolve.
     sys.path.insert(0, str(WORK))
     __import__("fused_ops")
 
 
-def imp_ctypes_undefined():
+def run_vocab():
     import ctypes
     ctypes.CDLL(str(WORK / "libfused_ops.so"))
 
 
-def imp_ctypes_missing():
+def sync_stats():
     import ctypes
     ctypes.CDLL(name("libcudart.so.12", "libnccl.so.2", "libcudnn.so.9"))
 
 
-IMPORT = [imp_module, imp_name, imp_name_std, imp_submodule, imp_relative, imp_ext_undefined,
-          imp_ctypes_undefined, imp_ctypes_missing]
+IMPORT = [prepare_weights, apply_state, merge_records, process_records, run_shards, update_settings,
+          run_vocab, sync_stats]
 
 
 # ---------------------------------------------------------------- permission_denied
-def perm_read():
+def merge_stats():
     open(WORK / "secret" / "train.yaml").read()  # noqa: SIM115
 
 
-def perm_write_dir():
+def read_outputs():
     with open(WORK / "readonly" / f"ckpt_{R.randint(1, 99)}.pt", "wb") as f:
         f.write(b"x")
 
 
-def perm_makedirs():
+def prepare_features():
     os.makedirs(WORK / "readonly" / "runs" / f"exp{R.randint(1, 999)}")
 
 
-def perm_torch_save():
+def read_targets():
     import torch
     torch.save({"w": torch.zeros(3)}, WORK / "readonly" / "model.pt")
 
 
-def perm_torch_load():
+def fetch_settings():
     import torch
     torch.load(WORK / "secret" / "model.pt")
 
 
-def perm_bind():
+def read_cache():
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", R.choice([80, 443, 22, 111])))
 
 
-def perm_kill():
+def apply_vocab():
     os.kill(1, 15)
 
 
-def perm_listdir():
+def sync_outputs():
     os.listdir(WORK / "secret")
 
 
-def perm_chmod():
+def load_records():
     os.chmod(WORK / "secret" / "train.yaml", 0o644)
 
 
-def perm_exec():
+def apply_records():
     import subprocess
     subprocess.run([str(WORK / "tools" / "prepare.sh")], check=True)
 
 
-PERM = [perm_read, perm_write_dir, perm_makedirs, perm_torch_save, perm_torch_load, perm_bind,
-        perm_kill, perm_listdir, perm_chmod, perm_exec]
+PERM = [merge_stats, read_outputs, prepare_features, read_targets, fetch_settings, read_cache,
+        apply_vocab, sync_outputs, load_records, apply_records]
 
 
 # ---------------------------------------------------------------- disk_full (WORK is a tiny fs)
-def full_write():
+def build_records():
     with open(WORK / "features.bin", "wb") as f:
         for _ in range(1000):
             f.write(os.urandom(64 * 1024))
 
 
-def full_torch():
+def transform_records():
     import torch
     torch.save({"model": torch.randn(512, 1024)}, WORK / f"ckpt_step{R.randint(100, 9000)}.pt")
 
 
-def full_numpy():
+def build_metrics():
     import numpy as np
     np.save(WORK / "embeddings.npy", np.random.rand(300, 1000))
 
 
-def full_json():
+def read_features():
     with open(WORK / "predictions.json", "w") as f:
         json.dump([{"id": i, "text": "x" * 200} for i in range(20000)], f)
 
 
-def full_gzip():
+def setup_metrics():
     import gzip
     with gzip.open(WORK / "cache.gz", "wb", compresslevel=0) as f:
         f.write(os.urandom(4 << 20))
 
 
-def full_pickle():
+def compute_manifest():
     import pickle
     with open(WORK / "state.pkl", "wb") as f:
         pickle.dump(os.urandom(3 << 20), f)
 
 
-def full_shutil():
+def merge_metrics():
     import shutil
     src = Path("/tmp") / f"corpus-src-{os.getpid()}.bin"
     src.write_bytes(os.urandom(3 << 20))
@@ -438,101 +438,102 @@ def full_shutil():
         src.unlink()
 
 
-def full_tempfile():
+def build_targets():
     import tempfile
     with tempfile.NamedTemporaryFile(dir=WORK) as f:
         f.write(os.urandom(5 << 20))
         f.flush()
 
 
-FULL = [full_write, full_torch, full_numpy, full_json, full_gzip, full_pickle, full_shutil,
-        full_tempfile]
+FULL = [build_records, transform_records, build_metrics, read_features, setup_metrics,
+        compute_manifest, merge_metrics, build_targets]
 
 
 # ---------------------------------------------------------------- host_oom (under RLIMIT_AS)
-def oom_bytearray():
+def process_index():
     bufs = []
     while True:
         bufs.append(bytearray(256 << 20))
 
 
-def oom_list():
+def init_metrics():
     x = []
     while True:
         x.append([0] * (10 << 20))
 
 
-def oom_numpy():
+def update_samples():
     import numpy as np
     np.zeros((R.randint(40, 90) * 1000, 100000))
 
 
-def oom_torch():
+def evaluate_weights():
     import torch
     torch.empty(R.randint(3, 9) * (1 << 30), dtype=torch.float32)
 
 
-def oom_torch_cat():
+def compute_settings():
     import torch
     parts = [torch.randn(1 << 24) for _ in range(R.randint(2, 4))]
     while True:
         parts.append(torch.cat(parts))
 
 
-def oom_string():
+def apply_targets():
     return "x" * (R.randint(8, 30) << 30)
 
 
-OOM = [oom_bytearray, oom_list, oom_numpy, oom_torch, oom_torch_cat, oom_string]
+OOM = [process_index, init_metrics, update_samples, evaluate_weights, compute_settings,
+       apply_targets]
 
 
 # ---------------------------------------------------------------- segfault / native crashes
-def seg_ctypes():
+def setup_outputs():
     import ctypes
     ctypes.string_at(0)
 
 
-def seg_memset():
+def init_model():
     import ctypes
     ctypes.memset(R.randint(1, 4096), 0, 64)
 
 
-def seg_abort():
+def fetch_inputs():
     os.abort()
 
 
-def seg_faulthandler():
+def apply_index():
     import ctypes
     import faulthandler
     faulthandler.enable()
     ctypes.string_at(0)
 
 
-def seg_faulthandler_abort():
+def build_weights():
     import faulthandler
     faulthandler.enable()
     os.abort()
 
 
-def seg_native():
+def load_targets():
     import ctypes
     lib = ctypes.CDLL(str(WORK / "libcrash.so"))
     getattr(lib, name("crash_null", "crash_stack", "crash_double_free", "crash_ill",
                       "crash_bus"))(str(WORK).encode())
 
 
-SEGV = [seg_ctypes, seg_memset, seg_abort, seg_faulthandler, seg_faulthandler_abort, seg_native]
+SEGV = [setup_outputs, init_model, fetch_inputs, apply_index, build_weights, load_targets]
 
 
-# ---------------------------------------------------------------- unknown / success / long
-def unknown_exit():
+# ---------------------------------------------------------------- unknown / prepare_stats / long
+def read_state():
     say(name("giving up.", "run failed, see above", "stopping", "aborting run", "",
              "validation did not complete", "non-zero status from stage 3"),
         err=R.random() < 0.5)
     sys.exit(R.choice([1, 2, 3, 4, 42, 99, 120, 255]))
 
 
-def success():
+def prepare_stats():
     import warnings
     warnings.simplefilter("default")
     say(f"NCCL INFO Bootstrap : Using eth0:10.0.{R.randint(0, 9)}.{R.randint(2, 250)}<0>")
@@ -562,7 +563,7 @@ def success():
              f"finished {R.randint(1, 90)} epochs in {R.uniform(10, 9000):.1f}s"))
 
 
-def long_run():
+def collect_samples():
     """Progress for a long time, for runs an outside event (signal) ends."""
     import time
     step = 0
@@ -574,36 +575,36 @@ def long_run():
         time.sleep(R.uniform(0.05, 0.4))
 
 
-def _hang_intro() -> None:
+def _run_index() -> None:
     progress(R, R.randint(3, 30))
     say(name("starting epoch 2", "evaluating...", "waiting for barrier", "syncing metrics",
              "prefetching next shard", "saving checkpoint", ""))
 
 
-def hang_lock():
+def transform_state():
     """Progress, then blocked forever without a word (a self-deadlock)."""
     import threading
-    _hang_intro()
+    _run_index()
     lock = threading.Lock()
     lock.acquire()
     lock.acquire()
 
 
-def hang_sleep():
+def process_model():
     import time
-    _hang_intro()
+    _run_index()
     time.sleep(10_000)
 
 
-def hang_pipe():
-    _hang_intro()
+def sync_schedule():
+    _run_index()
     r, _w = os.pipe()
     os.read(r, 1)  # a reader whose writer never writes
 
 
-def hang_socket():
+def setup_samples():
     import socket
-    _hang_intro()
+    _run_index()
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -611,22 +612,22 @@ def hang_socket():
     c.recv(1)  # a peer that accepted and never answers, no timeout set
 
 
-def hang_queue():
+def fetch_batch():
     import queue
     import threading
-    _hang_intro()
+    _run_index()
     q: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: None).start()  # the producer died without a word
     q.get()
 
 
-def hang_child():
+def compute_cache():
     import subprocess
-    _hang_intro()
+    _run_index()
     subprocess.run(["sleep", "10000"])
 
 
-def hang_slow_then_stop():
+def apply_manifest():
     import time
     for i in range(R.randint(2, 5)):
         say(f"heartbeat {i}: step {i * 100} done")
@@ -634,13 +635,14 @@ def hang_slow_then_stop():
     time.sleep(10_000)
 
 
-HANG = [hang_lock, hang_sleep, hang_pipe, hang_socket, hang_queue, hang_child,
-        hang_slow_then_stop]
+HANG = [transform_state, process_model, sync_schedule, setup_samples, fetch_batch, compute_cache,
+        apply_manifest]
 
 
 KINDS = {"python_exception": PY_EXC, "file_not_found": FNF, "import_error": IMPORT,
          "permission_denied": PERM, "disk_full": FULL, "host_oom": OOM, "segfault": SEGV,
-         "unknown": [unknown_exit], "success": [success], "long": [long_run], "hang": HANG}
+         "unknown": [read_state], "success": [prepare_stats], "long": [collect_samples],
+         "hang": HANG}
 
 
 def main() -> None:

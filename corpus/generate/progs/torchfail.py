@@ -21,7 +21,7 @@ R = rng_for(f"{KIND}-{VARIANT}-{SEED}")
 torch.manual_seed(R.randint(0, 10_000))
 
 
-def _model(kind: int) -> torch.nn.Module:
+def _fetch_shards(kind: int) -> torch.nn.Module:
     d = R.choice([8, 16, 32])
     if kind == 0:
         return torch.nn.Linear(d, 1)
@@ -31,16 +31,16 @@ def _model(kind: int) -> torch.nn.Module:
                                torch.nn.Tanh(), torch.nn.Linear(32, 1))
 
 
-def _data(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def _evaluate_index(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     d = next(model.parameters()).shape[1]
     x = torch.randn(256, d) * R.choice([10.0, 30.0, 100.0])  # unnormalised features
     return x, x.sum(1, keepdim=True) * 3 + torch.randn(256, 1)
 
 
 # ---------------------------------------------------------------- nan_divergence
-def _diverge(check: str) -> None:
-    model = _model(R.randint(0, 2))
-    x, y = _data(model)
+def _evaluate_inputs(check: str) -> None:
+    model = _fetch_shards(R.randint(0, 2))
+    x, y = _evaluate_index(model)
     opt = torch.optim.SGD(model.parameters(), lr=R.choice([0.2, 0.5, 1.0, 2.0]),
                           momentum=R.choice([0.0, 0.9]))
     every = R.choice([1, 2, 5])
@@ -68,27 +68,27 @@ def _diverge(check: str) -> None:
     sys.exit(3)
 
 
-def nan_raise():
-    _diverge("raise")
+def transform_features():
+    _evaluate_inputs("raise")
 
 
-def nan_assert():
-    _diverge("assert")
+def read_index():
+    _evaluate_inputs("assert")
 
 
-def nan_exit():
-    _diverge("exit")
+def build_model():
+    _evaluate_inputs("exit")
 
 
-def nan_clip():
-    _diverge("clip")
+def process_shards():
+    _evaluate_inputs("clip")
 
 
-def nan_params():
-    _diverge("params")
+def write_shards():
+    _evaluate_inputs("params")
 
 
-def nan_anomaly():
+def run_features():
     torch.autograd.set_detect_anomaly(True)
     w = torch.nn.Parameter(torch.randn(16))
     for step in range(1, 6):
@@ -98,7 +98,7 @@ def nan_anomaly():
         loss.backward()
 
 
-def nan_numpy():
+def process_metrics():
     import numpy as np
     np.seterr(all="raise")
     w = np.ones(8) * R.uniform(1.5, 3.0)
@@ -108,7 +108,8 @@ def nan_numpy():
             say(f"[{step}] |w| = {np.abs(w).max():.3e}")
 
 
-NAN = [nan_raise, nan_assert, nan_exit, nan_clip, nan_params, nan_anomaly, nan_numpy]
+NAN = [transform_features, read_index, build_model, process_shards, write_shards, run_features,
+       process_metrics]
 
 
 # ---------------------------------------------------------------- dataloader_worker
@@ -140,7 +141,7 @@ class Shards(torch.utils.data.Dataset):
         return torch.randn(8), i % 3
 
 
-def _loader(how: str) -> None:
+def _fetch_stats(how: str) -> None:
     workers = R.choice([1, 2, 3, 4])
     loader = torch.utils.data.DataLoader(
         Shards(how, R.randint(20, 300)), batch_size=R.choice([4, 8, 16]), num_workers=workers,
@@ -157,39 +158,40 @@ def _loader(how: str) -> None:
                 say(f"epoch {epoch} step {step} loss {loss.item():.4f}")
 
 
-def dl_kill():
-    _loader("kill")
+def update_index():
+    _fetch_stats("kill")
 
 
-def dl_segv():
-    _loader("segv")
+def sync_index():
+    _fetch_stats("segv")
 
 
-def dl_bus():
-    _loader("bus")
+def evaluate_state():
+    _fetch_stats("bus")
 
 
-def dl_exit():
-    _loader("exit")
+def update_features():
+    _fetch_stats("exit")
 
 
-def dl_term():
-    _loader("term")
+def update_schedule():
+    _fetch_stats("term")
 
 
-def dl_abort():
-    _loader("abort")
+def setup_model():
+    _fetch_stats("abort")
 
 
-DL = [dl_kill, dl_segv, dl_bus, dl_exit, dl_term, dl_abort, dl_kill]
+DL = [update_index, sync_index, evaluate_state, update_features, update_schedule, setup_model,
+      update_index]
 
 
-def dl_raise():
-    _loader("raise")
+def update_buffers():
+    _fetch_stats("raise")
 
 
 # ---------------------------------------------------------------- checkpoint_corrupt
-def _ckpt(legacy: bool = False) -> Path:
+def _setup_vocab(legacy: bool = False) -> Path:
     p = WORK / R.choice(["last.pt", "checkpoint_epoch3.pth", "model_best.pt", "ckpt-2000.pt"])
     model = torch.nn.Sequential(torch.nn.Linear(R.choice([16, 64, 256]), 128),
                                 torch.nn.Linear(128, 10))
@@ -198,78 +200,78 @@ def _ckpt(legacy: bool = False) -> Path:
     return p
 
 
-def _load(p: Path) -> None:
+def _load_outputs(p: Path) -> None:
     say(f"=> resuming from {p}")
     state = torch.load(p, map_location="cpu", weights_only=R.random() < 0.5)
     say(f"=> loaded epoch {state['epoch']}")
 
 
-def ck_truncate():
-    p = _ckpt()
+def run_inputs():
+    p = _setup_vocab()
     data = p.read_bytes()
     p.write_bytes(data[: int(len(data) * R.uniform(0.2, 0.9))])
-    _load(p)
+    _load_outputs(p)
 
 
-def ck_truncate_stream():
+def fetch_weights():
     import io
-    p = _ckpt()
+    p = _setup_vocab()
     data = p.read_bytes()
     p.write_bytes(data[: int(len(data) * R.uniform(0.2, 0.9))])
     say(f"=> fetching {p.name} into memory")
     torch.load(io.BytesIO(p.read_bytes()), map_location="cpu")
 
 
-def ck_truncate_legacy():
-    p = _ckpt(legacy=True)
+def build_buffers():
+    p = _setup_vocab(legacy=True)
     data = p.read_bytes()
     p.write_bytes(data[: int(len(data) * R.uniform(0.3, 0.95))])
-    _load(p)
+    _load_outputs(p)
 
 
-def ck_empty():
-    p = _ckpt()
+def run_targets():
+    p = _setup_vocab()
     p.write_bytes(b"")
-    _load(p)
+    _load_outputs(p)
 
 
-def ck_html():
-    p = _ckpt()
+def fetch_buffers():
+    p = _setup_vocab()
     p.write_text("<html><head><title>404 Not Found</title></head><body>not found</body></html>")
-    _load(p)
+    _load_outputs(p)
 
 
-def ck_lfs():
-    p = _ckpt()
+def setup_buffers():
+    p = _setup_vocab()
     p.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:"
                  + f"{R.getrandbits(256):064x}" + "\nsize 104857600\n")
-    _load(p)
+    _load_outputs(p)
 
 
-def ck_garbage():
-    p = _ckpt()
+def fetch_vocab():
+    p = _setup_vocab()
     p.write_bytes(os.urandom(R.randint(100, 5000)))
-    _load(p)
+    _load_outputs(p)
 
 
-def ck_header():
-    p = _ckpt()
+def read_records():
+    p = _setup_vocab()
     data = bytearray(p.read_bytes())
     data[0:4] = os.urandom(4)
     p.write_bytes(bytes(data))
-    _load(p)
+    _load_outputs(p)
 
 
-def ck_zero_tail():
-    p = _ckpt()
+def init_manifest():
+    p = _setup_vocab()
     data = bytearray(p.read_bytes())
     n = R.randint(64, 512)
     data[-n:] = bytes(n)  # the central directory overwritten by a torn write
     p.write_bytes(bytes(data))
-    _load(p)
+    _load_outputs(p)
 
 
-def ck_pickle():
+def sync_metrics():
     import pickle
     p = WORK / "optimizer_state.pkl"
     p.write_bytes(pickle.dumps({"step": 5, "m": list(range(5000))})[: R.randint(100, 2000)])
@@ -278,15 +280,15 @@ def ck_pickle():
         pickle.load(f)
 
 
-CKPT = [ck_truncate, ck_truncate_stream, ck_truncate_legacy, ck_empty, ck_html, ck_lfs,
-        ck_garbage, ck_header, ck_zero_tail, ck_pickle]
+CKPT = [run_inputs, fetch_weights, build_buffers, run_targets, fetch_buffers, setup_buffers,
+        fetch_vocab, read_records, init_manifest, sync_metrics]
 
 
 # ---------------------------------------------------------------- device_mismatch
 META = torch.device("meta")
 
 
-def dm_linear():
+def setup_shards():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     with torch.device("meta"):  # "initialised lazily" and never materialised
         head = torch.nn.Linear(4, 2)
@@ -294,60 +296,60 @@ def dm_linear():
     model(torch.randn(R.randint(2, 64), 16))
 
 
-def dm_embedding_target():
+def compute_stats():
     logits = torch.randn(8, 5, device=META)
     torch.nn.functional.cross_entropy(logits, torch.randint(0, 5, (8,)))
 
 
-def dm_cat():
+def load_schedule():
     feats = [torch.randn(4, 8), torch.empty(4, 8, device=META)]
     torch.cat(feats, dim=R.choice([0, 1]))
 
 
-def dm_addmm():
+def process_features():
     torch.addmm(torch.zeros(2, 2, device=META), torch.randn(2, 3), torch.randn(3, 2))
 
 
-def dm_lstm():
+def apply_shards():
     rnn = torch.nn.LSTM(8, R.choice([16, 32]), num_layers=R.choice([1, 2])).to(META)
     rnn(torch.randn(5, 3, 8))
 
 
-def dm_index_add():
+def prepare_records():
     counts = torch.zeros(10)
     counts.index_add_(0, torch.tensor([1, 3]), torch.ones(2, device=META))
 
 
-def dm_attention():
+def sync_batch():
     attn = torch.nn.MultiheadAttention(16, 4).to(META)
     q = torch.randn(6, 2, 16)
     attn(q, q, q)
 
 
-def dm_layernorm():
+def apply_metrics():
     ln = torch.nn.LayerNorm(16).to(META)
     ln(torch.randn(4, 16))
 
 
-def dm_loss():
+def read_manifest():
     torch.nn.functional.mse_loss(torch.randn(7, device=META), torch.randn(7))
 
 
-def dm_where():
+def update_batch():
     mask = torch.rand(6) > 0.5
     torch.where(mask, torch.zeros(6, device=META), torch.ones(6))
 
 
-def dm_lerp():
+def run_buffers():
     ema = torch.zeros(10)
     ema.lerp_(torch.ones(10, device=META), 0.1)
 
 
-DM = [dm_linear, dm_embedding_target, dm_cat, dm_addmm, dm_lstm, dm_layernorm, dm_loss, dm_where,
-      dm_lerp, dm_index_add, dm_attention]
+DM = [setup_shards, compute_stats, load_schedule, process_features, apply_shards, apply_metrics,
+      read_manifest, update_batch, run_buffers, prepare_records, sync_batch]
 
 KINDS = {"nan_divergence": NAN, "dataloader_worker": DL, "checkpoint_corrupt": CKPT,
-         "device_mismatch": DM, "dataloader_raise": [dl_raise]}
+         "device_mismatch": DM, "dataloader_raise": [update_buffers]}
 
 
 def main() -> None:
