@@ -1,0 +1,1 @@
+int hshared_answer(void) { return 42; }
