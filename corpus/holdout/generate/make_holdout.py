@@ -8,10 +8,11 @@ the wait status to run.<rank>.exit (the tap's record). A case whose failure does
 designed (its `expect` check fails) is dropped and reported, never kept or faked. The label is
 the class of what really happened; the classifier is never consulted here.
 """
+
 from __future__ import annotations
 
 import argparse
-import http.server
+import contextlib
 import json
 import os
 import pwd
@@ -23,8 +24,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOLDOUT = os.path.dirname(HERE)
@@ -56,12 +57,26 @@ class Case:
     note: str = ""
 
 
+def slurp(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
 # ------------------------------------------------------------------ capture (the tap's contract)
-def capture(argv: list[str], log: str, *, env: dict | None = None, user: str | None = None,
-            rlimit_as: int | None = None, kill_after: float | None = None,
-            kill_sig: int = signal.SIGKILL, kill_child: bool = False,
-            watchdog: float | None = None, stop: threading.Event | None = None,
-            cwd: str | None = None) -> dict:
+def capture(
+    argv: list[str],
+    log: str,
+    *,
+    env: dict | None = None,
+    user: str | None = None,
+    rlimit_as: int | None = None,
+    kill_after: float | None = None,
+    kill_sig: int = signal.SIGKILL,
+    kill_child: bool = False,
+    watchdog: float | None = None,
+    stop: threading.Event | None = None,
+    cwd: str | None = None,
+) -> dict:
     def pre() -> None:
         if rlimit_as:
             resource.setrlimit(resource.RLIMIT_AS, (rlimit_as, rlimit_as))
@@ -71,10 +86,19 @@ def capture(argv: list[str], log: str, *, env: dict | None = None, user: str | N
         kw.update(user=user, group=user, extra_groups=[])
         env = dict(env or os.environ, HOME=pwd.getpwnam(user).pw_dir, USER=user)
     r, w = os.pipe()
-    p = subprocess.Popen(argv, stdout=w, stderr=w, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                         start_new_session=True, preexec_fn=pre, **kw)
+    p = subprocess.Popen(
+        argv,
+        stdout=w,
+        stderr=w,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=pre,
+        **kw,
+    )
     os.close(w)
-    out = open(log, "wb")
+    out = open(log, "wb")  # noqa: SIM115 - closed once the pump has drained the pipe
 
     def pump() -> None:
         while True:
@@ -97,7 +121,7 @@ def capture(argv: list[str], log: str, *, env: dict | None = None, user: str | N
         if kill_after is not None and sent is None and now - start >= kill_after:
             target = p.pid
             if kill_child:
-                kids = open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()
+                kids = slurp(f"/proc/{p.pid}/task/{p.pid}/children").split()
                 target = int(kids[0]) if kids else p.pid
             os.kill(target, kill_sig)
             sent = now
@@ -115,16 +139,18 @@ def capture(argv: list[str], log: str, *, env: dict | None = None, user: str | N
         time.sleep(0.05)
     end = time.time()
     p.returncode = 0  # reaped above; keep Popen from waiting again
-    try:
-        os.killpg(p.pid, signal.SIGKILL)  # leftovers of this case's own session (workers, sleep)
-    except ProcessLookupError:
-        pass
+    with contextlib.suppress(ProcessLookupError):  # this case's leftovers (workers)
+        os.killpg(p.pid, signal.SIGKILL)
     t.join(10)
     out.close()
-    rec = {"exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-           "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-           "core_dumped": bool(os.WIFSIGNALED(status) and os.WCOREDUMP(status)),
-           "end_time": round(end, 3), "pid": p.pid, "status": status}
+    rec = {
+        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "core_dumped": bool(os.WIFSIGNALED(status) and os.WCOREDUMP(status)),
+        "end_time": round(end, 3),
+        "pid": p.pid,
+        "status": status,
+    }
     return rec
 
 
@@ -157,12 +183,16 @@ class Servers:
                     held.append(c)  # accept, never answer
                 elif mode == "reset":
                     c.recv(4096)
-                    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    c.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                    )
                     c.close()  # RST
                 elif mode == "partial":
                     c.recv(4096)
-                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                              b"Content-Length: 1048576\r\n\r\n" + b"\x00" * 20000)
+                    c.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                        b"Content-Length: 1048576\r\n\r\n" + b"\x00" * 20000
+                    )
                     c.close()
 
         threading.Thread(target=serve, daemon=True).start()
@@ -187,11 +217,25 @@ def build() -> None:
     cmds = [
         ["gcc", "-O0", "-o", f"{BIN}/crash", f"{nat}/crash.c"],
         ["g++", "-O0", "-o", f"{BIN}/thrower", f"{nat}/thrower.cpp"],
-        ["gcc", "-shared", "-fPIC", "-I/usr/include/python3.11", "-o",
-         f"{BIN}/fastops.cpython-311-x86_64-linux-gnu.so", f"{nat}/fastops.c"],
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-I/usr/include/python3.11",
+            "-o",
+            f"{BIN}/fastops.cpython-311-x86_64-linux-gnu.so",
+            f"{nat}/fastops.c",
+        ],
         ["gcc", "-shared", "-fPIC", "-o", f"{BIN}/libhshared.so", f"{nat}/libhshared.c"],
-        ["gcc", "-o", f"{BIN}/libuse", f"{nat}/libuse.c", f"-L{BIN}", "-lhshared",
-         f"-Wl,-rpath,{BIN}"],
+        [
+            "gcc",
+            "-o",
+            f"{BIN}/libuse",
+            f"{nat}/libuse.c",
+            f"-L{BIN}",
+            "-lhshared",
+            f"-Wl,-rpath,{BIN}",
+        ],
     ]
     for c in cmds:
         subprocess.run(c, check=True)
@@ -226,6 +270,7 @@ def perm_setup() -> None:
         f.write("#!/bin/sh\necho prepared\n")
     os.chmod(os.path.join(d, "prepare.sh"), 0o644)
     import sqlite3
+
     db = sqlite3.connect(os.path.join(d, "cache.db"))
     db.execute("create table kv(k text, v text)")
     db.commit()
@@ -245,68 +290,143 @@ def cases(srv: Servers) -> list[Case]:
         C.append(Case(id_, cls, argv, **kw))
 
     # python_exception
-    for i, (s, txt) in enumerate([("exc_json", "JSONDecodeError"), ("exc_csv", "field larger"),
-                                  ("exc_numpy", "broadcast"), ("exc_torch_shape", "mat1"),
-                                  ("exc_argparse", "invalid float"), ("exc_sqlite", "no such table"),
-                                  ("exc_asyncio", "KeyError"), ("exc_assert", "AssertionError"),
-                                  ("exc_thread_pool", "UnicodeEncodeError")]):
+    for i, (s, txt) in enumerate(
+        [
+            ("exc_json", "JSONDecodeError"),
+            ("exc_csv", "field larger"),
+            ("exc_numpy", "broadcast"),
+            ("exc_torch_shape", "mat1"),
+            ("exc_argparse", "invalid float"),
+            ("exc_sqlite", "no such table"),
+            ("exc_asyncio", "KeyError"),
+            ("exc_assert", "AssertionError"),
+            ("exc_thread_pool", "UnicodeEncodeError"),
+        ]
+    ):
         add(f"h-pyexc-{i:02d}", "python_exception", hf(s), expect={"rc": "nonzero", "text": txt})
-    add("h-pyexc-09", "python_exception", hf("exc_yaml", py=SYSPY),
-        expect={"rc": "nonzero", "text": "ScannerError"})
+    add(
+        "h-pyexc-09",
+        "python_exception",
+        hf("exc_yaml", py=SYSPY),
+        expect={"rc": "nonzero", "text": "ScannerError"},
+    )
     # import_error
     add("h-imp-00", "import_error", hf("imp_missing"), expect={"rc": 1, "text": "apex"})
     add("h-imp-01", "import_error", hf("imp_name"), expect={"rc": 1, "text": "cannot import name"})
-    add("h-imp-02", "import_error", hf("imp_ext", BIN), expect={"rc": 1, "text": "undefined symbol"})
-    add("h-imp-03", "import_error", hf("imp_ctypes"), expect={"rc": 1, "text": "cannot open shared"})
+    add(
+        "h-imp-02", "import_error", hf("imp_ext", BIN), expect={"rc": 1, "text": "undefined symbol"}
+    )
+    add(
+        "h-imp-03", "import_error", hf("imp_ctypes"), expect={"rc": 1, "text": "cannot open shared"}
+    )
     add("h-imp-04", "import_error", hf("imp_metadata"), expect={"rc": 1, "text": "flash-attn"})
-    add("h-imp-05", "import_error", hf("imp_torch_missing_sub"),
-        expect={"rc": 1, "text": "DataLoader2"})
+    add(
+        "h-imp-05",
+        "import_error",
+        hf("imp_torch_missing_sub"),
+        expect={"rc": 1, "text": "DataLoader2"},
+    )
     add("h-imp-06", "import_error", [f"{BIN}/libuse"], expect={"rc": 127, "text": "libhshared"})
-    add("h-imp-07", "import_error", ["bash", "-c", f"echo 'launching eval'; {PY} -m lm_eval_harness --tasks hellaswag"],
-        expect={"rc": 1, "text": "No module named"})
+    add(
+        "h-imp-07",
+        "import_error",
+        ["bash", "-c", f"echo 'launching eval'; {PY} -m lm_eval_harness --tasks hellaswag"],
+        expect={"rc": 1, "text": "No module named"},
+    )
     # file_not_found
-    for i, s in enumerate(["fnf_open", "fnf_npload", "fnf_torchload", "fnf_shutil",
-                           "fnf_subprocess", "fnf_chdir"]):
+    for i, s in enumerate(
+        ["fnf_open", "fnf_npload", "fnf_torchload", "fnf_shutil", "fnf_subprocess", "fnf_chdir"]
+    ):
         add(f"h-fnf-{i:02d}", "file_not_found", hf(s), expect={"rc": 1, "text": "No such file"})
     add("h-fnf-06", "file_not_found", [f"{BIN}/crash", "fopen"], expect={"rc": 2})
-    add("h-fnf-07", "file_not_found",
-        ["bash", "-c", "set -e; echo 'stage 1: tokenize'; source /opt/envs/nlp/setup_env.sh; echo done"],
-        expect={"rc": "nonzero", "text": "No such file"})
+    add(
+        "h-fnf-07",
+        "file_not_found",
+        [
+            "bash",
+            "-c",
+            "set -e; echo 'stage 1: tokenize'; source /opt/envs/nlp/setup_env.sh; echo done",
+        ],
+        expect={"rc": "nonzero", "text": "No such file"},
+    )
     # permission_denied (as gpatest)
-    for i, s in enumerate(["perm_read", "perm_mkdir", "perm_torchsave", "perm_kill",
-                           "perm_exec", "perm_sqlite"]):
-        add(f"h-perm-{i:02d}", "permission_denied", hf(s, P), user=USER, expect=nz,
-            setup=perm_setup)
-    add("h-perm-06", "permission_denied",
-        ["bash", "-c", f"echo 'writing results'; echo 0.93 > {P}/results.txt; echo saved"],
-        user=USER, expect={"rc": 1, "text": "Permission denied"}, setup=perm_setup)
+    for i, s in enumerate(
+        ["perm_read", "perm_mkdir", "perm_torchsave", "perm_kill", "perm_exec", "perm_sqlite"]
+    ):
+        add(
+            f"h-perm-{i:02d}", "permission_denied", hf(s, P), user=USER, expect=nz, setup=perm_setup
+        )
+    add(
+        "h-perm-06",
+        "permission_denied",
+        ["bash", "-c", f"echo 'writing results'; echo 0.93 > {P}/results.txt && echo saved"],
+        user=USER,
+        expect={"rc": 1, "text": "Permission denied"},
+        setup=perm_setup,
+    )
     # disk_full: a fresh 512K tmpfs per case
-    full = [("full_write", "hf"), ("full_npsave", "hf"), ("full_torchsave", "hf"),
-            ("full_sqlite", "hf"), ("full_zip", "hf"), ("dd", "sh"), ("tar", "sh")]
+    full = [
+        ("full_write", "hf"),
+        ("full_npsave", "hf"),
+        ("full_torchsave", "hf"),
+        ("full_sqlite", "hf"),
+        ("full_zip", "hf"),
+        ("dd", "sh"),
+        ("tar", "sh"),
+    ]
     for i, (s, kind) in enumerate(full):
         mnt = os.path.join(WORKROOT, f"full{i}")
         up, down = tmpfs(mnt)
         if kind == "hf":
             argv = hf(s, mnt)
         elif s == "dd":
-            argv = ["bash", "-c", f"echo 'staging dataset to {mnt}'; dd if=/dev/urandom of={mnt}/stage.bin bs=64k count=64"]
+            argv = [
+                "bash",
+                "-c",
+                f"echo 'staging dataset to {mnt}'; "
+                f"dd if=/dev/urandom of={mnt}/stage.bin bs=64k count=64",
+            ]
         else:
-            argv = ["bash", "-c", f"mkdir -p {WORKROOT}/src && head -c 2000000 /dev/urandom > {WORKROOT}/src/blob && echo 'archiving outputs' && tar cf {mnt}/out.tar -C {WORKROOT} src"]
-        add(f"h-full-{i:02d}", "disk_full", argv, setup=up, teardown=down,
-            expect={"rc": "nonzero", "text": ("full" if s == "full_sqlite" else "")})
+            argv = [
+                "bash",
+                "-c",
+                f"mkdir -p {WORKROOT}/src && head -c 2000000 /dev/urandom > {WORKROOT}/src/blob"
+                f" && echo 'archiving outputs' && tar cf {mnt}/out.tar -C {WORKROOT} src",
+            ]
+        add(
+            f"h-full-{i:02d}",
+            "disk_full",
+            argv,
+            setup=up,
+            teardown=down,
+            expect={"rc": "nonzero", "text": ("full" if s == "full_sqlite" else "")},
+        )
     # storage_io
     add("h-io-00", "storage_io", hf("io_urllib_stall", str(srv.start("stall"))), expect=nz)
-    add("h-io-01", "storage_io", hf("io_reset", str(srv.start("reset"))),
-        expect={"rc": 1, "text": "reset"})
-    add("h-io-02", "storage_io", hf("io_partial", str(srv.start("partial"))),
-        expect={"rc": 1, "text": "IncompleteRead"})
+    add(
+        "h-io-01",
+        "storage_io",
+        hf("io_reset", str(srv.start("reset"))),
+        expect={"rc": 1, "text": "reset"},
+    )
+    add(
+        "h-io-02",
+        "storage_io",
+        hf("io_partial", str(srv.start("partial"))),
+        expect={"rc": 1, "text": "IncompleteRead"},
+    )
     add("h-io-03", "storage_io", hf("io_retry", str(srv.start("stall"))), expect=nz)
-    add("h-io-04", "storage_io", hf("io_refused", str(srv.free_port())),
-        expect={"rc": 1, "text": "refused"})
+    add(
+        "h-io-04",
+        "storage_io",
+        hf("io_refused", str(srv.free_port())),
+        expect={"rc": 1, "text": "refused"},
+    )
     add("h-io-05", "storage_io", hf("io_eio"), expect={"rc": 1, "text": "Input/output error"})
     # checkpoint_corrupt
-    for i, s in enumerate(["ckpt_trunc", "ckpt_garbage", "ckpt_pickle", "ckpt_npz",
-                           "ckpt_flip", "ckpt_empty"]):
+    for i, s in enumerate(
+        ["ckpt_trunc", "ckpt_garbage", "ckpt_pickle", "ckpt_npz", "ckpt_flip", "ckpt_empty"]
+    ):
         add(f"h-ckpt-{i:02d}", "checkpoint_corrupt", hf(s), expect={"rc": 1})
     # segfault
     add("h-segv-00", "segfault", hf("segv_ctypes_fh"), expect={"sig": 11})
@@ -316,52 +436,121 @@ def cases(srv: Servers) -> list[Case]:
     add("h-segv-04", "segfault", [f"{BIN}/crash", "stack"], expect={"sig": 11})
     add("h-segv-05", "segfault", [f"{BIN}/crash", "abort"], expect={"sig": 6})
     add("h-segv-06", "segfault", [f"{BIN}/thrower", "runtime"], expect={"sig": 6})
-    add("h-segv-07", "segfault",
-        ["bash", "-c", f"echo 'running solver'; {BIN}/crash null; rc=$?; echo \"solver exited rc=$rc\"; exit $rc"],
-        expect={"rc": 139})
+    add(
+        "h-segv-07",
+        "segfault",
+        [
+            "bash",
+            "-c",
+            f"echo 'running solver'; {BIN}/crash null; rc=$?; "
+            'echo "solver exited rc=$rc"; exit $rc',
+        ],
+        expect={"rc": 139},
+    )
     # killed: SIGKILL (once SIGTERM) from outside, nothing in the log says why
     add("h-killed-00", "killed", hf("hang_sleep"), kill_after=3)
     add("h-killed-01", "killed", hf("ok_torch"), kill_after=2.5)
-    add("h-killed-02", "killed", ["bash", "-c", "for i in $(seq 1 100); do echo \"shard $i/100 done\"; sleep 0.2; done"],
-        kill_after=2)
-    add("h-killed-03", "killed", ["bash", "-c", f"{PY} {PROGS}/hfail.py hang_queue {WORKROOT}/w/kq; exit $?"],
-        kill_after=4, kill_child=True, expect={"rc": 137})
-    add("h-killed-04", "killed", hf("hang_pipe"), kill_after=2, kill_sig=signal.SIGTERM,
-        expect={"sig": 15})
+    add(
+        "h-killed-02",
+        "killed",
+        ["bash", "-c", 'for i in $(seq 1 100); do echo "shard $i/100 done"; sleep 0.2; done'],
+        kill_after=2,
+    )
+    add(
+        "h-killed-03",
+        "killed",
+        ["bash", "-c", f"{PY} {PROGS}/hfail.py hang_queue {WORKROOT}/w/kq; exit $?"],
+        kill_after=4,
+        kill_child=True,
+        expect={"rc": 137},
+    )
+    add(
+        "h-killed-04",
+        "killed",
+        hf("hang_pipe"),
+        kill_after=2,
+        kill_sig=signal.SIGTERM,
+        expect={"sig": 15},
+    )
     for c in C[-5:]:
         c.expect = c.expect or {"sig": 9}
     # host_oom: real RLIMIT_AS
     G = 1 << 30
-    add("h-oom-00", "host_oom", hf("oom_bytes"), rlimit_as=1 * G, expect={"rc": 1, "text": "MemoryError"})
-    add("h-oom-01", "host_oom", hf("oom_numpy"), rlimit_as=2 * G, expect={"rc": 1, "text": "allocate"})
+    add(
+        "h-oom-00",
+        "host_oom",
+        hf("oom_bytes"),
+        rlimit_as=1 * G,
+        expect={"rc": 1, "text": "MemoryError"},
+    )
+    add(
+        "h-oom-01",
+        "host_oom",
+        hf("oom_numpy"),
+        rlimit_as=2 * G,
+        expect={"rc": 1, "text": "allocate"},
+    )
     add("h-oom-02", "host_oom", hf("oom_torch"), rlimit_as=3 * G, expect={"rc": 1})
-    add("h-oom-03", "host_oom", hf("oom_list"), rlimit_as=1 * G, expect={"rc": 1, "text": "MemoryError"})
-    add("h-oom-04", "host_oom", [f"{BIN}/thrower", "alloc"], rlimit_as=2 * G, expect={"sig": 6, "text": "bad_alloc"})
+    add(
+        "h-oom-03",
+        "host_oom",
+        hf("oom_list"),
+        rlimit_as=1 * G,
+        expect={"rc": 1, "text": "MemoryError"},
+    )
+    add(
+        "h-oom-04",
+        "host_oom",
+        [f"{BIN}/thrower", "alloc"],
+        rlimit_as=2 * G,
+        expect={"sig": 6, "text": "bad_alloc"},
+    )
     add("h-oom-05", "host_oom", [f"{BIN}/crash", "malloc"], rlimit_as=1 * G, expect={"rc": 12})
     # nan_divergence
-    for i, s in enumerate(["nan_isfinite", "nan_anomaly", "nan_clip", "nan_numpy",
-                           "nan_assert", "nan_exit"]):
+    for i, s in enumerate(
+        ["nan_isfinite", "nan_anomaly", "nan_clip", "nan_numpy", "nan_assert", "nan_exit"]
+    ):
         add(f"h-nan-{i:02d}", "nan_divergence", hf(s), expect={"rc": 1})
     # dataloader_worker
     for i, s in enumerate(["dl_sigkill", "dl_exit", "dl_segv", "dl_abort", "dl_term"]):
-        add(f"h-dl-{i:02d}", "dataloader_worker", hf(s), expect={"rc": 1, "text": "DataLoader worker"})
+        add(
+            f"h-dl-{i:02d}",
+            "dataloader_worker",
+            hf(s),
+            expect={"rc": 1, "text": "DataLoader worker"},
+        )
     # device_mismatch
-    for i, s in enumerate(["dev_linear", "dev_cat", "dev_embedding", "dev_loss", "dev_matmul"]):
+    for i, s in enumerate(["dev_linear", "dev_cat", "dev_lstm", "dev_loss", "dev_mask"]):
         add(f"h-dev-{i:02d}", "device_mismatch", hf(s), expect={"rc": 1, "text": "meta"})
     # hang: watchdog after 5 s of silence
     for i, s in enumerate(["hang_lock", "hang_sleep", "hang_pipe", "hang_queue", "hang_child"]):
         add(f"h-hang-{i:02d}", "hang", hf(s), watchdog=5.0, expect={"sig": 15})
     # success
-    for i, s in enumerate(["ok_warnings", "ok_progress", "ok_handled", "ok_numpy_warn", "ok_torch"]):
+    for i, s in enumerate(
+        ["ok_warnings", "ok_progress", "ok_handled", "ok_numpy_warn", "ok_torch"]
+    ):
         add(f"h-ok-{i:02d}", "success", hf(s), expect={"rc": 0})
-    add("h-ok-05", "success", hf("ok_retry", str(srv.free_port())), expect={"rc": 0, "text": "refused"})
+    add(
+        "h-ok-05",
+        "success",
+        hf("ok_retry", str(srv.free_port())),
+        expect={"rc": 0, "text": "refused"},
+    )
     # unknown
     add("h-unk-00", "unknown", hf("unk_done"), expect={"rc": 1})
     add("h-unk-01", "unknown", hf("unk_threshold"), expect={"rc": 3})
     add("h-unk-02", "unknown", hf("unk_silent"), expect={"rc": 255})
     add("h-unk-03", "unknown", [f"{BIN}/crash", "exit42"], expect={"rc": 42})
-    add("h-unk-04", "unknown", ["bash", "-c", "echo 'checking outputs'; ls /tmp >/dev/null; test -s /tmp/holdout-work/w/none.flag"],
-        expect={"rc": 1})
+    add(
+        "h-unk-04",
+        "unknown",
+        [
+            "bash",
+            "-c",
+            "echo 'checking outputs'; ls /tmp >/dev/null; test -s /tmp/holdout-work/w/none.flag",
+        ],
+        expect={"rc": 1},
+    )
     # collective_timeout: gloo on CPU
     add("h-coll-00", "collective_timeout", ["stuck"], ranks=2, stuck=1)
     add("h-coll-01", "collective_timeout", ["stuck"], ranks=3, stuck=0)
@@ -379,11 +568,20 @@ def run_multi(c: Case, d: str) -> tuple[list[dict], list[dict]]:
     done: list[int] = []
 
     def one(rank: int) -> None:
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(c.ranks), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE=str(c.ranks),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
         argv = [PY, os.path.join(PROGS, "dist_hold.py"), c.argv[0], str(c.stuck or 0)]
-        recs[rank] = capture(argv, os.path.join(d, f"run.{rank}.log"), env=env,
-                             stop=stop if rank == c.stuck else None)
+        recs[rank] = capture(
+            argv,
+            os.path.join(d, f"run.{rank}.log"),
+            env=env,
+            stop=stop if rank == c.stuck else None,
+        )
         done.append(rank)
 
     ts = [threading.Thread(target=one, args=(r,)) for r in launched]
@@ -392,7 +590,8 @@ def run_multi(c: Case, d: str) -> tuple[list[dict], list[dict]]:
     deadline = time.time() + 90
     # the launcher stops the stuck rank once every other rank has ended
     while time.time() < deadline and len([r for r in done if r != c.stuck]) < len(
-            [r for r in launched if r != c.stuck]):
+        [r for r in launched if r != c.stuck]
+    ):
         time.sleep(0.2)
     time.sleep(1)
     stop.set()
@@ -401,9 +600,18 @@ def run_multi(c: Case, d: str) -> tuple[list[dict], list[dict]]:
     tasks = []
     for r in launched:
         rec = recs[r]
-        tasks.append({"log": f"cases/{c.id}/run.{r}.log", "rank": r, "node": None, "step": "run",
-                      "exit_code": rec["exit_code"], "signal": rec["signal"],
-                      "core_dumped": rec["core_dumped"], "end_time": rec["end_time"]})
+        tasks.append(
+            {
+                "log": f"cases/{c.id}/run.{r}.log",
+                "rank": r,
+                "node": None,
+                "step": "run",
+                "exit_code": rec["exit_code"],
+                "signal": rec["signal"],
+                "core_dumped": rec["core_dumped"],
+                "end_time": rec["end_time"],
+            }
+        )
     return tasks, [recs[r] for r in launched]
 
 
@@ -436,7 +644,7 @@ def main() -> int:
     labels_path = os.path.join(HOLDOUT, "labels.jsonl")
     labels: dict[str, dict] = {}
     if os.path.exists(labels_path):
-        for line in open(labels_path):
+        for line in slurp(labels_path).splitlines():
             lab = json.loads(line)
             labels[lab["id"]] = lab
     dropped = []
@@ -455,22 +663,43 @@ def main() -> int:
                 bad = [r for r in recs if r["exit_code"] == 0]
                 why = "a rank finished cleanly" if bad else None
                 codes = [t["exit_code"] for t in tasks if t["rank"] != c.stuck]
-                exit_code, sig = (max(x for x in codes if x is not None) if any(codes) else None), None
+                exit_code, sig = (
+                    (max(x for x in codes if x is not None) if any(codes) else None),
+                    None,
+                )
                 root = c.stuck
-                text = "".join(open(os.path.join(HOLDOUT, t["log"]), errors="replace").read() for t in tasks)
+                text = "".join(
+                    slurp(os.path.join(HOLDOUT, t["log"])) for t in tasks
+                )
                 if not why and "imeout" not in text and "imed out" not in text:
                     why = "no timeout in the logs"
             else:
                 log = os.path.join(d, "run.0.log")
-                rec = capture(c.argv, log, user=c.user, rlimit_as=c.rlimit_as,
-                              kill_after=c.kill_after, kill_sig=c.kill_sig,
-                              kill_child=c.kill_child, watchdog=c.watchdog)
-                tasks = [{"log": f"cases/{c.id}/run.0.log", "rank": 0, "node": None,
-                          "step": "run", "exit_code": rec["exit_code"], "signal": rec["signal"],
-                          "core_dumped": rec["core_dumped"], "end_time": rec["end_time"]}]
+                rec = capture(
+                    c.argv,
+                    log,
+                    user=c.user,
+                    rlimit_as=c.rlimit_as,
+                    kill_after=c.kill_after,
+                    kill_sig=c.kill_sig,
+                    kill_child=c.kill_child,
+                    watchdog=c.watchdog,
+                )
+                tasks = [
+                    {
+                        "log": f"cases/{c.id}/run.0.log",
+                        "rank": 0,
+                        "node": None,
+                        "step": "run",
+                        "exit_code": rec["exit_code"],
+                        "signal": rec["signal"],
+                        "core_dumped": rec["core_dumped"],
+                        "end_time": rec["end_time"],
+                    }
+                ]
                 recs = [rec]
                 exit_code, sig, root = rec["exit_code"], rec["signal"], None
-                text = open(log, errors="replace").read()
+                text = slurp(log)
                 why = check(c, rec, text)
                 cmd = " ".join(x.replace(HOLDOUT, "corpus/holdout") for x in c.argv)
                 if c.user:
@@ -482,11 +711,18 @@ def main() -> int:
         finally:
             if c.teardown:
                 c.teardown()
-        for t, rec in zip(tasks, recs):
-            ex = {"node": None, "step": "run", "rank": t["rank"], "pid": rec["pid"],
-                  "exit_code": rec["exit_code"], "signal": rec["signal"],
-                  "core_dumped": rec["core_dumped"], "end_time": rec["end_time"],
-                  "status": rec["status"]}
+        for t, rec in zip(tasks, recs, strict=True):
+            ex = {
+                "node": None,
+                "step": "run",
+                "rank": t["rank"],
+                "pid": rec["pid"],
+                "exit_code": rec["exit_code"],
+                "signal": rec["signal"],
+                "core_dumped": rec["core_dumped"],
+                "end_time": rec["end_time"],
+                "status": rec["status"],
+            }
             with open(os.path.join(HOLDOUT, t["log"])[:-4] + ".exit", "w") as f:
                 json.dump(ex, f)
         if why:
@@ -497,12 +733,27 @@ def main() -> int:
         hang_t = silence = None
         if c.watchdog:
             hang_t = c.watchdog
-            silence = round(max(t["end_time"] for t in tasks)
-                            - max(os.path.getmtime(os.path.join(HOLDOUT, t["log"])) for t in tasks), 3)
-        labels[c.id] = {"id": c.id, "class": c.cls, "root_rank": root, "source": "reproduced",
-                        "command": cmd, "how": None, "exit_code": exit_code, "signal": sig,
-                        "slurm_state": None, "slurm_reason": None, "hang_threshold_s": hang_t,
-                        "silence_s": silence, "tasks": tasks, "kernel_log": None}
+            silence = round(
+                max(t["end_time"] for t in tasks)
+                - max(os.path.getmtime(os.path.join(HOLDOUT, t["log"])) for t in tasks),
+                3,
+            )
+        labels[c.id] = {
+            "id": c.id,
+            "class": c.cls,
+            "root_rank": root,
+            "source": "reproduced",
+            "command": cmd,
+            "how": None,
+            "exit_code": exit_code,
+            "signal": sig,
+            "slurm_state": None,
+            "slurm_reason": None,
+            "hang_threshold_s": hang_t,
+            "silence_s": silence,
+            "tasks": tasks,
+            "kernel_log": None,
+        }
         print(f"ok   {c.id:14s} {c.cls:20s} exit={exit_code} sig={sig}", flush=True)
     srv.close()
     with open(labels_path, "w") as f:
