@@ -116,6 +116,17 @@ def cluster_up(timeout: float = 300) -> ClusterFacts:
     return parse_facts(proc.stdout)
 
 
+def cluster_status(timeout: float = 60) -> ClusterFacts:
+    """The facts of the cluster as it runs now, starting nothing (for benchmarks, which must
+    not bring daemons up behind the user's back); ClusterError if a daemon is down."""
+    proc = cluster_cmd("status", timeout)
+    if proc.returncode != 0:
+        raise ClusterError(f"the test cluster is not fully up (`{CLUSTER_SCRIPT} status` "
+                           f"exit {proc.returncode}; run `{CLUSTER_SCRIPT} up`):\n"
+                           f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return parse_facts(proc.stdout)
+
+
 # ---------------------------------------------------------------------------------------------
 # running things as the test user
 
@@ -125,12 +136,13 @@ def make_workdir(facts: ClusterFacts, name: str, user: str = TEST_USER) -> Path:
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60]
     path = facts.workdir / f"{safe}-{uuid.uuid4().hex[:8]}"
     path.mkdir(parents=True)
-    _chown(path, user)
+    chown_to_user(path, user)
     path.chmod(0o755)
     return path
 
 
-def _chown(path: Path, user: str) -> None:
+def chown_to_user(path: Path, user: str = TEST_USER) -> None:
+    """Give `path` to `user` and that user's primary group."""
     import pwd
 
     pw = pwd.getpwnam(user)
@@ -161,15 +173,22 @@ def run_as_user(cmd: Sequence[str] | str, cwd: Path | str | None = None, timeout
 def write_user_file(path: Path, text: str, mode: int = 0o755, user: str = TEST_USER) -> Path:
     path.write_text(text)
     path.chmod(mode)
-    _chown(path, user)
+    chown_to_user(path, user)
     return path
 
 
 def submit(script_text: str, *sbatch_args: str, workdir: Path, name: str = "job.sh",
            user: str = TEST_USER, timeout: float = 30) -> int:
     """Write `script_text` as `workdir/name` and sbatch it as `user`; return the job id."""
-    script = write_user_file(workdir / name, script_text)
-    proc = run_as_user(["sbatch", "--parsable", *sbatch_args, str(script)], cwd=workdir,
+    return sbatch(write_user_file(workdir / name, script_text, user=user), *sbatch_args,
+                  user=user, timeout=timeout)
+
+
+def sbatch(script: Path, *sbatch_args: str, user: str = TEST_USER, timeout: float = 30) -> int:
+    """sbatch an existing script as `user`, from the script's directory (where Slurm then
+    writes slurm-%j.out); return the job id. The script is not rewritten, so one script can
+    be submitted several times at once."""
+    proc = run_as_user(["sbatch", "--parsable", *sbatch_args, str(script)], cwd=script.parent,
                        timeout=timeout, user=user)
     if proc.returncode != 0:
         raise ClusterError(f"sbatch {shlex.join(sbatch_args)} {script} failed "

@@ -8,6 +8,7 @@ kinds of evidence decide is the code below, in `_decide`.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +18,10 @@ from gpualert_slurm.classify.scan import Event, ScanResult, scan_file
 __all__ = ["TaskInput", "JobFacts", "Verdict", "RuleError", "RuleSet", "classify", "load_rules"]
 
 SCHEDULER = frozenset({"time_limit", "preempted", "cancelled", "node_failure"})
+_RANK_LABEL = re.compile(r"^(?:\[rank\d+\]:\s?|\d+: )")
 INCIDENT_WINDOW = 8  # lines after the first root event that still belong to the same incident
 FRAME_WINDOW = 80  # lines before a generic exception where its traceback's frames are
+CHAIN_WINDOW = 1000  # lines from a chain marker to the next exception (its traceback's frames)
 MAX_CASCADES = 20
 MAX_EVIDENCE = 8
 
@@ -101,8 +104,73 @@ def _ev(e: Event) -> dict:
     return {"file": e.file, "line": e.line, "text": e.text}
 
 
+def _segment_best(events: list[Event], i: int) -> Event:
+    """The most specific root event within the incident window that starts at events[i]."""
+    first = best = events[i]
+    for e in events[i + 1:]:
+        if e.order > first.order + INCIDENT_WINDOW or e.role == "chain":
+            break  # a chain marker: what follows is the next exception of a chain
+        if e.role == "root" and e.cls not in SCHEDULER and (
+                e.priority > best.priority
+                # a traceback's source line ("    raise XError(...)") vs its exception line
+                or (e.priority == best.priority and _indented(best) and not _indented(e))):
+            best = e
+    return best
+
+
+def _indented(e: Event) -> bool:
+    return _RANK_LABEL.sub("", e.text, count=1)[:1].isspace()
+
+
+def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
+    """Follow a chained traceback ("During handling of the above exception ..." / "The above
+    exception was the direct cause ...") from the incident at events[i] to the exception that
+    finally ended the program. Returns (decisive event, index of its segment's first root).
+
+    The last exception decides; a generic last one (python_exception) leaves the decision to
+    the latest more specific cause in the chain (a RuntimeError wrapping ENOSPC is disk_full).
+    """
+    def seg_end(k: int) -> int:  # the last root line of the exception starting at events[k]
+        end = events[k].order
+        for e in events[k + 1:]:
+            if e.order > events[k].order + INCIDENT_WINDOW or e.role == "chain":
+                break
+            if e.role == "root":
+                end = e.order
+        return end
+
+    segs = [(best, i)]
+    end = seg_end(i)
+    j = i + 1
+    while j < len(events):
+        e = events[j]
+        if e.role == "chain" and end < e.order <= end + INCIDENT_WINDOW:
+            # the next exception of the chain: the first root after the marker (after its
+            # traceback's frames; deep ones are long)
+            k = next((k for k in range(j + 1, len(events))
+                      if events[k].role == "root" and events[k].cls not in SCHEDULER
+                      and events[k].order > e.order), None)
+            if k is None or events[k].order > e.order + CHAIN_WINDOW:
+                break
+            b = _segment_best(events, k)
+            segs.append((b, k))
+            end = seg_end(k)
+            j = k + 1
+            continue
+        if e.order > end + INCIDENT_WINDOW:
+            break
+        j += 1
+    last, k = segs[-1]
+    if last.cls == "python_exception":
+        specific = [s for s in segs if s[0].cls != "python_exception"]
+        if specific:
+            return specific[-1]
+    return last, k
+
+
 def _incident(events: list[Event]) -> tuple[Event | None, Event | None]:
-    """First root event in line order; the most specific root within its incident window.
+    """First root event in line order; the most specific root within its incident window;
+    for a chained traceback, the exception that ended it (see _chain).
 
     Traceback-scoped rules (frames) between the previous root event and a root exception line
     apply to it: a cascade frame makes it a symptom (the next root is looked at), a
@@ -118,12 +186,11 @@ def _incident(events: list[Event]) -> tuple[Event | None, Event | None]:
                   if e.rule.scope == "traceback" and lo <= e.order < first.order]
         if any(f.role == "cascade" for f in frames):
             continue
-        best = first
-        for e in events[i + 1:]:
-            if e.order > first.order + INCIDENT_WINDOW:
-                break
-            if e.role == "root" and e.cls not in SCHEDULER and e.priority > best.priority:
-                best = e
+        best, k = _chain(events, i, _segment_best(events, i))
+        if k != i:  # a later exception of the chain: the frames of its own traceback count
+            seg_lo = max((e.order for e in events[:k] if e.role == "chain"), default=lo)
+            frames = [e for e in events[max(0, k - 50):k]
+                      if e.rule.scope == "traceback" and seg_lo <= e.order < events[k].order]
         conf = [f for f in frames if f.role == "confirmation"]
         if best.cls == "python_exception" and conf:
             f = conf[-1]
@@ -233,7 +300,11 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
     state_cls = hit[0].cls if hit else None
     state_ev = [{"file": "(slurm)", "line": None, "text": f"job state {job.slurm_state}"
                  + (f", reason {job.slurm_reason}" if job.slurm_reason else "")}] if state else []
-    if state_cls is None and sched_events:  # log-only: Slurm's "*** ... DUE TO ..." line
+    task_failed = any((t.exit_code or 0) != 0 or t.signal for t in tasks)
+    clean = (job.exit_code == 0 and not job.signal and not task_failed) or (
+        job.exit_code is None and state == "COMPLETED" and not task_failed)
+    # log-only: Slurm's "*** ... DUE TO ..." line, a KeyboardInterrupt; not on a clean exit
+    if state_cls is None and sched_events and not clean:
         state_cls = sched_events[0].cls
         state_ev = [_ev(sched_events[0])]
 
@@ -265,16 +336,23 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
         inc = root.incident
         detail = inc.detail or inc.text[:200]
         if inc.cls == "python_exception" and inc.detail:
-            detail = inc.detail
+            detail = _exception_name(inc.detail)
         ev = [_ev(inc)]
         if root.first_root is not None and root.first_root is not inc:
-            ev.insert(0, _ev(root.first_root))
+            # same incident: read in line order; a chained traceback: the exception that
+            # ended the program first, the one it started from after it
+            chained = any(e.role == "chain" and root.first_root.order < e.order < inc.order
+                          for e in root.events)
+            ev.insert(len(ev) if chained else 0, _ev(root.first_root))
         ev += [_ev(e) for e in root.events
-               if inc.order < e.order <= inc.order + INCIDENT_WINDOW and e.role != "cascade"
+               if inc.order < e.order <= inc.order + INCIDENT_WINDOW
+               and e.role not in ("cascade", "chain")
                and _ev(e) not in ev][:3]
         ev += [_ev(e) for e in confirmations if e.cls == inc.cls][:2]
         if any(e.cls == inc.cls for e in confirmations):
             conf = min(0.98, conf + 0.08)
+        if inc.rule.confidence is not None:  # a rule whose wording alone is weak evidence
+            conf = min(conf, inc.rule.confidence)
         return make(inc.cls, conf, prefix + detail, ev, root)
 
     # 1. hardware the kernel or NVML saw: the software errors are its symptoms
@@ -312,9 +390,6 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
         return make("host_oom", 0.9, "Slurm state OUT_OF_MEMORY", state_ev + ev,
                     root if root and root.incident and root.incident.cls == "host_oom" else None)
     # 6. a clean exit is a success, whatever the log grumbled about
-    task_failed = any((t.exit_code or 0) != 0 or t.signal for t in tasks)
-    clean = (job.exit_code == 0 and not job.signal and not task_failed) or (
-        job.exit_code is None and state == "COMPLETED" and not task_failed)
     if clean:
         if root is not None:
             return make("success", 0.6, "exit code 0 (the log shows "
@@ -336,10 +411,15 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
     koom = [e for e in kevents if e.cls == "host_oom"]
     if koom:
         return make("host_oom", 0.85, koom[0].text[:200], [_ev(e) for e in koom[:3]])
-    if confirmations:
-        c = confirmations[0]
+    # weak confirmations (a rule with a confidence cap, e.g. a printed "Error: ...") yield to
+    # the signal that ended the job
+    confs = [c for c in confirmations if not (sig and c.rule.confidence is not None)]
+    if confs:
+        c = confs[0]
         conf = 0.8 if c.cls != "killed" else 0.6
-        return make(c.cls, conf, c.text[:200], [_ev(e) for e in confirmations[:3]],
+        if c.rule.confidence is not None:
+            conf = min(conf, c.rule.confidence)
+        return make(c.cls, conf, c.text[:200], [_ev(e) for e in confs[:3]],
                     _finding_of(findings, c))
     who = sig_task
     core_dumped = who is not None and who.core_dumped
@@ -363,6 +443,15 @@ def _decide(  # noqa: C901 - one place that states the order in which evidence d
     what = "no exit status given and " if job.exit_code is None and not state else ""
     return make("unknown", 0.3, f"{what}nothing recognisable in the logs"
                 + (f" (exit code {job.exit_code})" if job.exit_code else ""), state_ev)
+
+
+def _exception_name(dotted: str) -> str:
+    """`sqlite3.OperationalError` -> `OperationalError`; a bare `Error`/`Exception` keeps its
+    module (`_csv.Error`), which is the only thing that tells what raised it."""
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", dotted):
+        return dotted
+    mod, _, name = dotted.rpartition(".")
+    return dotted if mod and name in ("Error", "Exception") else name
 
 
 def _straggler(findings: list[_Finding], with_root: list[_Finding]) -> _Finding | None:

@@ -45,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpualert classify", description="Classify why a job failed from its logs.")
     p.add_argument("logs", nargs="+", metavar="LOG",
                    help="task logs; <step>.<rank>.log (with a sibling .exit record) or "
-                        "rank<k>.log names give each log's rank")
+                        "rank<k>.log names give each log's rank; `gpualert run`'s output.log "
+                        "takes its exit.json. The records give the exit status unless "
+                        "--exit-code/--signal do")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--exit-code", type=int, help="the job's exit code")
     p.add_argument("--signal", type=_signal_arg, help="the signal that ended the job (9, KILL)")
@@ -71,29 +73,51 @@ def _check_readable(path: str, what: str) -> str | None:
     return None
 
 
+def _read_record(t: TaskInput, rec: Path) -> None:
+    """Exit facts from the tap's <step>.<rank>.exit or `gpualert run`'s exit.json, if there."""
+    try:
+        data = json.loads(rec.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict):
+        return
+    t.node = data.get("node") if isinstance(data.get("node"), str) else None
+    for k in ("exit_code", "signal", "end_time"):
+        if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool):
+            setattr(t, k, data[k] if k == "end_time" else int(data[k]))
+    t.core_dumped = bool(data.get("core_dumped"))
+
+
 def task_from_path(path: str) -> TaskInput:
-    """Rank/step from the file name; exit facts from a sibling <step>.<rank>.exit record."""
+    """Rank/step from the file name; exit facts from a sibling <step>.<rank>.exit record
+    (or exit.json next to `gpualert run --log-dir`'s output.log)."""
     name = Path(path).name
     t = TaskInput(path=path)
     m = _STEP_RANK.match(name)
     if m:
         t.step, t.rank = m.group("step"), int(m.group("rank"))
-        rec = Path(path).with_suffix(".exit")
-        try:
-            data = json.loads(rec.read_text())
-        except (OSError, ValueError):
-            data = None
-        if isinstance(data, dict):
-            t.node = data.get("node") if isinstance(data.get("node"), str) else None
-            for k in ("exit_code", "signal", "end_time"):
-                if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool):
-                    setattr(t, k, data[k] if k == "end_time" else int(data[k]))
-            t.core_dumped = bool(data.get("core_dumped"))
+        _read_record(t, Path(path).with_suffix(".exit"))
+    elif name == "output.log":
+        _read_record(t, Path(path).with_name("exit.json"))
     else:
         m = _RANK.match(name)
         if m:
             t.rank = int(m.group("rank"))
     return t
+
+
+def job_exit_from_tasks(tasks: list[TaskInput]) -> tuple[int | None, int | None]:
+    """The job's (exit code, signal) from its tasks' records: how the first task to fail
+    ended; 0 when every task has a record and all exited 0; (None, None) when unknown."""
+    known = [t for t in tasks if t.exit_code is not None or t.signal]
+    failed = sorted((t for t in known if t.signal or t.exit_code),
+                    key=lambda t: t.end_time if t.end_time is not None else float("inf"))
+    if failed:
+        t = failed[0]
+        return (t.exit_code if not t.signal else None), (t.signal or None)
+    if known and len(known) == len(tasks):
+        return 0, None
+    return None, None
 
 
 def render_text(v: dict) -> str:
@@ -142,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpualert classify: bad rule file: {e}", file=sys.stderr)
         return 2
     tasks = [task_from_path(p) for p in args.logs]
+    exit_code, sig = args.exit_code, args.signal
+    if exit_code is None and sig is None:  # not given: the logs' exit records say it
+        exit_code, sig = job_exit_from_tasks(tasks)
     job = JobFacts(
-        exit_code=args.exit_code,
-        signal=args.signal,
+        exit_code=exit_code,
+        signal=sig,
         slurm_state=args.slurm_state.upper() if args.slurm_state else None,
         slurm_reason=args.slurm_reason,
         kernel_log=args.kernel_log,

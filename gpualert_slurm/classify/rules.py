@@ -11,7 +11,7 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]  # literal ext
 
 import yaml
 
-ROLES = ("root", "cascade", "confirmation", "context")
+ROLES = ("root", "cascade", "confirmation", "context", "chain")  # chain: joins chained tracebacks
 SOURCES = ("log", "kernel", "slurm", "exit")
 TEXT_SOURCES = ("log", "kernel")  # scanned files; slurm/exit rules match one line of facts
 SCOPES = ("line", "traceback")
@@ -44,6 +44,8 @@ class Rule:
     digit_literals: list[str] = field(default_factory=list)  # literals of patterns with a
     # literal digit ("Errno 28" is not "Errno 13", though both normalise to "errno 00")
     scope: str = "line"  # or "traceback": applies to the exception ending its traceback
+    detail: str | None = None  # fixed verdict detail when no (?P<detail>) group captured one
+    confidence: float | None = None  # cap on the verdict's confidence: weak evidence
 
     def match(self, line: str) -> re.Match[str] | None:
         for rx in self.patterns:
@@ -161,7 +163,8 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
         if rid in seen:
             raise RuleError(f"{where}: field 'id': duplicate id in this file")
         seen.add(rid)
-        unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns", "scope"}
+        unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns", "scope",
+                          "detail", "confidence"}
         if unknown:
             raise RuleError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         cls = r.get("class")
@@ -181,6 +184,14 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
         if scope == "traceback" and role not in ("cascade", "confirmation"):
             raise RuleError(f"{where}: field 'scope': traceback rules must have role cascade "
                             f"or confirmation, not {role!r}")
+        fixed = r.get("detail")
+        if fixed is not None and (not isinstance(fixed, str) or not fixed.strip()):
+            raise RuleError(f"{where}: field 'detail': must be a non-empty string")
+        cap = r.get("confidence")
+        if cap is not None and (not isinstance(cap, (int, float)) or isinstance(cap, bool)
+                                or not 0 < cap <= 1):
+            raise RuleError(f"{where}: field 'confidence': must be a number in (0, 1], "
+                            f"got {cap!r}")
         prio = r.get("priority", 50)
         if not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 100:
             raise RuleError(f"{where}: field 'priority': must be an integer 0-100, got {prio!r}")
@@ -209,7 +220,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
         digit_lits = [lit for p in pats if re.search(r"(?<!\\)\d", p)
                       for lit in (required_literals(p) or [])]
         out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
-                        scope))
+                        scope, fixed, None if cap is None else float(cap)))
     return out
 
 

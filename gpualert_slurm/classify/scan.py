@@ -128,6 +128,7 @@ class _Matcher:
                 m = r.match(text)
                 if m:
                     det = m.groupdict().get("detail") if m.re.groupindex else None
+                    det = det or r.detail
                     best = (r, det)
             if best is not None and best[0].role == "context":
                 best = None
