@@ -20,16 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from spank_jobs import (  # noqa: E402 - after the path set-up
-    Cluster,
-    cluster_facts,
-    job_dir,
-    steps,
-    submit,
-    wait,
-    workdir,
+from clusterlib import (  # noqa: E402 - after the path set-up
+    ClusterFacts,
+    cluster_status,
+    make_workdir,
+    wait_final,
     write_user_file,
 )
+from spank_jobs import job_dir, require_plugin, submit_held  # noqa: E402
 
 THROUGHPUT = """#!/bin/bash
 #SBATCH -N1 -n1 -o out.%j --export=ALL,GPUALERT_TAP_STATS=1
@@ -50,18 +48,19 @@ done
 STATS = re.compile(r"stats: bytes_out=(\d+) bytes_err=(\d+) user_s=([\d.]+) sys_s=([\d.]+)")
 
 
-def run_job(c: Cluster, d: Path, script: Path, tap: bool) -> tuple[int, list[float]]:
+def run_job(c: ClusterFacts, d: Path, script: Path, tap: bool) -> tuple[int, list[float]]:
     # --no-requeue: a re-run after a node failure would mix its timings into the file.
-    jobid = submit(c, script, ["--no-requeue", "--gpualert" if tap else "--gpualert=off"])
-    wait(c, jobid, timeout=1800)
-    if steps(c, jobid)[0][1] != "COMPLETED":
-        raise RuntimeError(f"benchmark job {jobid} ended {steps(c, jobid)}")
+    jobid = submit_held(c, script, ["--no-requeue", "--gpualert" if tap else "--gpualert=off"])
+    st = wait_final(jobid, 1800, c.root)
+    if st.state != "COMPLETED":
+        raise RuntimeError(f"benchmark job {jobid} ended {st.state} {st.exit_code} "
+                           f"(steps: {[(s.step, s.state, str(s.exit_code)) for s in st.steps]})")
     walls = [float(b) - float(a) for a, b in
              (line.split() for line in (d / f"times.{jobid}").read_text().splitlines())]
     return jobid, walls
 
 
-def copier_cpu(c: Cluster, jobid: int) -> tuple[int, float]:
+def copier_cpu(c: ClusterFacts, jobid: int) -> tuple[int, float]:
     """(bytes copied, CPU seconds) summed over the job's copiers, from tap.log."""
     text = (job_dir(c, jobid) / "tap.log").read_text()
     total_bytes, cpu = 0, 0.0
@@ -79,13 +78,13 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10, help="start-up steps per job (10)")
     a = ap.parse_args()
     try:
-        c = cluster_facts()
+        c = require_plugin(cluster_status())
     except (RuntimeError, OSError) as e:
         print(f"bench_tap: error: {e}", file=sys.stderr)
         return 1
-    d = workdir(c, "bench-tap")
+    d = make_workdir(c, "bench-tap")
     size = a.size_mib * 1024 * 1024
-    script = write_user_file(c, d / "throughput.sh", THROUGHPUT.format(size=size))
+    script = write_user_file(d / "throughput.sh", THROUGHPUT.format(size=size))
     walls: dict[bool, list[float]] = {True: [], False: []}
     print(f"tap throughput: {a.size_mib} MiB of short lines through srun, {a.rounds} rounds")
     for r in range(a.rounds):
@@ -104,7 +103,7 @@ def main() -> int:
           f"ratio {with_s / without_s:.3f} (target <= 1.05), "
           f"{size / 2**20 / without_s:.0f} MiB/s baseline")
 
-    script = write_user_file(c, d / "starts.sh", STARTS.format(tasks=a.tasks, reps=a.reps))
+    script = write_user_file(d / "starts.sh", STARTS.format(tasks=a.tasks, reps=a.reps))
     print(f"tap start overhead: srun -n{a.tasks} true on 3 nodes, {a.reps} steps per job")
     starts: dict[bool, list[float]] = {}
     for tap in (False, True):

@@ -1,137 +1,80 @@
-"""Job helpers for the SPANK plugin tests (test_tap.py, test_spank_plugin.py, bench_tap.py).
+"""SPANK-specific job helpers for test_tap.py, test_spank_plugin.py and bench_tap.py.
 
-Talks to the real test cluster brought up by docker/slurm-cluster/cluster: submits batch jobs
-as the test user, waits for them with a bound, reads sacct and the job's spool dir.
+Everything general (cluster facts, running as the test user, sbatch, waiting with log tails
+on timeout) is in clusterlib; this adds what only the plugin's tests need: the job's spool
+dir prepared before the job may start, and what the tap left there.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import time
-import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-CLUSTER = REPO / "docker" / "slurm-cluster" / "cluster"
-FINAL_STATES = {
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-    "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-}
+from clusterlib import ClusterError, ClusterFacts, cancel_quietly, chown_to_user, sbatch
+
+from gpualert_slurm import slurm
 
 
-@dataclass(frozen=True)
-class Cluster:
-    conf: str
-    user: str
-    spool: Path
-    workdir: Path
-    logs: Path
-    plugin: str
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": self.conf}
+def require_plugin(c: ClusterFacts) -> ClusterFacts:
+    """`c`, if the SPANK plugin is installed on the cluster; ClusterError (say why) if not."""
+    if c.plugin is None:
+        raise ClusterError("the test cluster runs without the gpualert SPANK plugin "
+                           "(`cluster status` says plugin=none): build and install it with "
+                           "`make -C spank install PREFIX=/opt/gpualert`, then `cluster up`")
+    return c
 
 
-def cluster_facts() -> Cluster:
-    """The running cluster's facts (`cluster status` prints them as key=value)."""
-    out = subprocess.run([str(CLUSTER), "status"], capture_output=True, text=True, timeout=60)
-    facts = dict(
-        line.split("=", 1) for line in out.stdout.splitlines() if "=" in line
-    )
-    if out.returncode != 0 or facts.get("plugin", "none") == "none":
-        raise RuntimeError(f"test cluster not usable (cluster status):\n{out.stdout}{out.stderr}")
-    return Cluster(
-        conf=facts["conf"], user=facts["user"], spool=Path(facts["spool"]),
-        workdir=Path(facts["workdir"]), logs=Path(facts["logs"]), plugin=facts["plugin"],
-    )
+def job_dir(c: ClusterFacts, job_id: int) -> Path:
+    return c.spool / str(job_id)
 
 
-def run(c: Cluster, args: list[str], *, user: bool = True, cwd: Path | None = None,
-        timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Runs a Slurm command (as the test user unless user=False)."""
-    cmd = (["runuser", "-u", c.user, "--"] if user else []) + args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                       env=c.env)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({p.returncode}): {p.stderr}")
-    return p
-
-
-def workdir(c: Cluster, name: str) -> Path:
-    """A fresh directory owned by the test user under the cluster's work dir."""
-    d = c.workdir / f"{name}-{uuid.uuid4().hex[:8]}"
-    d.mkdir(mode=0o755)
-    shutil.chown(d, c.user, c.user)
+def make_job_dir(c: ClusterFacts, job_id: int, writable: bool = True) -> Path:
+    """Create the job's spool dir as the Prolog does (the user's, 0700), or, writable=False,
+    as one the job cannot write (root's, 0755)."""
+    d = job_dir(c, job_id)
+    d.mkdir()
+    if writable:
+        chown_to_user(d, c.user)
+        d.chmod(0o700)
+    else:
+        d.chmod(0o755)
     return d
 
 
-def write_user_file(c: Cluster, path: Path, text: str, mode: int = 0o755) -> Path:
-    path.write_text(text)
-    path.chmod(mode)
-    shutil.chown(path, c.user, c.user)
-    return path
+def submit_held(c: ClusterFacts, script: Path, args: Sequence[str] = (), *,
+                spool_dir: str = "user") -> int:
+    """Submit held, prepare the job's spool dir, release; return the job id.
 
-
-def job_dir(c: Cluster, jobid: int) -> Path:
-    return c.spool / str(jobid)
-
-
-def submit(c: Cluster, script: Path, args: list[str] = (), *, spool_dir: str = "user") -> int:
-    """Submits held, prepares the job's spool dir, releases; returns the job id.
-
-    spool_dir: "user" makes <spool>/<jobid> owned by the user, 0700, as the Prolog does (kept
-    if the Prolog made it first); "root-ro" makes it root-owned 0755 (unwritable by the job);
-    "none" leaves it to the Prolog.
+    The hold makes the spool dir's state certain when the tasks start, whatever the Prolog
+    does. spool_dir: "user" makes it as the Prolog does (kept if the Prolog made it first);
+    "root-ro" makes it unwritable by the job; "none" leaves it to the Prolog.
     """
-    p = run(c, ["sbatch", "--parsable", "--hold", *args, str(script)], cwd=script.parent)
-    jobid = int(p.stdout.strip().split(";")[0])
-    d = job_dir(c, jobid)
-    if spool_dir == "user" and not d.exists():
-        d.mkdir(mode=0o700)
-        shutil.chown(d, c.user, c.user)
-    elif spool_dir == "root-ro":
-        d.mkdir(mode=0o755)
-    run(c, ["scontrol", "release", str(jobid)], user=False)
-    return jobid
+    if spool_dir not in ("user", "root-ro", "none"):
+        raise ValueError(f"spool_dir={spool_dir!r}: expected 'user', 'root-ro' or 'none'")
+    job_id = sbatch(script, "--hold", *args, user=c.user)
+    try:
+        if spool_dir == "user" and not job_dir(c, job_id).exists():
+            make_job_dir(c, job_id)
+        elif spool_dir == "root-ro":
+            make_job_dir(c, job_id, writable=False)
+        slurm.release(job_id)
+    except BaseException:
+        cancel_quietly(job_id)  # never leave a held job in the shared queue
+        raise
+    return job_id
 
 
-def wait(c: Cluster, jobid: int, timeout: float = 300) -> None:
-    """Waits until the job has left the queue and sacct knows its final state."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if state(c, jobid)[0].split()[0] in FINAL_STATES and not run(
-            c, ["squeue", "-h", "-j", str(jobid)], check=False
-        ).stdout.strip():
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"job {jobid} not finished after {timeout} s")
+def steps(job_id: int) -> list[tuple[str, str, str]]:
+    """[(step suffix, State, ExitCode)] for the job ("") and each of its steps (".batch",
+    ".0", ...) from sacct: comparable between two jobs, unlike their node lists."""
+    st = slurm.accounting(job_id)
+    return [("", st.state, str(st.exit_code)),
+            *((f".{s.step}", s.state, str(s.exit_code)) for s in st.steps)]
 
 
-def state(c: Cluster, jobid: int) -> tuple[str, str]:
-    """(State, ExitCode) of the job allocation from sacct; ("", "") when not known yet."""
-    p = run(c, ["sacct", "-X", "-n", "-P", "-j", str(jobid), "-o", "State,ExitCode"],
-            check=False)
-    line = p.stdout.strip().splitlines()[:1]
-    return tuple(line[0].split("|")) if line else ("PENDING", "")  # type: ignore[return-value]
-
-
-def steps(c: Cluster, jobid: int) -> list[tuple[str, str, str]]:
-    """[(step suffix, State, ExitCode)] for the job and each of its steps, from sacct."""
-    p = run(c, ["sacct", "-n", "-P", "-j", str(jobid), "-o", "JobID,State,ExitCode"])
-    rows = []
-    for line in p.stdout.strip().splitlines():
-        jid, st, ec = line.split("|")
-        rows.append((jid.removeprefix(str(jobid)), st.split()[0], ec))
-    return rows
-
-
-def task_files(c: Cluster, jobid: int) -> dict[str, bytes]:
+def task_files(c: ClusterFacts, job_id: int) -> dict[str, bytes]:
     """Contents of <spool>/<jobid>/tasks/* by name ({} when there is no tasks dir)."""
-    d = job_dir(c, jobid) / "tasks"
+    d = job_dir(c, job_id) / "tasks"
     if not d.is_dir():
         return {}
     return {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()}

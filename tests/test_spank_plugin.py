@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from spank_jobs import (
-    Cluster,
-    cluster_facts,
-    job_dir,
-    run,
-    steps,
-    submit,
-    task_files,
-    wait,
-    workdir,
+from clusterlib import (
+    ClusterFacts,
+    diagnostics,
+    make_workdir,
+    run_as_user,
+    wait_final,
     write_user_file,
 )
+from spank_jobs import job_dir, require_plugin, steps, submit_held, task_files
 
 pytestmark = pytest.mark.cluster
 
@@ -29,13 +27,13 @@ ACCEPTED = "(accepted: mail, notify, artifacts, hang, budget, checkpoint, recove
 
 
 @pytest.fixture(scope="module")
-def c(cluster) -> Cluster:  # noqa: ARG001 - `cluster` brings the cluster up
-    return cluster_facts()
+def c(cluster: ClusterFacts) -> ClusterFacts:
+    return require_plugin(cluster)
 
 
-def test_plugin_option_listed_by_sbatch_and_srun(c: Cluster) -> None:
+def test_plugin_option_listed_by_sbatch_and_srun(c: ClusterFacts) -> None:
     for cmd in ("sbatch", "srun"):
-        assert "--gpualert" in run(c, [cmd, "--help"]).stdout, cmd
+        assert "--gpualert" in run_as_user([cmd, "--help"], user=c.user, check=True).stdout, cmd
 
 
 @pytest.mark.parametrize(
@@ -55,45 +53,45 @@ def test_plugin_option_listed_by_sbatch_and_srun(c: Cluster) -> None:
         ("", "gpualert: empty option list"),
     ],
 )
-def test_bad_options_refused_at_sbatch(c: Cluster, opts: str, message: str) -> None:
-    d = workdir(c, "badopt")
-    script = write_user_file(c, d / "job.sh", "#!/bin/bash\ntrue\n")
-    p = run(c, ["sbatch", f"--gpualert={opts}", str(script)], cwd=d, check=False)
+def test_bad_options_refused_at_sbatch(c: ClusterFacts, opts: str, message: str) -> None:
+    d = make_workdir(c, "badopt")
+    script = write_user_file(d / "job.sh", "#!/bin/bash\ntrue\n")
+    p = run_as_user(["sbatch", f"--gpualert={opts}", str(script)], cwd=d, user=c.user)
     assert p.returncode != 0, p.stdout
     assert "Submitted batch job" not in p.stdout
     assert f"sbatch: error: {message}" in p.stderr, p.stderr
     assert f"Invalid --gpualert argument: {opts}" in p.stderr, p.stderr
 
 
-def test_bad_option_in_sbatch_line_refused(c: Cluster) -> None:
-    d = workdir(c, "badline")
-    script = write_user_file(c, d / "job.sh", "#!/bin/bash\n#SBATCH --gpualert=hang=5y\ntrue\n")
-    p = run(c, ["sbatch", str(script)], cwd=d, check=False)
+def test_bad_option_in_sbatch_line_refused(c: ClusterFacts) -> None:
+    d = make_workdir(c, "badline")
+    script = write_user_file(d / "job.sh", "#!/bin/bash\n#SBATCH --gpualert=hang=5y\ntrue\n")
+    p = run_as_user(["sbatch", str(script)], cwd=d, user=c.user)
     assert p.returncode != 0
     assert "gpualert: bad option hang=5y: a duration like" in p.stderr, p.stderr
 
 
-def test_good_options_accepted_and_monitored(c: Cluster) -> None:
-    d = workdir(c, "goodopt")
+def test_good_options_accepted_and_monitored(c: ClusterFacts) -> None:
+    d = make_workdir(c, "goodopt")
     opts = ("mail=a.b@lab.example.org:c@d.io,notify=always,artifacts=ckpt/*.pt:logs/*,"
             "hang=30m,budget=20M,checkpoint=ckpt/*.pt,recover=off")
-    script = write_user_file(c, d / "job.sh", f"#!/bin/bash\n#SBATCH --gpualert={opts}\n"
+    script = write_user_file(d / "job.sh", f"#!/bin/bash\n#SBATCH --gpualert={opts}\n"
                              "echo hello\n")
-    jobid = submit(c, script)
-    wait(c, jobid)
+    jobid = submit_held(c, script)
+    wait_final(jobid, 300, c.root)
     assert task_files(c, jobid)["batch.0.log"] == b"hello\n"
 
 
-def test_off_and_unmonitored_jobs_leave_no_task_logs(c: Cluster) -> None:
+def test_off_and_unmonitored_jobs_leave_no_task_logs(c: ClusterFacts) -> None:
     """--gpualert=off (and no option, with default=off) taps nothing; --gpualert does."""
-    d = workdir(c, "off")
-    script = write_user_file(c, d / "job.sh", "#!/bin/bash\n#SBATCH -N2 -n2\n"
+    d = make_workdir(c, "off")
+    script = write_user_file(d / "job.sh", "#!/bin/bash\n#SBATCH -N2 -n2\n"
                              "echo batch; srun echo step\n")
     with ThreadPoolExecutor(3) as ex:
-        off, plain, on = ex.map(lambda a: submit(c, script, a),
+        off, plain, on = ex.map(lambda a: submit_held(c, script, a),
                                 [["--gpualert=off"], [], ["--gpualert"]])
     for j in (off, plain, on):
-        wait(c, j)
+        wait_final(j, 300, c.root)
     for j in (off, plain):
         assert task_files(c, j) == {}
         assert not (job_dir(c, j) / "tap.log").exists()
@@ -103,7 +101,7 @@ def test_off_and_unmonitored_jobs_leave_no_task_logs(c: Cluster) -> None:
     ]
 
 
-def exit_record(c: Cluster, jobid: int, name: str) -> dict:
+def exit_record(c: ClusterFacts, jobid: int, name: str) -> dict:
     raw = task_files(c, jobid)[name]
     rec = json.loads(raw)
     assert set(rec) == {"node", "step", "rank", "pid", "exit_code", "signal", "core_dumped",
@@ -111,18 +109,18 @@ def exit_record(c: Cluster, jobid: int, name: str) -> dict:
     return rec
 
 
-def test_exit_records(c: Cluster) -> None:
+def test_exit_records(c: ClusterFacts) -> None:
     """One record per task with its node, code or signal, owned by the user, mode 0600."""
-    d = workdir(c, "exitrec")
-    script = write_user_file(c, d / "job.sh", """#!/bin/bash
+    d = make_workdir(c, "exitrec")
+    script = write_user_file(d / "job.sh", """#!/bin/bash
 #SBATCH -N3 -n3 --gpualert
 srun bash -c 'exit $((SLURM_PROCID + 3))'
 srun -N1 -n1 bash -c 'kill -SEGV $$'
 exit 0
 """)
     t0 = time.time()
-    jobid = submit(c, script, spool_dir="none")  # the real Prolog makes the job dir here
-    wait(c, jobid)
+    jobid = submit_held(c, script, spool_dir="none")  # the real Prolog makes the job dir here
+    wait_final(jobid, 300, c.root)
     for rank in range(3):
         rec = exit_record(c, jobid, f"0.{rank}.exit")
         assert (rec["step"], rec["rank"], rec["exit_code"], rec["signal"]) == (
@@ -135,7 +133,7 @@ exit 0
     batch = exit_record(c, jobid, "batch.0.exit")
     assert (batch["step"], batch["exit_code"], batch["signal"]) == ("batch", 0, None)
     st = (job_dir(c, jobid) / "tasks" / "batch.0.exit").stat()
-    assert (st.st_uid, st.st_mode & 0o777) == (int(run(c, ["id", "-u"]).stdout), 0o600)
+    assert (st.st_uid, st.st_mode & 0o777) == (pwd.getpwnam(c.user).pw_uid, 0o600)
 
 
 # (name, sbatch args, script body); each runs with and without the tap at the same time.
@@ -150,14 +148,14 @@ SCENARIOS = {
 }
 
 
-def test_sacct_states_identical_with_and_without_tap(c: Cluster) -> None:
-    d = workdir(c, "states")
+def test_sacct_states_identical_with_and_without_tap(c: ClusterFacts) -> None:
+    d = make_workdir(c, "states")
     jobs: dict[tuple[str, bool], int] = {}
     for name, (args, body) in SCENARIOS.items():
-        script = write_user_file(c, d / f"{name}.sh", f"#!/bin/bash\necho {name}\n{body}")
+        script = write_user_file(d / f"{name}.sh", f"#!/bin/bash\necho {name}\n{body}")
         for tap in (True, False):
             # --no-requeue: a node lost meanwhile shows as NODE_FAIL, not as a slow re-run.
-            jobs[name, tap] = submit(c, script, [*args, "--no-requeue",
+            jobs[name, tap] = submit_held(c, script, [*args, "--no-requeue",
                                                  "--gpualert" if tap else "--gpualert=off"])
     # Outside interference once the steps run: SIGKILL the task, scancel the job.
     deadline = time.monotonic() + 60
@@ -172,31 +170,31 @@ def test_sacct_states_identical_with_and_without_tap(c: Cluster) -> None:
                     del pending[name, tap]
             elif (d / f"started.{j}").exists():
                 time.sleep(1)
-                run(c, ["scancel", str(j)])
+                run_as_user(["scancel", str(j)], user=c.user, check=True)
                 del pending[name, tap]
         time.sleep(0.5)
-    assert not pending, f"jobs never reached their step: {pending}"
+    assert not pending, f"jobs never reached their step: {pending}\n{diagnostics(None, c.root)}"
     for j in jobs.values():
-        wait(c, j, timeout=360)
+        wait_final(j, 360, c.root)
     expect = {"exit3": ("FAILED", "3:0"), "segv": ("FAILED", "0:11"),
               "killed": ("FAILED", "9:0"), "timeout": ("TIMEOUT", "0:0"),
               "scancel": ("CANCELLED", "0:0")}
     for name in SCENARIOS:
-        with_tap, without = steps(c, jobs[name, True]), steps(c, jobs[name, False])
+        with_tap, without = steps(jobs[name, True]), steps(jobs[name, False])
         assert with_tap == without, name
         assert with_tap[0][1:] == expect[name], (name, with_tap)
         # The monitored job's tasks all have a record, also when killed.
         assert "batch.0.exit" in task_files(c, jobs[name, True]), name
 
 
-def test_unwritable_spool_dir_job_runs_untouched(c: Cluster) -> None:
+def test_unwritable_spool_dir_job_runs_untouched(c: ClusterFacts) -> None:
     """A job dir the user cannot write (root's, 0755): the tap steps aside, output intact."""
-    d = workdir(c, "rospool")
-    script = write_user_file(c, d / "job.sh", "#!/bin/bash\n#SBATCH -N2 -n2 --gpualert\n"
+    d = make_workdir(c, "rospool")
+    script = write_user_file(d / "job.sh", "#!/bin/bash\n#SBATCH -N2 -n2 --gpualert\n"
                              "printf 'batch\\0'; srun printf 'step\\n'; exit 0\n")
-    jobid = submit(c, script, spool_dir="root-ro")
-    wait(c, jobid)
-    assert steps(c, jobid)[0][1:] == ("COMPLETED", "0:0")
+    jobid = submit_held(c, script, spool_dir="root-ro")
+    wait_final(jobid, 300, c.root)
+    assert steps(jobid)[0][1:] == ("COMPLETED", "0:0")
     assert (d / f"slurm-{jobid}.out").read_bytes() == b"batch\0step\nstep\n"
     assert list(job_dir(c, jobid).iterdir()) == []
     # The fault is not silent: the task says so in slurmd's log (info level).
@@ -204,12 +202,12 @@ def test_unwritable_spool_dir_job_runs_untouched(c: Cluster) -> None:
     assert f"gpualert: job {jobid} " in logs and "task runs untapped" in logs
 
 
-def test_exec_failure_still_logged_and_recorded(c: Cluster) -> None:
-    d = workdir(c, "execfail")
-    script = write_user_file(c, d / "job.sh", "#!/bin/bash\n#SBATCH --gpualert\n"
+def test_exec_failure_still_logged_and_recorded(c: ClusterFacts) -> None:
+    d = make_workdir(c, "execfail")
+    script = write_user_file(d / "job.sh", "#!/bin/bash\n#SBATCH --gpualert\n"
                              "srun -n1 /nonexistent/prog; echo srun=$?\n")
-    jobid = submit(c, script)
-    wait(c, jobid)
+    jobid = submit_held(c, script)
+    wait_final(jobid, 300, c.root)
     files = task_files(c, jobid)
     log = files["0.0.log"].decode(errors="replace")
     assert "/nonexistent/prog" in log and "No such file or directory" in log, log

@@ -7,25 +7,23 @@ import hashlib
 import os
 import pwd
 import random
-import shutil
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from spank_jobs import (
-    Cluster,
-    cluster_facts,
-    job_dir,
-    run,
-    steps,
-    submit,
-    task_files,
-    wait,
-    workdir,
+from clusterlib import (
+    ClusterFacts,
+    diagnostics,
+    make_workdir,
+    sbatch,
+    wait_final,
+    wait_until,
     write_user_file,
 )
+from spank_jobs import job_dir, make_job_dir, require_plugin, steps, submit_held, task_files
+
+from gpualert_slurm import slurm
 
 pytestmark = pytest.mark.cluster
 
@@ -54,8 +52,8 @@ def expected(seed: int, size: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def c(cluster) -> Cluster:  # noqa: ARG001 - `cluster` brings the cluster up
-    return cluster_facts()
+def c(cluster: ClusterFacts) -> ClusterFacts:
+    return require_plugin(cluster)
 
 
 def sha(b: bytes) -> str:
@@ -63,26 +61,26 @@ def sha(b: bytes) -> str:
 
 
 @pytest.mark.parametrize("run", [1, 2, 3])
-def test_every_rank_log_holds_exactly_its_bytes_100mb(c: Cluster, run: int) -> None:
+def test_every_rank_log_holds_exactly_its_bytes_100mb(c: ClusterFacts, run: int) -> None:
     """3 nodes x 2 tasks, 100 MB of binary data in total; repeated to catch a drain race.
 
     Run 1 lets Slurm write each task's output to its own file (compared byte for byte); runs
     2 and 3 send it through srun into slurm-%j.out, so the batch step's copier carries 100 MB
     too and is still draining when the batch script ends (when the step is killed)."""
-    d = workdir(c, f"tapbytes{run}")
-    write_user_file(c, d / "gen.py", GEN, 0o644)
+    d = make_workdir(c, f"tapbytes{run}")
+    write_user_file(d / "gen.py", GEN, 0o644)
     size = TOTAL_BYTES // TASKS
     seed0 = 1000 * run
     gen = f"bash -c 'exec /usr/bin/python3 gen.py $(({seed0} + SLURM_PROCID)) {size}'"
     step = f"srun -o 'rank-%t.out' {gen}" if run == 1 else f"srun {gen}"
-    script = write_user_file(c, d / "job.sh", f"""#!/bin/bash
+    script = write_user_file(d / "job.sh", f"""#!/bin/bash
 #SBATCH -N{NODES} -n{TASKS} --ntasks-per-node=2 --gpualert
 echo start
 {step}
 echo end
 """)
-    jobid = submit(c, script)
-    wait(c, jobid, timeout=600)
+    jobid = submit_held(c, script)
+    wait_final(jobid, 600, c.root)
     files = task_files(c, jobid)
     for rank in range(TASKS):
         want = sha(expected(seed0 + rank, size))
@@ -121,16 +119,16 @@ printf 'last line, no newline'
 """
 
 
-def test_job_output_identical_with_and_without_tap(c: Cluster) -> None:
+def test_job_output_identical_with_and_without_tap(c: ClusterFacts) -> None:
     """slurm-%j.out is byte-identical with and without --gpualert; batch log = that output."""
-    d = workdir(c, "sameout")
-    script = write_user_file(c, d / "job.sh", SAME_OUT)
+    d = make_workdir(c, "sameout")
+    script = write_user_file(d / "job.sh", SAME_OUT)
     with ThreadPoolExecutor(2) as ex:
         with_tap, without = ex.map(
-            lambda a: submit(c, script, a), [["--gpualert"], ["--gpualert=off"]]
+            lambda a: submit_held(c, script, a), [["--gpualert"], ["--gpualert=off"]]
         )
         for j in (with_tap, without):
-            wait(c, j, timeout=120)
+            wait_final(j, 120, c.root)
     out_with = (d / f"slurm-{with_tap}.out").read_bytes()
     out_without = (d / f"slurm-{without}.out").read_bytes()
     assert b"rank0 \x01\x80 forwarded\n" in out_without and b"to-stderr" in out_without
@@ -139,15 +137,15 @@ def test_job_output_identical_with_and_without_tap(c: Cluster) -> None:
     assert task_files(c, without) == {}
 
 
-def test_stdout_and_stderr_kept_apart(c: Cluster) -> None:
+def test_stdout_and_stderr_kept_apart(c: ClusterFacts) -> None:
     """With -o and -e, each file gets only its stream; the log has both in arrival order."""
-    d = workdir(c, "split")
-    script = write_user_file(c, d / "job.sh", """#!/bin/bash
+    d = make_workdir(c, "split")
+    script = write_user_file(d / "job.sh", """#!/bin/bash
 #SBATCH -o out.txt -e err.txt --gpualert
 for i in 1 2 3; do printf "out $i\\n"; sleep 0.2; printf "err $i\\n" >&2; sleep 0.2; done
 """)
-    jobid = submit(c, script)
-    wait(c, jobid)
+    jobid = submit_held(c, script)
+    wait_final(jobid, 300, c.root)
     assert (d / "out.txt").read_bytes() == b"out 1\nout 2\nout 3\n"
     assert (d / "err.txt").read_bytes() == b"err 1\nerr 2\nerr 3\n"
     assert task_files(c, jobid)["batch.0.log"] == (
@@ -155,15 +153,15 @@ for i in 1 2 3; do printf "out $i\\n"; sleep 0.2; printf "err $i\\n" >&2; sleep 
     )
 
 
-def test_heartbeat_is_log_mtime(c: Cluster) -> None:
+def test_heartbeat_is_log_mtime(c: ClusterFacts) -> None:
     """The log's mtime follows the task's last output (what hang detection reads)."""
-    d = workdir(c, "heartbeat")
-    script = write_user_file(c, d / "job.sh", """#!/bin/bash
+    d = make_workdir(c, "heartbeat")
+    script = write_user_file(d / "job.sh", """#!/bin/bash
 #SBATCH --gpualert
 echo first; sleep 4; echo second; date +%s.%N > stamp; sleep 3
 """)
-    jobid = submit(c, script)
-    wait(c, jobid)
+    jobid = submit_held(c, script)
+    wait_final(jobid, 300, c.root)
     log = job_dir(c, jobid) / "tasks" / "batch.0.log"
     stamp = float((d / "stamp").read_text())
     assert log.read_bytes() == b"first\nsecond\n"
@@ -171,28 +169,25 @@ echo first; sleep 4; echo second; date +%s.%N > stamp; sleep 3
     assert abs(log.stat().st_mtime - stamp) < 1.0
 
 
-def test_log_disk_full_keeps_forwarding(c: Cluster) -> None:
+def test_log_disk_full_keeps_forwarding(c: ClusterFacts) -> None:
     """tasks/ on a 1 MiB filesystem: the log stops, Slurm's output stays complete, and the
     fact is recorded in tap.log."""
-    d = workdir(c, "diskfull")
-    write_user_file(c, d / "gen.py", GEN, 0o644)
+    d = make_workdir(c, "diskfull")
+    write_user_file(d / "gen.py", GEN, 0o644)
     size = 3 * 1024 * 1024
-    script = write_user_file(c, d / "job.sh", f"""#!/bin/bash
+    script = write_user_file(d / "job.sh", f"""#!/bin/bash
 #SBATCH --gpualert -o out.bin
 exec /usr/bin/python3 gen.py 7 {size}
 """)
-    p = run(c, ["sbatch", "--parsable", "--hold", str(script)], cwd=d)
-    jobid = int(p.stdout.strip())
-    tasks = job_dir(c, jobid) / "tasks"
-    tasks.mkdir(parents=True)
-    shutil.chown(job_dir(c, jobid), c.user, c.user)
-    job_dir(c, jobid).chmod(0o700)
+    jobid = sbatch(script, "--hold", user=c.user)
+    tasks = make_job_dir(c, jobid) / "tasks"
+    tasks.mkdir()
     uid = pwd.getpwnam(c.user).pw_uid
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=1m,uid={uid},gid={uid},mode=0700",
                     "gpualert-test-full", str(tasks)], check=True)
     try:
-        run(c, ["scontrol", "release", str(jobid)], user=False)
-        wait(c, jobid)
+        slurm.release(jobid)
+        wait_final(jobid, 300, c.root)
         log = (tasks / "batch.0.log").read_bytes()
     finally:
         subprocess.run(["umount", str(tasks)], check=True)
@@ -201,23 +196,22 @@ exec /usr/bin/python3 gen.py 7 {size}
     assert 0 < len(log) < size and want.startswith(log)
     taplog = (job_dir(c, jobid) / "tap.log").read_text()
     assert "task log write failed" in taplog and "No space left on device" in taplog, taplog
-    assert steps(c, jobid)[0][1:] == ("COMPLETED", "0:0")
+    assert steps(jobid)[0][1:] == ("COMPLETED", "0:0")
 
 
-def test_copier_holds_only_its_own_fds(c: Cluster) -> None:
+def test_copier_holds_only_its_own_fds(c: ClusterFacts) -> None:
     """The copier keeps 7 fds (2 pipes, the 2 original outputs, log, pidfd, job dir) and none
     of the task's other files (here: fd 7 the script opens, and its stdin)."""
-    d = workdir(c, "fds")
-    script = write_user_file(c, d / "job.sh", """#!/bin/bash
+    d = make_workdir(c, "fds")
+    script = write_user_file(d / "job.sh", """#!/bin/bash
 #SBATCH --gpualert
 exec 7>"$PWD/held-by-task"
 pgrep -u "$USER" -x slurmstepd > copiers.tmp; mv copiers.tmp copiers.txt
 sleep 6
 """)
-    jobid = submit(c, script)
-    deadline = time.monotonic() + 60
-    while not (d / "copiers.txt").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    jobid = submit_held(c, script)
+    wait_until(lambda: (d / "copiers.txt").exists(), 60, f"job {jobid} to list its copiers",
+               interval=0.2, diagnose=lambda: diagnostics(jobid, c.root))
     # The copier never execs, so it stays non-dumpable: only root can list its fds.
     found = {}
     for pid in (d / "copiers.txt").read_text().split():
@@ -227,7 +221,7 @@ sleep 6
             continue
         if any(t.endswith(f"/{jobid}/tasks/batch.0.log") for t in fds.values()):
             found[pid] = fds
-    wait(c, jobid)
+    wait_final(jobid, 300, c.root)
     assert len(found) == 1, found
     (fds,) = found.values()
     assert len(fds) == 7, fds
