@@ -31,8 +31,12 @@ unit: install
 bench: install
 	$(PY) bench/run.py
 
+# The tuning corpus, then the held-out sets (written by engineers who had not seen the rules).
 eval: install
 	$(VENV)/bin/gpualert eval corpus/
+	@for d in corpus/holdout corpus/holdout2; do \
+	    [ -f $$d/labels.jsonl ] && { echo; echo "######## $$d"; $(VENV)/bin/gpualert eval $$d/; } || true; \
+	done
 
 corpus: install
 	scripts/make-corpus.sh
