@@ -332,12 +332,10 @@ def _classify_line(log_path: str, rec: dict[str, Any]) -> str:
     except Exception as e:
         return f"gpualert: --classify: classifier not available ({e})"
     try:
-        task = TaskInput(path=log_path, rank=None, node=rec["node"], step=None,
-                         exit_code=rec["exit_code"], signal=rec["signal"],
-                         core_dumped=rec["core_dumped"], end_time=rec["end_time"])
-        job = JobFacts(exit_code=rec["exit_code"], signal=rec["signal"], slurm_state=None,
-                       slurm_reason=None, kernel_log=None, nvml=None, hang_threshold_s=None,
-                       silence_s=None)
+        task = TaskInput(path=log_path, node=rec["node"], exit_code=rec["exit_code"],
+                         signal=rec["signal"], core_dumped=rec["core_dumped"],
+                         end_time=rec["end_time"])
+        job = JobFacts(exit_code=rec["exit_code"], signal=rec["signal"])
         v = classify([task], job)
         return f"gpualert: diagnosis: {v.cls}: {v.detail or ''} {('- ' + v.hint) if v.hint else ''}"
     except Exception as e:

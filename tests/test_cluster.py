@@ -43,7 +43,7 @@ def test_sacct_records_failed_job_with_its_exit_code(cluster: ClusterFacts, work
     assert st.source == "sacct"
     assert st.state == "FAILED"
     assert (st.exit_code.code, st.exit_code.signal) == (3, 0)
-    # The plain table agrees with the JSON the client parsed.
+    # A plain `sacct -X` table agrees with what the client parsed.
     out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", str(job), "-o", "State,ExitCode"],
                          capture_output=True, text=True, timeout=30, check=True).stdout
     assert out.strip() == "FAILED|3:0"

@@ -11,6 +11,7 @@ import threading
 import time
 
 from gpualert_slurm.config import Config, ConfigError, load_config
+from gpualert_slurm.spool import hooks_log
 
 DEFAULT_TIMEOUT_S = 20.0
 
@@ -50,7 +51,7 @@ class HookLog:
             pass
         if self.spool:
             try:
-                fd = os.open(os.path.join(self.spool, "gpualert-hooks.log"),
+                fd = os.open(hooks_log(self.spool),
                              os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                              | os.O_CLOEXEC, 0o600)
                 try:
@@ -75,7 +76,6 @@ class Watchdog:
         self.log = log
         self._lock = threading.Lock()
         self._start = time.monotonic()
-        self._deadline = self._start + timeout_s
         self._timeout_s = timeout_s
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -84,7 +84,6 @@ class Watchdog:
     def rearm(self, timeout_s: float) -> None:
         """A new bound, counted from the hook's start (not from now)."""
         with self._lock:
-            self._deadline = self._start + timeout_s
             self._timeout_s = timeout_s
 
     def stop(self) -> None:
@@ -93,7 +92,7 @@ class Watchdog:
     def _watch(self) -> None:
         while True:
             with self._lock:
-                left = self._deadline - time.monotonic()
+                left = self._start + self._timeout_s - time.monotonic()
             if left <= 0:
                 break
             if self._done.wait(min(left, 1.0)):
