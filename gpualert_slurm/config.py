@@ -9,12 +9,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualert_slurm.options import parse_duration, parse_size
+from gpualert_slurm.options import ADDR_RE, parse_duration, parse_size
 
 DEFAULT_PATH = "/etc/gpualert/gpualert.yaml"
 RECOVERY_ACTIONS = ("requeue", "exclude_node", "drain_node", "hold", "cancel")
 _HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})$")
-_ADDR_RE = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*$")
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*$")
 
 
@@ -93,7 +92,7 @@ class _Checker:
         return float(value)
 
     def string(self, key: str, value: Any, pattern: re.Pattern[str] | None, what: str) -> str:
-        if not isinstance(value, str) or (pattern is not None and not pattern.match(value)):
+        if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
             raise self.err(key, what, value)
         return value
 
@@ -130,7 +129,6 @@ def parse_config(data: Any, path: str) -> Config:
             raise c.err("hang", what, top["hang"]) from None
 
     m = c.mapping("mail", top.get("mail"), ("relay", "from", "domain"))
-    mail = MailConfig()
     mkw: dict[str, Any] = {}
     if "relay" in m:
         relay = c.string("mail.relay", m["relay"], _HOSTPORT_RE, "host:port")
@@ -138,12 +136,10 @@ def parse_config(data: Any, path: str) -> Config:
             raise c.err("mail.relay", "host:port with a port from 1 to 65535", relay)
         mkw["relay"] = relay
     if "from" in m:
-        mkw["sender"] = c.string("mail.from", m["from"], _ADDR_RE, "an address user@domain")
+        mkw["sender"] = c.string("mail.from", m["from"], ADDR_RE, "an address user@domain")
     if m.get("domain") is not None:
         mkw["domain"] = c.string("mail.domain", m["domain"], _DOMAIN_RE, "a domain like lab.org")
-    if mkw:
-        mail = MailConfig(**{**mail.__dict__, **mkw})
-    kw["mail"] = mail
+    kw["mail"] = MailConfig(**mkw)
 
     r = c.mapping("recovery", top.get("recovery"), ("mode", "actions", "max_retries"))
     rkw: dict[str, Any] = {}

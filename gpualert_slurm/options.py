@@ -29,7 +29,7 @@ _SIZE_RE = re.compile(r"^([0-9]{1,12})([kmgKMG])\Z")
 OPTS_MAX = 1024  # as the plugin: the value travels in the job's environment
 # Conservative: these strings end up in mail headers and shell-free argv only, but a narrow
 # alphabet keeps header injection and surprises out.
-_ADDR_RE = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\Z")
+ADDR_RE = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\Z")
 # Globs are relative to the job's work dir or absolute; control characters never belong there.
 _GLOB_BAD = re.compile(r"[\x00-\x1f\x7f,]")
 
@@ -123,7 +123,7 @@ def parse_options(text: str | None) -> Options:
         if not sep or not value:
             raise _bad(key, "")
         if key == "mail":
-            fields["mail"] = _list(key, value, _ADDR_RE)
+            fields["mail"] = _list(key, value, ADDR_RE)
         elif key == "notify":
             if value not in ("fail", "always", "never"):
                 raise _bad(key, value)

@@ -73,6 +73,9 @@ recovery: {mode: action, actions: [drain_node, hold, cancel], max_retries: 0}
     ("mail: {relay: smtp.lab.org}\n", "mail.relay: expected host:port"),
     ("mail: {relay: 'h:70000'}\n", "mail.relay: expected host:port with a port from 1"),
     ("mail: {from: nobody}\n", "mail.from: expected an address user@domain"),
+    # A trailing newline must not slip through into a mail header.
+    ('mail: {from: "hpc@lab.org\\n"}\n', "mail.from: expected an address user@domain"),
+    ('mail: {relay: "smtp.lab.org:25\\n"}\n', "mail.relay: expected host:port"),
     ("mail: {domain: 'a b'}\n", "mail.domain: expected a domain"),
     ("mail: [a, b]\n", "mail: expected a mapping"),
     ("recovery: {mode: yolo}\n", "recovery.mode: expected monitor or action, got 'yolo'"),

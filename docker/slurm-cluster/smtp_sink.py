@@ -53,7 +53,9 @@ class MaildirHandler:
         final = self.maildir / f"{name}.eml"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, head + data)
+            view = memoryview(head + data)
+            while view:  # os.write may write less than asked; a cut message must not be kept
+                view = view[os.write(fd, view):]
             os.fsync(fd)
         finally:
             os.close(fd)
