@@ -355,14 +355,19 @@ def test_line_numbers_across_chunks(tmp_path):
     assert v.cls == "permission_denied" and v.evidence[0]["line"] == n + 1
 
 
-def test_huge_file_partial_reading_is_reported(tmp_path):
-    log = tmp_path / "big.log"
+def _import_error_progress_cuda_oom(log: Path, blocks: int) -> Path:
+    """An import error, blocks x 60,000 progress lines (~1 MiB each), then a CUDA OOM."""
     with open(log, "w") as f:
         f.write("ModuleNotFoundError: No module named 'early'\n")
         line = "step 123 loss=0.5\n" * 60_000
-        for _ in range(6):
+        for _ in range(blocks):
             f.write(line)
         f.write("torch.OutOfMemoryError: CUDA out of memory.\n")
+    return log
+
+
+def test_huge_file_partial_reading_is_reported(tmp_path):
+    log = _import_error_progress_cuda_oom(tmp_path / "big.log", 6)
     res = scan_file(str(log), load_rules(), head_bytes=1 << 20, tail_bytes=1 << 20)
     assert res.partial and "skipped" in res.partial and "first 1 MiB" in res.partial
     assert res.bytes_read <= (2 << 20) + (1 << 20)
@@ -431,13 +436,7 @@ def test_traceback_scope_needs_a_fitting_role(tmp_path, monkeypatch):
 
 
 def test_time_budget_stops_the_head_and_still_reads_the_tail(tmp_path):
-    log = tmp_path / "slow.log"
-    with open(log, "w") as f:
-        f.write("ModuleNotFoundError: No module named 'early'\n")
-        line = "step 123 loss=0.5\n" * 60_000
-        for _ in range(8):
-            f.write(line)
-        f.write("torch.OutOfMemoryError: CUDA out of memory.\n")
+    log = _import_error_progress_cuda_oom(tmp_path / "slow.log", 8)
     res = scan_file(str(log), load_rules(), tail_bytes=1 << 20, budget_s=0.0)
     assert res.partial and "time budget" in res.partial and "skipped" in res.partial
     assert res.bytes_read < log.stat().st_size

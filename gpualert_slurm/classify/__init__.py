@@ -168,6 +168,12 @@ def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
     return last, k
 
 
+def _frames(events: list[Event], k: int, lo: int) -> list[Event]:
+    """Traceback-scoped events (frames) among the 50 before events[k], from line order lo on."""
+    return [e for e in events[max(0, k - 50):k]
+            if e.rule.scope == "traceback" and lo <= e.order < events[k].order]
+
+
 def _incident(events: list[Event]) -> tuple[Event | None, Event | None]:
     """First root event in line order; the most specific root within its incident window;
     for a chained traceback, the exception that ended it (see _chain).
@@ -182,15 +188,13 @@ def _incident(events: list[Event]) -> tuple[Event | None, Event | None]:
             continue
         lo = max(prev + 1, first.order - FRAME_WINDOW)
         prev = first.order
-        frames = [e for e in events[max(0, i - 50):i]
-                  if e.rule.scope == "traceback" and lo <= e.order < first.order]
+        frames = _frames(events, i, lo)
         if any(f.role == "cascade" for f in frames):
             continue
         best, k = _chain(events, i, _segment_best(events, i))
         if k != i:  # a later exception of the chain: the frames of its own traceback count
             seg_lo = max((e.order for e in events[:k] if e.role == "chain"), default=lo)
-            frames = [e for e in events[max(0, k - 50):k]
-                      if e.rule.scope == "traceback" and seg_lo <= e.order < events[k].order]
+            frames = _frames(events, k, seg_lo)
         conf = [f for f in frames if f.role == "confirmation"]
         if best.cls == "python_exception" and conf:
             f = conf[-1]

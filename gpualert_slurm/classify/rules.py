@@ -200,7 +200,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             pats = [pats]
         if not isinstance(pats, list) or not pats:
             raise RuleError(f"{where}: field 'patterns': must be a non-empty list of regexes")
-        compiled, literals = [], []
+        compiled, literals, digit_lits = [], [], []
         for p in pats:
             if not isinstance(p, str) or not p:
                 raise RuleError(f"{where}: field 'patterns': {p!r} is not a non-empty string")
@@ -217,8 +217,8 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
                     f"{MIN_LITERAL} characters (needed to prefilter lines quickly)"
                 )
             literals.extend(lits)
-        digit_lits = [lit for p in pats if re.search(r"(?<!\\)\d", p)
-                      for lit in (required_literals(p) or [])]
+            if re.search(r"(?<!\\)\d", p):
+                digit_lits.extend(lits)
         out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
                         scope, fixed, None if cap is None else float(cap)))
     return out

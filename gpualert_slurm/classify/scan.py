@@ -188,13 +188,11 @@ def scan_file(
                 f.seek(res.size - tail)
                 res.partial = (f"{why}; then the last {tail >> 20} MiB of {res.size >> 20} MiB "
                                "were read, the middle was skipped")
-                # +1 million: events after the jump never join an incident from before it
-                _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
-                            order_base=order + 1_000_000)
             else:  # what is left is no more than the tail: finish it, budget or not
-                _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
-                            order_base=order + 1_000_000)
                 res.partial = f"{why}; line numbers after that point are unknown"
+            # +1 million: events after the jump never join an incident from before it
+            _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+                        order_base=order + 1_000_000)
     col.finish()
     return res
 
