@@ -75,6 +75,44 @@ def exit_record(spool: str, jobid: str | int, step: str, rank: int) -> str:
     return os.path.join(job_dir(spool, jobid), "tasks", f"{_safe_name(step)}.{int(rank)}.exit")
 
 
+def attempt_subdir(attempt: int) -> str:
+    """The attempt's directory relative to the job dir: '' for attempt 0, else 'attempt-N'
+    (docs/CONTRACTS.md, Attempts)."""
+    n = int(attempt)
+    if n < 0:
+        raise SpoolError(f"bad attempt {attempt!r}: expected a restart count >= 0")
+    return "" if n == 0 else f"attempt-{n}"
+
+
+def attempt_dir(job_path: str, attempt: int) -> str:
+    """Where one attempt's nodes/, tasks/, verdict.json and report live."""
+    sub = attempt_subdir(attempt)
+    return os.path.join(job_path, sub) if sub else job_path
+
+
+def list_attempts(job_path: str) -> list[int]:
+    """The attempts a job dir holds, oldest first. Attempt 0 counts when its tasks/ or nodes/
+    is there; a later one when its attempt-N/ directory is (links are not followed)."""
+    found = []
+    try:
+        names = os.listdir(job_path)
+    except OSError:
+        return []
+    if "tasks" in names or "nodes" in names:
+        found.append(0)
+    for name in names:
+        if name.startswith("attempt-") and name[8:].isdigit() and int(name[8:]) > 0:
+            if stat.S_ISDIR(os.lstat(os.path.join(job_path, name)).st_mode):
+                found.append(int(name[8:]))
+    return sorted(found)
+
+
+def latest_attempt(job_path: str) -> int:
+    """The highest attempt in a job dir (0 when it holds none yet)."""
+    attempts = list_attempts(job_path)
+    return attempts[-1] if attempts else 0
+
+
 def hooks_log(spool: str) -> str:
     return os.path.join(spool, "gpualert-hooks.log")
 

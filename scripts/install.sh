@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/opt/gpualert}
 VENV=$PREFIX/venv
 
+# Concurrent installs (parallel test runs, several developers on one machine) must not run pip
+# in the same venv at once.
+mkdir -p "$PREFIX"
+exec 9>"$PREFIX/.install.lock"
+flock 9
+
 DEB_PACKAGES=(python3 python3-venv python3-dev gcc make libslurm-dev slurm-wlm-plugins-dev
               slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
 
