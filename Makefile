@@ -31,12 +31,17 @@ unit: install
 bench: install
 	$(PY) bench/run.py
 
-# The tuning corpus, then the held-out sets (written by engineers who had not seen the rules).
+# The tuning corpus, the held-out sets (written by engineers who had not seen the rules), the
+# real-world tuning set, then GPUAlert's published corpus (../shared/peer-corpus, read-only,
+# scored through its mapping.yaml). A missing set fails: every figure is meant to be there.
+PEER_CORPUS ?= ../shared/peer-corpus
 eval: install
 	$(VENV)/bin/gpualert eval corpus/
-	@for d in corpus/holdout corpus/holdout2; do \
-	    [ -f $$d/labels.jsonl ] && { echo; echo "######## $$d"; $(VENV)/bin/gpualert eval $$d/; } || true; \
+	@for d in corpus/holdout corpus/holdout2 corpus/holdout3 corpus/realworld; do \
+	    [ -f $$d/labels.jsonl ] && { echo; echo "######## $$d"; $(VENV)/bin/gpualert eval $$d/ || exit 1; } || true; \
 	done
+	@[ -f $(PEER_CORPUS)/mapping.yaml ] || { echo "make eval: peer corpus $(PEER_CORPUS) not found (a clean clone needs ../shared/peer-corpus beside it)" >&2; exit 1; }
+	@echo; echo "######## $(PEER_CORPUS)"; $(VENV)/bin/gpualert eval $(PEER_CORPUS)/
 
 corpus: install
 	scripts/make-corpus.sh

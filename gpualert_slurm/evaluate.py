@@ -55,6 +55,53 @@ def load_labels(corpus: Path) -> list[dict]:
     return labels
 
 
+def load_peer(corpus: Path) -> tuple[list[dict], dict[str, str]]:
+    """A peer project's corpus (mapping.yaml beside its labels.jsonl): its labels in our format
+    and the classes its labels cannot tell apart (prediction -> the class it counts as).
+
+    Peer labels: id, mode (their label), source, log_path (relative to a folder "corpus/" that
+    is the corpus dir), true_exit_code (negative: killed by that signal).
+    """
+    mpath = corpus / "mapping.yaml"
+    try:
+        mapping = yaml.safe_load(mpath.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise CorpusError(f"cannot read {mpath}: {e}") from None
+    classes = mapping.get("classes") if isinstance(mapping, dict) else None
+    if not isinstance(classes, dict):
+        raise CorpusError(f"{mpath}: field 'classes' must map the peer's labels to our classes")
+    same = mapping.get("same_on_this_set") or {}
+    path = corpus / "labels.jsonl"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CorpusError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    labels = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise CorpusError(f"{path}:{n}: not valid JSON: {e}") from None
+        mode, rel = obj.get("mode"), obj.get("log_path")
+        if mode not in classes or not isinstance(rel, str):
+            raise CorpusError(f"{path}:{n}: label {mode!r} is not in {mpath.name} "
+                              "or log_path is missing")
+        code = _int(obj.get("true_exit_code"))
+        rel = rel.removeprefix("corpus/")
+        labels.append({
+            "id": str(obj.get("id")), "class": str(classes[mode]), "root_rank": None,
+            "source": "synthetic" if obj.get("source") == "synthetic" else "reproduced",
+            "exit_code": code if code is None or code >= 0 else None,
+            "signal": -code if code is not None and code < 0 else None,
+            "tasks": [{"log": rel}],
+        })
+    if not labels:
+        raise CorpusError(f"{path}: no labels")
+    return labels, {str(k): str(v) for k, v in same.items()}
+
+
 def _resolve(corpus: Path, case_id: str, rel: str) -> str:
     """A label path is relative to the corpus dir; a bare name may be relative to its case dir."""
     p = Path(rel)
@@ -169,7 +216,12 @@ def score(truth: list[str], pred: list[str]) -> dict[str, Any]:
 
 
 def evaluate(corpus: Path, include_synthetic: bool = True) -> dict[str, Any]:
-    labels = load_labels(corpus)
+    """Score a corpus; a dir with mapping.yaml is a peer's corpus (see load_peer)."""
+    same: dict[str, str] = {}
+    if (corpus / "mapping.yaml").is_file():
+        labels, same = load_peer(corpus)
+    else:
+        labels = load_labels(corpus)
     rules = load_rules()
     kws = _keywords()
     rows = []
@@ -179,8 +231,9 @@ def evaluate(corpus: Path, include_synthetic: bool = True) -> dict[str, Any]:
         v = classify(tasks, job, rules)
         rows.append({
             "id": lab["id"], "truth": lab["class"], "source": lab.get("source", "reproduced"),
-            "ours": v.cls, "exit_only": baseline_exit(tasks, job),
-            "keywords": baseline_keywords(tasks, job, kws),
+            "ours": same.get(v.cls, v.cls),
+            "exit_only": same.get(c := baseline_exit(tasks, job), c),
+            "keywords": same.get(c := baseline_keywords(tasks, job, kws), c),
             "root_truth": _int(lab.get("root_rank")), "root_ours": v.root_rank,
             "missing": missing,
         })
@@ -199,7 +252,8 @@ def evaluate(corpus: Path, include_synthetic: bool = True) -> dict[str, Any]:
                          if ranked else None),
         }
         sections[name] = sec
-    return {"corpus": str(corpus), "cases": rows, "sections": sections}
+    return {"corpus": str(corpus), "cases": rows, "sections": sections,
+            "same_on_this_set": same}
 
 
 def _fmt(x: float | None) -> str:
@@ -208,6 +262,9 @@ def _fmt(x: float | None) -> str:
 
 def render(rep: dict[str, Any]) -> str:
     out = [f"corpus {rep['corpus']}: {len(rep['cases'])} cases"]
+    if rep.get("same_on_this_set"):
+        out.append("scored as equal on this set (its labels cannot tell them apart): "
+                   + ", ".join(f"{a} = {b}" for a, b in rep["same_on_this_set"].items()))
     miss = [r for r in rep["cases"] if r["missing"]]
     if miss:
         out.append(f"warning: {len(miss)} case(s) with missing log files, e.g. "
