@@ -15,17 +15,35 @@ DEFAULT_PATH = "/etc/gpualert/gpualert.yaml"
 RECOVERY_ACTIONS = ("requeue", "exclude_node", "drain_node", "hold", "cancel")
 _HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})$")
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*$")
+_HOST_RE = re.compile(r"^([A-Za-z0-9._-]+|[0-9A-Fa-f:.]+)$")
+_USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
+_SMTP_USER_RE = re.compile(r"^[!-~]{1,256}$")
+_CHANNEL_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_URL_RE = re.compile(r"^[a-z][a-z0-9+.-]*://[!-~]+$")
 
 
 class ConfigError(ValueError):
     """str() is a one-line message: file, key, what is accepted."""
 
 
+MAIL_TLS = ("none", "starttls", "ssl")
+SLURM_MAIL_MODES = ("enrich", "forward", "suppress")
+
+
 @dataclass(frozen=True)
 class MailConfig:
-    relay: str = "localhost:25"
+    relay: str = "localhost:25"  # host:port; the YAML may also say host: and port:
     sender: str = "gpualert@localhost"  # the YAML key is `from`
     domain: str | None = None  # user@domain when the job gave no mail=
+    users: tuple[tuple[str, str], ...] = ()  # user -> address, before `domain`
+    allow_domains: tuple[str, ...] = ()  # recipients' domains allowed; empty: any
+    tls: str = "none"  # none | starttls | ssl
+    username: str | None = None
+    password_file: str | None = None  # never the password itself in this file
+    connect_timeout_s: float = 5.0
+    send_timeout_s: float = 10.0  # per SMTP command
+    slurm_mail: str = "enrich"  # what `gpualert mailprog` does with Slurm's own mail
+    slurm_mail_wait_s: float = 20.0  # how long mailprog waits for a verdict to enrich with
 
     @property
     def relay_host(self) -> str:
@@ -35,12 +53,74 @@ class MailConfig:
     def relay_port(self) -> int:
         return int(self.relay.rsplit(":", 1)[1])
 
+    def address_for(self, user: str) -> str | None:
+        """The configured address of a Slurm user name: the users map, else user@domain."""
+        for name, addr in self.users:
+            if name == user:
+                return addr
+        return f"{user}@{self.domain}" if self.domain else None
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    """A named webhook channel (an apprise URL). `url_file` keeps a secret URL out of this
+    world-readable file."""
+
+    name: str
+    url: str | None = None
+    url_file: str | None = None
+
+
+@dataclass(frozen=True)
+class NotifyRule:
+    """Jobs matching every given field (empty: any) go to `channels`."""
+
+    channels: tuple[str, ...]
+    users: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    outbox: str | None = None  # None: <spool>/.outbox
+    total_timeout_s: float = 15.0  # bound of one submit(), all tries included
+    tries: int = 2  # sending tries inside submit() before leaving it to `gpualert flush`
+    backoff_s: float = 1.0  # first pause between tries; doubles
+    max_attempts: int = 8  # flush attempts before a message is quarantined
+    max_age_s: int = 3 * 86400  # a message older than this is quarantined
+    quarantine_keep_s: int = 30 * 86400  # quarantined messages older than this are deleted
+    default: tuple[str, ...] = ("mail",)  # channels when no rule matches
+    rules: tuple[NotifyRule, ...] = ()
+    channels: tuple[ChannelConfig, ...] = ()
+
+    def channel(self, name: str) -> ChannelConfig | None:
+        return next((c for c in self.channels if c.name == name), None)
+
 
 @dataclass(frozen=True)
 class RecoveryConfig:
     mode: str = "monitor"  # monitor: only record what would be done; action: do it
     actions: tuple[str, ...] = ()
     max_retries: int = 2
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    templates: str = "/etc/gpualert/templates"  # site overrides of the report templates
+    artifacts: tuple[str, ...] = ()  # globs attached for every job, after the job's own
+    arrays: str = "summary"  # summary: one report per job array; per_task: one per task
+    max_per_array: int = 10  # reports per array in per_task mode
+    max_per_user_hour: int = 60  # reports to one user in any hour; beyond, kept unsent
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """What `gpualert gc` may remove from the spool (job dirs that are finished and reported)."""
+
+    max_age_s: int | None = 30 * 86400  # idle longer than this: removed; None: no age limit
+    max_total_bytes: int | None = None  # over this, the oldest go first; None: no size limit
+    min_age_s: int = 3600  # never removed while younger, whatever the limits
 
 
 @dataclass(frozen=True)
@@ -54,6 +134,13 @@ class Config:
     hang_s: int | None = None  # None: no hang detection unless the job asks (hang=)
     mail: MailConfig = field(default_factory=MailConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+
+    @property
+    def outbox(self) -> str:
+        return self.notify.outbox or os.path.join(self.spool, ".outbox")
 
 
 def config_path(explicit: str | None = None) -> str:
@@ -102,7 +189,7 @@ def parse_config(data: Any, path: str) -> Config:
     c = _Checker(path)
     top = c.mapping("", data, (
         "spool", "default_monitoring", "hook_timeout_s", "epilog_wait_s", "budget", "hang",
-        "mail", "recovery",
+        "mail", "recovery", "notify", "report", "retention",
     ))
     kw: dict[str, Any] = {"path": path}
     if "spool" in top:
@@ -128,18 +215,8 @@ def parse_config(data: Any, path: str) -> Config:
             what = "a duration like 90s, 30m, 2h or 1d, or null"
             raise c.err("hang", what, top["hang"]) from None
 
-    m = c.mapping("mail", top.get("mail"), ("relay", "from", "domain"))
-    mkw: dict[str, Any] = {}
-    if "relay" in m:
-        relay = c.string("mail.relay", m["relay"], _HOSTPORT_RE, "host:port")
-        if not 0 < int(relay.rsplit(":", 1)[1]) < 65536:
-            raise c.err("mail.relay", "host:port with a port from 1 to 65535", relay)
-        mkw["relay"] = relay
-    if "from" in m:
-        mkw["sender"] = c.string("mail.from", m["from"], ADDR_RE, "an address user@domain")
-    if m.get("domain") is not None:
-        mkw["domain"] = c.string("mail.domain", m["domain"], _DOMAIN_RE, "a domain like lab.org")
-    kw["mail"] = MailConfig(**mkw)
+    kw["mail"] = _parse_mail(c, top.get("mail"))
+    kw["notify"] = _parse_notify(c, top.get("notify"))
 
     r = c.mapping("recovery", top.get("recovery"), ("mode", "actions", "max_retries"))
     rkw: dict[str, Any] = {}
@@ -159,7 +236,217 @@ def parse_config(data: Any, path: str) -> Config:
             raise c.err("recovery.max_retries", "an integer from 0 to 100", v)
         rkw["max_retries"] = v
     kw["recovery"] = RecoveryConfig(**rkw)
+    kw["retention"] = _parse_retention(c, top.get("retention"))
+    kw["report"] = _report_config(c, top.get("report"))
     return Config(**kw)
+
+
+def _report_config(c: _Checker, value: Any) -> ReportConfig:
+    r = c.mapping("report", value, ("templates", "artifacts", "arrays", "max_per_array",
+                                    "max_per_user_hour"))
+    kw: dict[str, Any] = {}
+    if "templates" in r:
+        t = c.string("report.templates", r["templates"], None, "an absolute path")
+        if not os.path.isabs(t):
+            raise c.err("report.templates", "an absolute path", t)
+        kw["templates"] = t
+    if r.get("artifacts") is not None:
+        a = r["artifacts"]
+        if not isinstance(a, list) or not all(isinstance(g, str) and g for g in a):
+            raise c.err("report.artifacts", "a list of file globs", a)
+        kw["artifacts"] = tuple(a)
+    if "arrays" in r:
+        if r["arrays"] not in ("summary", "per_task"):
+            raise c.err("report.arrays", "summary or per_task", r["arrays"])
+        kw["arrays"] = r["arrays"]
+    for key in ("max_per_array", "max_per_user_hour"):
+        if key in r:
+            kw[key] = int(c.number(f"report.{key}", r[key], 0, 100000))
+    return ReportConfig(**kw)
+
+
+def _str_list(c: _Checker, key: str, value: Any, pattern: re.Pattern[str] | None,
+              what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or any(
+            not isinstance(v, str) or (pattern is not None and not pattern.fullmatch(v))
+            for v in value):
+        raise c.err(key, f"a list of {what}", value)
+    return tuple(value)
+
+
+def _abs_path(c: _Checker, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not os.path.isabs(value) or "\n" in value:
+        raise c.err(key, "an absolute path", value)
+    return os.path.normpath(value)
+
+
+def _duration(c: _Checker, key: str, value: Any) -> int:
+    try:
+        return parse_duration(str(value))
+    except ValueError:
+        raise c.err(key, "a duration like 90s, 30m, 2h or 1d", value) from None
+
+
+def _parse_mail(c: _Checker, data: Any) -> MailConfig:
+    m = c.mapping("mail", data, (
+        "relay", "host", "port", "from", "domain", "users", "allow_domains", "tls", "username",
+        "password_file", "password", "connect_timeout_s", "send_timeout_s", "slurm_mail",
+        "slurm_mail_wait_s",
+    ))
+    mkw: dict[str, Any] = {}
+    if "password" in m:
+        raise ConfigError(
+            f"gpualert: config {c.path}: mail.password: not accepted here (this file is "
+            "world-readable): put the password in a root-only file (chmod 600) and name it in "
+            "mail.password_file")
+    if "relay" in m and ("host" in m or "port" in m):
+        raise ConfigError(f"gpualert: config {c.path}: mail.relay and mail.host/mail.port "
+                          "both given: keep one of them")
+    if "relay" in m:
+        relay = c.string("mail.relay", m["relay"], _HOSTPORT_RE, "host:port")
+        if not 0 < int(relay.rsplit(":", 1)[1]) < 65536:
+            raise c.err("mail.relay", "host:port with a port from 1 to 65535", relay)
+        mkw["relay"] = relay
+    elif "host" in m or "port" in m:
+        host = c.string("mail.host", m.get("host", "localhost"), _HOST_RE, "a host name or IP")
+        port = m.get("port", 465 if m.get("tls") == "ssl" else 25)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise c.err("mail.port", "a port from 1 to 65535", port)
+        mkw["relay"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if "from" in m:
+        mkw["sender"] = c.string("mail.from", m["from"], ADDR_RE, "an address user@domain")
+    if m.get("domain") is not None:
+        mkw["domain"] = c.string("mail.domain", m["domain"], _DOMAIN_RE, "a domain like lab.org")
+    if m.get("users") is not None:
+        users = m["users"]
+        what = "a mapping of Slurm user names to addresses user@domain"
+        if not isinstance(users, dict) or any(
+                not isinstance(k, str) or not _USER_RE.fullmatch(k) or not isinstance(v, str)
+                or not ADDR_RE.fullmatch(v) for k, v in users.items()):
+            raise c.err("mail.users", what, users)
+        mkw["users"] = tuple(sorted(users.items()))
+    if m.get("allow_domains") is not None:
+        mkw["allow_domains"] = tuple(d.lower() for d in _str_list(
+            c, "mail.allow_domains", m["allow_domains"], _DOMAIN_RE, "domains like lab.org"))
+    if "tls" in m:
+        if m["tls"] not in MAIL_TLS:
+            raise c.err("mail.tls", " or ".join(MAIL_TLS), m["tls"])
+        mkw["tls"] = m["tls"]
+    if ("username" in m) != ("password_file" in m):
+        raise ConfigError(f"gpualert: config {c.path}: mail.username and mail.password_file "
+                          "go together: give both or neither")
+    if "username" in m:
+        mkw["username"] = c.string("mail.username", m["username"], _SMTP_USER_RE,
+                                   "a user name without spaces or control characters")
+        mkw["password_file"] = _abs_path(c, "mail.password_file", m["password_file"])
+    for key in ("connect_timeout_s", "send_timeout_s", "slurm_mail_wait_s"):
+        if key in m:
+            mkw[key] = c.number(f"mail.{key}", m[key], 0 if key == "slurm_mail_wait_s" else 0.1,
+                                110 if key == "slurm_mail_wait_s" else 600)
+    if "slurm_mail" in m:
+        if m["slurm_mail"] not in SLURM_MAIL_MODES:
+            raise c.err("mail.slurm_mail", ", ".join(SLURM_MAIL_MODES), m["slurm_mail"])
+        mkw["slurm_mail"] = m["slurm_mail"]
+    return MailConfig(**mkw)
+
+
+def _parse_notify(c: _Checker, data: Any) -> NotifyConfig:
+    n = c.mapping("notify", data, (
+        "outbox", "total_timeout_s", "tries", "backoff_s", "max_attempts", "max_age",
+        "quarantine_keep", "default", "rules", "channels",
+    ))
+    nkw: dict[str, Any] = {}
+    if n.get("outbox") is not None:
+        nkw["outbox"] = _abs_path(c, "notify.outbox", n["outbox"])
+    if "total_timeout_s" in n:
+        nkw["total_timeout_s"] = c.number("notify.total_timeout_s", n["total_timeout_s"], 1, 600)
+    if "backoff_s" in n:
+        nkw["backoff_s"] = c.number("notify.backoff_s", n["backoff_s"], 0, 60)
+    for key, lo, hi in (("tries", 1, 10), ("max_attempts", 1, 1000)):
+        if key in n:
+            v = n[key]
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise c.err(f"notify.{key}", f"an integer from {lo} to {hi}", v)
+            nkw[key] = v
+    if "max_age" in n:
+        nkw["max_age_s"] = _duration(c, "notify.max_age", n["max_age"])
+    if "quarantine_keep" in n:
+        nkw["quarantine_keep_s"] = _duration(c, "notify.quarantine_keep", n["quarantine_keep"])
+    channels: list[ChannelConfig] = []
+    chans = n.get("channels")
+    if chans is not None:
+        if not isinstance(chans, dict):
+            raise c.err("notify.channels", "a mapping of channel names to {url: ...}", chans)
+        for name, spec in chans.items():
+            key = f"notify.channels.{name}"
+            if not isinstance(name, str) or not _CHANNEL_RE.fullmatch(name) or name == "mail":
+                raise c.err("notify.channels", "channel names of letters, digits, - and _ "
+                            "(not 'mail', the built-in channel)", name)
+            s = c.mapping(key, spec, ("url", "url_file"))
+            if ("url" in s) == ("url_file" in s):
+                raise ConfigError(f"gpualert: config {c.path}: {key}: give exactly one of url "
+                                  "(an apprise URL such as json://host/path, ntfy://host/topic, "
+                                  "mmost://host/token, slack://T/B/C) or url_file")
+            if "url" in s:
+                url = c.string(f"{key}.url", s["url"], _URL_RE, "an apprise URL scheme://...")
+                channels.append(ChannelConfig(name, url=url))
+            else:
+                channels.append(ChannelConfig(name, url_file=_abs_path(
+                    c, f"{key}.url_file", s["url_file"])))
+    nkw["channels"] = tuple(channels)
+    known = {"mail", *(ch.name for ch in channels)}
+
+    def names(key: str, value: Any) -> tuple[str, ...]:
+        out = _str_list(c, key, value, _CHANNEL_RE, "channel names")
+        for v in out:
+            if v not in known:
+                raise c.err(key, f"channels defined in notify.channels (or mail): "
+                            f"{', '.join(sorted(known))}", v)
+        return out
+
+    if "default" in n:
+        nkw["default"] = names("notify.default", n["default"] or [])
+    if n.get("rules") is not None:
+        if not isinstance(n["rules"], list):
+            raise c.err("notify.rules", "a list of {users, partitions, accounts, channels}",
+                        n["rules"])
+        rules = []
+        for i, r in enumerate(n["rules"]):
+            key = f"notify.rules[{i}]"
+            rd = c.mapping(key, r, ("users", "partitions", "accounts", "channels"))
+            if "channels" not in rd:
+                raise c.err(f"{key}.channels", "a list of channel names", None)
+            rules.append(NotifyRule(
+                channels=names(f"{key}.channels", rd["channels"]),
+                **{f: _str_list(c, f"{key}.{f}", rd[f], _USER_RE, "names")
+                   for f in ("users", "partitions", "accounts") if rd.get(f) is not None}))
+        nkw["rules"] = tuple(rules)
+    return NotifyConfig(**nkw)
+
+
+def _parse_retention(c: _Checker, value: Any) -> RetentionConfig:
+    r = c.mapping("retention", value, ("max_age", "max_total", "min_age"))
+    kw: dict[str, Any] = {}
+    for key, attr, parse, what in (
+            ("max_age", "max_age_s", parse_duration, "a duration like 30d or 12h, or null"),
+            ("min_age", "min_age_s", parse_duration, "a duration like 1h or 2d"),
+            ("max_total", "max_total_bytes", parse_size, "a size like 500G or 50M, or null")):
+        if key not in r:
+            continue
+        if r[key] is None and key != "min_age":
+            kw[attr] = None
+            continue
+        try:
+            kw[attr] = parse(str(r[key]))
+        except ValueError:
+            raise c.err(f"retention.{key}", what, r[key]) from None
+    ret = RetentionConfig(**kw)
+    if ret.max_age_s is not None and ret.min_age_s > ret.max_age_s:
+        raise c.err("retention.min_age", f"at most retention.max_age ({ret.max_age_s} s)",
+                    r.get("min_age"))
+    return ret
 
 
 def load_config(path: str | None = None) -> Config:

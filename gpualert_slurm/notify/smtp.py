@@ -1,0 +1,194 @@
+"""One bounded SMTP send: connect timeout, a per-command timeout, and a hard deadline after
+which the socket is shut whatever the relay does (a relay that drips one byte at a time
+cannot hold a hook past its bound)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import smtplib
+import socket
+import ssl
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+
+from gpualert_slurm.config import MailConfig
+
+
+@dataclass
+class Outcome:
+    """What one try gave. `permanent`: trying again cannot help (5xx, bad config);
+    `unreachable`: the relay (or endpoint) could not be reached at all."""
+
+    ok: bool
+    reason: str = ""
+    permanent: bool = False
+    unreachable: bool = False
+    refused: dict[str, str] = field(default_factory=dict)  # recipient -> relay's answer
+
+
+class _Deadline:
+    """Per-command timeouts clipped to what is left of the overall bound."""
+
+    deadline: float = 0.0
+    op_timeout: float = 10.0
+
+    def _clip(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("time bound reached")
+        sock = getattr(self, "sock", None)
+        if sock is not None:
+            sock.settimeout(min(self.op_timeout, left))
+
+    def send(self, s: bytes | str) -> None:
+        self._clip()
+        super().send(s)  # type: ignore[misc]
+
+    def getreply(self) -> tuple[int, bytes]:
+        self._clip()
+        return super().getreply()  # type: ignore[misc]
+
+
+class _SMTP(_Deadline, smtplib.SMTP):
+    pass
+
+
+class _SMTPS(_Deadline, smtplib.SMTP_SSL):
+    pass
+
+
+def read_secret(path: str, what: str) -> str:
+    """A secret from a root-only file; ValueError saying what to fix otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{what} {path}: not a regular file")
+        if st.st_uid not in (0, os.geteuid()):
+            raise ValueError(f"{what} {path}: owned by uid {st.st_uid}: chown it to root")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            raise ValueError(f"{what} {path}: mode {stat.S_IMODE(st.st_mode):04o} lets others "
+                             "read it: chmod 600 it")
+        data = os.read(fd, 65536)
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8").strip()
+    if not text:
+        raise ValueError(f"{what} {path}: empty")
+    return text
+
+
+def _code_outcome(code: int, text: bytes | str, stage: str) -> Outcome:
+    msg = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    reason = f"relay refused at {stage}: {code} {' '.join(msg.split())}"[:500]
+    return Outcome(False, reason, permanent=code >= 500)
+
+
+def send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
+         deadline: float) -> Outcome:
+    """Send one message; never raises. `deadline` is a time.monotonic() value."""
+    start = time.monotonic()
+    out = _send(data, sender, recipients, mail, deadline)
+    if not out.ok and not out.permanent and time.monotonic() >= deadline - 0.05:
+        out.reason = (f"relay {mail.relay}: no complete answer within the time bound "
+                      f"({deadline - start:.1f} s): {out.reason}")
+    return out
+
+
+def _send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
+          deadline: float) -> Outcome:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return Outcome(False, "not tried: time bound reached")
+    password = None
+    if mail.username:
+        try:
+            password = read_secret(mail.password_file or "", "mail.password_file")
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            return Outcome(False, f"SMTP password: {why}", permanent=True)
+    host, port = mail.relay_host, mail.relay_port
+    where = f"relay {host}:{port}"
+    ctx = ssl.create_default_context()
+    cls = _SMTPS if mail.tls == "ssl" else _SMTP
+    kwargs = {"context": ctx} if mail.tls == "ssl" else {}
+    client = cls(timeout=min(mail.connect_timeout_s, left), **kwargs)
+    client.deadline = deadline
+    client.op_timeout = mail.send_timeout_s
+
+    def cut() -> None:  # the hard bound: unblocks any read or write in progress
+        sock = getattr(client, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(left, cut)
+    timer.daemon = True
+    timer.start()
+    stage = "connect"
+    try:
+        try:
+            client.connect(host, port)
+        except smtplib.SMTPConnectError as e:
+            return _code_outcome(e.smtp_code, e.smtp_error, "connect")
+        except (OSError, smtplib.SMTPServerDisconnected) as e:
+            return Outcome(False, f"{where}: cannot connect: {_os_reason(e, mail)}",
+                           unreachable=True)
+        stage = "EHLO"
+        client.ehlo_or_helo_if_needed()
+        if mail.tls == "starttls":
+            stage = "STARTTLS"
+            try:
+                client.starttls(context=ctx)
+            except smtplib.SMTPNotSupportedError:
+                return Outcome(False, f"{where} does not offer STARTTLS (mail.tls: starttls): "
+                               "use tls: none or ssl, or another relay", permanent=True)
+            client.ehlo()
+        if mail.username:
+            stage = "AUTH"
+            client.login(mail.username, password or "")
+        stage = "MAIL"
+        refused = client.sendmail(sender, recipients, data)
+        with_refused = {r: f"{c} {m.decode('utf-8', 'replace')}"
+                        for r, (c, m) in refused.items()}
+        with contextlib.suppress(OSError, smtplib.SMTPException):
+            client.quit()  # accepted is accepted, whatever QUIT gives
+        reason = f"accepted by {where}"
+        if with_refused:
+            reason += "; refused: " + "; ".join(f"{r} ({m})" for r, m in with_refused.items())
+        return Outcome(True, reason, refused=with_refused)
+    except smtplib.SMTPRecipientsRefused as e:
+        answers = {r: (c, m) for r, (c, m) in e.recipients.items()}
+        transient = any(c < 500 for c, _ in answers.values())
+        text = "; ".join(f"{r}: {c} {m.decode('utf-8', 'replace')}" for r, (c, m) in
+                         answers.items())
+        return Outcome(False, f"{where} refused every recipient: {text}"[:500],
+                       permanent=not transient,
+                       refused={r: f"{c} {m.decode('utf-8', 'replace')}"
+                                for r, (c, m) in answers.items()})
+    except smtplib.SMTPResponseException as e:
+        return _code_outcome(e.smtp_code, e.smtp_error, stage)
+    except ssl.SSLCertVerificationError as e:
+        return Outcome(False, f"{where}: TLS certificate not trusted at {stage}: "
+                       f"{e.verify_message}", permanent=True)
+    except smtplib.SMTPServerDisconnected as e:
+        return Outcome(False, f"{where}: connection lost at {stage}: {e}")
+    except (OSError, smtplib.SMTPException) as e:
+        return Outcome(False, f"{where}: {stage}: {_os_reason(e, mail)}")
+    finally:
+        timer.cancel()
+        with contextlib.suppress(OSError):
+            client.close()
+
+
+def _os_reason(e: BaseException, mail: MailConfig) -> str:
+    if isinstance(e, TimeoutError | socket.timeout):
+        return "no answer within the time bound"
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused (is the relay running?)"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
