@@ -83,7 +83,7 @@ recovery: {mode: action, actions: [drain_node, hold, cancel], max_retries: 0}
     ("recovery: {actions: requeue}\n", "recovery.actions: expected a list"),
     ("recovery: {max_retries: -1}\n", "recovery.max_retries: expected an integer from 0"),
     ("spoool: /x\n", "unknown key spoool (accepted: spool, default_monitoring"),
-    ("mail: {realy: 'a:1'}\n", "unknown key mail.realy (accepted: relay, from, domain)"),
+    ("mail: {realy: 'a:1'}\n", "unknown key mail.realy (accepted: relay, host, port, from, domain"),
     ("- just\n- a list\n", "top level: expected a mapping"),
     ("spool: [unclosed\n", "not valid YAML"),
 ])
