@@ -233,6 +233,41 @@ def check_relay(cfg: Config) -> Result:
         return Result(name, False, f"cannot connect: {why}", fix)
 
 
+def check_outbox(cfg: Config) -> list[Result]:
+    """Reports waiting in the outbox, and those given up on (quarantined) with the oldest
+    reason; also that the SMTP password file, if any, is root-only."""
+    from gpualert_slurm.notify import summarise
+
+    s = summarise(cfg)
+    res: list[Result] = []
+    name = f"outbox {s.path}"
+    if s.error:
+        res.append(Result(name, False, s.error, "fix the outbox directory (root, mode 0700), "
+                          "or set notify.outbox"))
+    else:
+        age = "" if s.oldest_waiting_s is None else f", oldest {s.oldest_waiting_s / 60:.0f} min"
+        res.append(Result(f"{name}: {s.waiting} waiting{age}", True))
+        if s.quarantined:
+            res.append(Result(
+                f"{name}: quarantine", False,
+                f"{s.quarantined} message(s) given up on; oldest: {s.oldest_quarantine_reason}",
+                "fix the cause, then `gpualert flush --requeue` (or delete them: "
+                "`gpualert flush --list` shows the files)"))
+        else:
+            res.append(Result(f"{name}: quarantine empty", True))
+    if cfg.mail.password_file:
+        from gpualert_slurm.notify.smtp import read_secret
+
+        pname = f"SMTP password file {cfg.mail.password_file}"
+        try:
+            read_secret(cfg.mail.password_file, "mail.password_file")
+            res.append(Result(pname, True))
+        except (OSError, ValueError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            res.append(Result(pname, False, why, "root-owned, mode 0600, holding the password"))
+    return res
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="gpualert doctor", description=__doc__.split("\n")[0])
     ap.add_argument("--config", help="config file (default: $GPUALERT_CONFIG or "
@@ -249,6 +284,7 @@ def main(argv: list[str]) -> int:
     results += check_slurm_conf(slurm_conf)
     results.append(check_spool(cfg.spool))
     results.append(check_relay(cfg))
+    results += check_outbox(cfg)
     for r in results:
         print(r.line(), flush=True)
     failed = sum(not r.ok for r in results)
