@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
@@ -102,8 +102,11 @@ def list_attempts(job_path: str) -> list[int]:
         found.append(0)
     for name in names:
         if name.startswith("attempt-") and name[8:].isdigit() and int(name[8:]) > 0:
-            if stat.S_ISDIR(os.lstat(os.path.join(job_path, name)).st_mode):
-                found.append(int(name[8:]))
+            try:
+                if stat.S_ISDIR(os.lstat(os.path.join(job_path, name)).st_mode):
+                    found.append(int(name[8:]))
+            except OSError:  # gone meanwhile
+                continue
     return sorted(found)
 
 
@@ -260,64 +263,117 @@ def _rmtree_fd(dir_fd: int, name: str) -> None:
 
 
 class JobDir:
-    """An open, verified job directory; `fd` and `nodes_fd` stay valid until close().
-    `created` is True when this call made it (first node), False when it was there."""
+    """An open, verified job directory. `fd` is the job root; `attempt_fd` and `nodes_fd` are
+    the attempt's directory and its nodes/ (for attempt 0, `attempt_fd` is `fd`); all stay
+    valid until close(). `created` is True when this call made the job root (first node)."""
 
-    def __init__(self, path: str, fd: int, nodes_fd: int, created: bool) -> None:
+    def __init__(self, path: str, fd: int, nodes_fd: int, created: bool, attempt: int = 0,
+                 attempt_fd: int | None = None, attempt_created: bool | None = None) -> None:
         self.path, self.fd, self.nodes_fd, self.created = path, fd, nodes_fd, created
+        self.attempt = attempt
+        # Whether this call made the attempt's directory (attempt 0: the job root).
+        self.attempt_created = created if attempt_created is None else attempt_created
+        self.attempt_fd = fd if attempt_fd is None else attempt_fd
+        self.attempt_path = attempt_dir(path, attempt)
 
     def close(self) -> None:
-        for fd in (self.nodes_fd, self.fd):
+        fds = [self.nodes_fd, self.fd]
+        if self.attempt_fd != self.fd:
+            fds.insert(1, self.attempt_fd)
+        for fd in fds:
             with suppress(OSError):
                 os.close(fd)
 
 
+def _fill_attempt(fd: int, uid: int, gid: int) -> None:
+    """nodes/ and tasks/ of the user, 0700, in a directory we just made (fd)."""
+    for sub in ("nodes", "tasks"):
+        os.mkdir(sub, DIR_MODE, dir_fd=fd)
+        # Through an fd (O_NOFOLLOW): in a user's job dir the name may be swapped meanwhile.
+        with opened_dir(sub, fd) as sfd:
+            os.fchown(sfd, uid, gid)
+            os.fchmod(sfd, DIR_MODE)  # mkdir's mode is cut by umask
+
+
+def _make_noreplace(parent_fd: int, name: str, uid: int, gid: int, tag: str,
+                    fill: Callable[[int], None]) -> bool:
+    """Make parent/name (uid:gid, 0700, filled by `fill(fd)`) so that it appears complete or
+    not at all: built under a temp name, then renamed into place without replacing anything.
+    True when this call made it, False when something was there already (another node won
+    the race, or something was planted: the caller checks what is there)."""
+    tmp = f".tmp-{name}-{_safe_tag(tag)}-{os.getpid()}-{os.urandom(4).hex()}"
+    os.mkdir(tmp, DIR_MODE, dir_fd=parent_fd)
+    created = False
+    try:
+        with opened_dir(tmp, parent_fd) as tfd:
+            fill(tfd)
+            os.fchown(tfd, uid, gid)
+            os.fchmod(tfd, DIR_MODE)
+            os.fsync(tfd)
+        try:
+            _rename_noreplace(tmp, name, parent_fd)
+            created = True
+            fsync_dir(parent_fd)
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                raise
+    finally:
+        if not created:
+            _rmtree_fd(parent_fd, tmp)
+    return created
+
+
 def create_job_dir(spool: str, jobid: str | int, uid: int, gid: int,
-                   job_record: dict[str, Any], tag: str = "") -> JobDir:
-    """Create <spool>/<jobid> owned by uid:gid 0700 with job.json, nodes/ and tasks/, or open
-    the one another node's Prolog made. The directory appears complete or not at all: it is
-    built under a temp name and renamed into place without replacing anything. A directory
-    there already must be a real directory of uid with mode 0700, else SpoolError."""
+                   job_record: dict[str, Any], tag: str = "", attempt: int = 0) -> JobDir:
+    """Create <spool>/<jobid> owned by uid:gid 0700 with job.json and the attempt's nodes/ and
+    tasks/ (attempt 0: in the job root; attempt N: in attempt-N/, see docs/CONTRACTS.md), or
+    open what another node's Prolog made. Each directory appears complete or not at all (see
+    _make_noreplace), so nodes racing for the same job or attempt never see a part. A
+    directory there already must be a real directory of uid with mode 0700, else SpoolError."""
     name = _jobid(jobid)
+    sub = attempt_subdir(attempt)
     path = os.path.join(spool, name)
     root_fd = open_dir(spool)
     try:
         check_spool_root(root_fd, spool)
         created = False
         if not _exists(name, root_fd):
-            tmp = f".tmp-{name}-{_safe_tag(tag)}-{os.getpid()}-{os.urandom(4).hex()}"
-            os.mkdir(tmp, DIR_MODE, dir_fd=root_fd)
-            try:
-                with opened_dir(tmp, root_fd) as tfd:
-                    for sub in ("nodes", "tasks"):
-                        os.mkdir(sub, DIR_MODE, dir_fd=tfd)
-                        os.chown(sub, uid, gid, dir_fd=tfd, follow_symlinks=False)
-                        os.chmod(sub, DIR_MODE, dir_fd=tfd)  # mkdir's mode is cut by umask
-                    # job.json stays root's: a later root reader can tell it was not replaced.
-                    write_json_atomic(tfd, "job.json", job_record, 0o644)
-                    os.fchown(tfd, uid, gid)
-                    os.fchmod(tfd, DIR_MODE)
-                    os.fsync(tfd)
-                try:
-                    _rename_noreplace(tmp, name, root_fd)
-                    created = True
-                    fsync_dir(root_fd)
-                except OSError as e:
-                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
-                        raise
-                    # Another node won the race (or something was planted): check it below.
-            finally:
-                if not created:
-                    _rmtree_fd(root_fd, tmp)
+            def fill_root(tfd: int) -> None:
+                if sub:
+                    os.mkdir(sub, DIR_MODE, dir_fd=tfd)
+                    with opened_dir(sub, tfd) as afd:
+                        _fill_attempt(afd, uid, gid)
+                        os.fchown(afd, uid, gid)
+                        os.fchmod(afd, DIR_MODE)
+                else:
+                    _fill_attempt(tfd, uid, gid)
+                # job.json stays root's: a later root reader can tell it was not replaced.
+                write_json_atomic(tfd, "job.json", job_record, 0o644)
+
+            created = _make_noreplace(root_fd, name, uid, gid, tag, fill_root)
         fd = open_dir(name, root_fd, shown=path)
+        afd = fd
+        attempt_created = created
         try:
             check_job_dir(fd, path, uid)
-            os.close(_ensure_subdir(fd, path, "tasks", uid, gid))
-            nodes_fd = _ensure_subdir(fd, path, "nodes", uid, gid)
+            if sub:
+                if not _exists(sub, fd):
+                    attempt_created = _make_noreplace(fd, sub, uid, gid, tag,
+                                                      lambda t: _fill_attempt(t, uid, gid))
+                apath = os.path.join(path, sub)
+                afd = open_dir(sub, fd, shown=apath)
+                check_job_dir(afd, apath, uid)
+            else:
+                apath = path
+            os.close(_ensure_subdir(afd, apath, "tasks", uid, gid))
+            nodes_fd = _ensure_subdir(afd, apath, "nodes", uid, gid)
         except BaseException:
+            if afd != fd:
+                os.close(afd)
             os.close(fd)
             raise
-        return JobDir(path=path, fd=fd, nodes_fd=nodes_fd, created=created)
+        return JobDir(path=path, fd=fd, nodes_fd=nodes_fd, created=created, attempt=attempt,
+                      attempt_fd=afd, attempt_created=attempt_created)
     finally:
         os.close(root_fd)
 

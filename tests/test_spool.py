@@ -139,3 +139,92 @@ def test_planted_subdir_symlink_is_refused(tmp_path):
     (root / "7" / "nodes").symlink_to("/etc")
     with pytest.raises(SpoolError, match="nodes: not a directory"):
         spool.create_job_dir(str(root), 7, 65534, 65534, {}, tag="n2")
+
+
+def _spool_root(tmp_path):
+    root = tmp_path / "spool"
+    root.mkdir()
+    root.chmod(0o755)
+    return root
+
+
+def test_attempt_dirs_for_a_requeued_job(tmp_path):
+    root = _spool_root(tmp_path)
+    spool.create_job_dir(str(root), 8, 65534, 65534, {"a": 0}, tag="n1").close()
+    a = spool.create_job_dir(str(root), 8, 65534, 65534, {"a": 1}, tag="n1", attempt=1)
+    b = spool.create_job_dir(str(root), 8, 65534, 65534, {"a": 1}, tag="n2", attempt=1)
+    try:
+        assert not a.created and a.attempt == 1 and a.attempt_path == str(root / "8" / "attempt-1")
+        os.write(os.open("probe", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=b.nodes_fd), b"x")
+    finally:
+        a.close()
+        b.close()
+    att = root / "8" / "attempt-1"
+    for d in (att, att / "nodes", att / "tasks"):
+        st = d.lstat()
+        assert stat.S_ISDIR(st.st_mode) and st.st_uid == 65534 and stat.S_IMODE(st.st_mode) == 0o700
+    assert (att / "nodes" / "probe").exists()
+    assert sorted(p.name for p in (root / "8").iterdir()) == ["attempt-1", "job.json", "nodes",
+                                                             "tasks"]
+    assert spool.list_attempts(str(root / "8")) == [0, 1]
+    assert spool.latest_attempt(str(root / "8")) == 1
+
+
+def test_first_prolog_at_a_later_attempt_makes_only_that_attempt(tmp_path):
+    # The job was not monitored (or its dir removed) before the requeue: no attempt-0 dirs.
+    root = _spool_root(tmp_path)
+    jd = spool.create_job_dir(str(root), 9, 65534, 65534, {"a": 2}, tag="n1", attempt=2)
+    jd.close()
+    assert jd.created
+    assert sorted(p.name for p in (root / "9").iterdir()) == ["attempt-2", "job.json"]
+    assert sorted(p.name for p in (root / "9" / "attempt-2").iterdir()) == ["nodes", "tasks"]
+    assert spool.list_attempts(str(root / "9")) == [2]
+    assert [p.name for p in root.iterdir()] == ["9"]
+
+
+def test_concurrent_attempt_creation_on_many_nodes(tmp_path):
+    # Forked processes race for the same attempt dir: one makes it, all end up in it.
+    root = _spool_root(tmp_path)
+    spool.create_job_dir(str(root), 10, 65534, 65534, {}, tag="n0").close()
+    pids = []
+    for i in range(8):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                jd = spool.create_job_dir(str(root), 10, 65534, 65534, {}, tag=f"n{i}",
+                                          attempt=3)
+                os.close(os.open(f"n{i}", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=jd.nodes_fd))
+                jd.close()
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    assert [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids] == [0] * 8
+    att = root / "10" / "attempt-3"
+    assert sorted(p.name for p in (att / "nodes").iterdir()) == [f"n{i}" for i in range(8)]
+    assert not [p for p in (root / "10").iterdir() if p.name.startswith(".tmp")]
+
+
+@pytest.mark.parametrize("plant", ["symlink", "file", "foreign"])
+def test_planted_attempt_dir_is_refused(tmp_path, plant):
+    root = _spool_root(tmp_path)
+    spool.create_job_dir(str(root), 11, 65534, 65534, {}, tag="n1").close()
+    target = tmp_path / "victim"
+    target.mkdir()
+    p = root / "11" / "attempt-1"
+    if plant == "symlink":
+        p.symlink_to(target)
+    elif plant == "file":
+        p.write_text("x")
+    else:
+        p.mkdir(mode=0o700)
+        os.chown(p, 4242, 4242)
+    with pytest.raises(SpoolError, match="attempt-1"):
+        spool.create_job_dir(str(root), 11, 65534, 65534, {}, tag="n1", attempt=1)
+    assert list(target.iterdir()) == [] and target.stat().st_uid == 0
+
+
+def test_bad_attempt_number():
+    with pytest.raises(SpoolError, match="bad attempt"):
+        spool.attempt_subdir(-1)

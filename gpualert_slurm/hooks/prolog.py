@@ -24,6 +24,7 @@ from gpualert_slurm.hooks.common import (
     shim_bound_s,
 )
 from gpualert_slurm.options import OptionError, Options, options_from_env
+from gpualert_slurm.slurm import SlurmError, expand_hostlist  # one hostlist grammar
 from gpualert_slurm.spool import (
     SpoolError,
     create_job_dir,
@@ -32,31 +33,6 @@ from gpualert_slurm.spool import (
 )
 
 RECORD_VERSION = 1
-_RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """'n[1-3,5],gpu07' -> ['n1','n2','n3','n5','gpu07'] (Slurm's hostlist form, one bracket
-    group per name, zero padding kept). Raises ValueError on anything else."""
-    out: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
-        m = re.match(r"^([^\[]*)\[([^\]]+)\](.*)$", part)
-        if not m:
-            out.append(part)
-            continue
-        prefix, ranges, suffix = m.groups()
-        if "[" in suffix:
-            raise ValueError(f"nested brackets in hostlist {text!r}")
-        for r in ranges.split(","):
-            rm = _RANGE_RE.match(r)
-            if not rm:
-                raise ValueError(f"bad range {r!r} in hostlist {text!r}")
-            lo, hi = rm.group(1), rm.group(2) or rm.group(1)
-            if int(hi) - int(lo) > 100000:
-                raise ValueError(f"range too large in hostlist {text!r}")
-            for n in range(int(lo), int(hi) + 1):
-                out.append(f"{prefix}{str(n).zfill(len(lo))}{suffix}")
-    return out
 
 
 def _user_name(uid: int) -> str | None:
@@ -67,6 +43,8 @@ def _user_name(uid: int) -> str | None:
 
 
 def _restart_count(env: dict[str, str]) -> int:
+    # The Prolog's name for it (seen on 22.05: SLURM_JOB_RESTART_COUNT=1 after a requeue);
+    # the batch script and its tasks see SLURM_RESTART_COUNT instead.
     v = env.get("SLURM_JOB_RESTART_COUNT", "")
     return int(v) if v.isdigit() else 0
 
@@ -84,10 +62,10 @@ def _job_record(env: dict[str, str], options: Options, options_error: str | None
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     try:
         nodes = expand_hostlist(nodelist) if nodelist else [node]
-    except ValueError:
+    except SlurmError:
         nodes = []
     now = time.time()
-    return {
+    rec: dict[str, Any] = {
         "version": RECORD_VERSION,
         "job_id": env["SLURM_JOB_ID"],
         "user": env.get("SLURM_JOB_USER") or _user_name(uid),
@@ -110,6 +88,8 @@ def _job_record(env: dict[str, str], options: Options, options_error: str | None
         "restart_count": _restart_count(env),
         "created_by_node": node,
     }
+    rec["attempts"] = [_attempt_entry(rec)]
+    return rec
 
 
 def _node_record(env: dict[str, str], node: str) -> dict[str, Any]:
@@ -161,31 +141,51 @@ def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         return
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
     record = _job_record(env, options, options_error, uid, gid, node)
+    attempt = record["restart_count"]
     try:
-        jd = create_job_dir(cfg.spool, jobid, uid, gid, record, tag=node)
+        jd = create_job_dir(cfg.spool, jobid, uid, gid, record, tag=node, attempt=attempt)
     except (SpoolError, OSError) as e:
         log.error(f"job {jobid}: {e}; job not monitored")
         return
     try:
         if not jd.created:
-            # A requeued job keeps its id: refresh job.json for the new run (same-run nodes
-            # that lost the race leave the winner's record alone).
-            try:
-                old = read_json_nofollow("job.json", jd.fd, owners=(0,))
-                same_run = isinstance(old, dict) and old.get("restart_count") == \
-                    record["restart_count"]
-            except OSError:
-                same_run = False
-            if not same_run:
-                write_json_atomic(jd.fd, "job.json", record, 0o644)
+            _refresh_job_json(jd.fd, record)
         write_json_atomic(jd.nodes_fd, f"{_node_name(node)}.prolog.json",
                           _node_record(env, node), 0o644)
-        log.info(f"job {jobid}: {'created' if jd.created else 'joined'} {jd.path} "
-                 f"(user {record['user']}, node {node})")
+        log.info(f"job {jobid}: {'created' if jd.attempt_created else 'joined'} "
+                 f"{jd.attempt_path} "
+                 f"(user {record['user']}, node {node}, attempt {attempt})")
     except (SpoolError, OSError) as e:
         log.error(f"job {jobid}: writing in {jd.path}: {e}")
     finally:
         jd.close()
+
+
+def _attempt_entry(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: rec.get(k) for k in ("start_time", "start_time_iso", "nodelist", "nodes",
+                                    "created_by_node")} | {"attempt": rec.get("restart_count", 0)}
+
+
+def _refresh_job_json(fd: int, record: dict[str, Any]) -> None:
+    """A requeued job keeps its id: job.json is rewritten for the new run, keeping each earlier
+    run's start and nodes under `attempts`. Same-run nodes that lost the race leave the
+    winner's record alone; a job.json not root's (replaced by the user) is rewritten."""
+    try:
+        old = read_json_nofollow("job.json", fd, owners=(0,))
+    except OSError:
+        old = None
+    if not isinstance(old, dict) or not isinstance(old.get("restart_count"), int):
+        write_json_atomic(fd, "job.json", record, 0o644)
+        return
+    if old["restart_count"] >= record["restart_count"]:
+        return
+    history = old.get("attempts")
+    if not isinstance(history, list):
+        history = [_attempt_entry(old)]
+    record["attempts"] = [h for h in history if isinstance(h, dict)
+                          and h.get("attempt") != record["restart_count"]]
+    record["attempts"].append(_attempt_entry(record))
+    write_json_atomic(fd, "job.json", record, 0o644)
 
 
 def _node_name(node: str) -> str:
