@@ -43,7 +43,7 @@ fi
 stamp=$VENV/.deps-stamp
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
     "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
-    "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py pytest aiosmtpd ruff
+    "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py apprise pytest aiosmtpd ruff
     touch "$stamp"
 fi
 # Not editable: the hooks and jobs (other users) import the installed copy, never the checkout.
