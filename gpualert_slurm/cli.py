@@ -13,8 +13,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("gpualert_slurm.runner", "run a command with gpualert's guarantees, outside Slurm"),
     "classify": ("gpualert_slurm.classify.cli", "classify the task logs of one job"),
     "eval": ("gpualert_slurm.evaluate", "score the classifier on a labelled corpus"),
+    "show": ("gpualert_slurm.report.show", "print the report of a finished job"),
     "doctor": ("gpualert_slurm.doctor", "check an installation and say how to fix it"),
+    "gc": ("gpualert_slurm.gc", "remove old job dirs from the spool (retention; admins)"),
     "hook": ("gpualert_slurm.hooks", "entry points for Slurm's Prolog/Epilog (admins)"),
+    "flush": ("gpualert_slurm.notify.flushcmd", "send the reports waiting in the outbox (admins)"),
+    "mailprog": ("gpualert_slurm.notify.mailprog", "Slurm's MailProg, enriched (admins)"),
 }
 
 

@@ -1,24 +1,399 @@
-"""`gpualert hook epilog|epilog-slurmctld`: NOT IMPLEMENTED YET.
+"""`gpualert hook epilog`: the node Epilog, as root on every node of the job, after its tasks end.
 
-They exist so that slurm.conf can already point at the shims: each writes one line to the hooks
-log saying it ran and did nothing, and returns 0. Classification, the node verdict, the report,
-mail and recovery are later work (see ARCHITECTURE.md steps 4-6)."""
+Classifies this node's task logs, adds what only root on the node sees (kernel log lines in the
+job's window, NVML before/after, each rank's time of last output = its log's mtime) and writes
+<attempt dir>/nodes/<node>.verdict.json for the job epilog (hooks/epilog_slurmctld.py). Bounded
+by hook_timeout_s; returns 0 whatever happens; never drains the node.
+
+Also home of what both epilogs share: opening the job's spool dir as root without following the
+user's links, and handing task logs to the classifier as already-opened, checked fds.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import socket
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
 
-from gpualert_slurm.hooks.common import HookLog, load_config_logged
+from gpualert_slurm.config import Config
+from gpualert_slurm.hooks.common import (
+    DEFAULT_TIMEOUT_S,
+    HookLog,
+    Watchdog,
+    load_config_logged,
+    shim_bound_s,
+)
+from gpualert_slurm.options import OptionError, Options, options_from_env
+from gpualert_slurm.spool import (
+    DIR_MODE,
+    SpoolError,
+    attempt_subdir,
+    check_job_dir,
+    check_spool_root,
+    job_dir,
+    latest_attempt,
+    open_dir,
+    read_exit_record,
+    read_json_nofollow,
+    write_json_atomic,
+)
+
+VERDICT_VERSION = 1
+_LOG_RE = re.compile(r"^([A-Za-z0-9_-]+)\.(\d+)\.log$")
+
+
+def restart_count(env: dict[str, str]) -> int:
+    """The attempt number: Prolog/Epilog see SLURM_JOB_RESTART_COUNT, jobs SLURM_RESTART_COUNT."""
+    for key in ("SLURM_JOB_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        v = env.get(key, "")
+        if v.isdigit():
+            return int(v)
+    return 0
+
+
+def node_file_name(node: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", node) or "unknown"
+
+
+def job_options(env: dict[str, str], cfg: Config, log: HookLog) -> Options:
+    try:
+        return options_from_env(env.get("SPANK_GPUALERT"), cfg.default_monitoring)
+    except OptionError as e:  # validated at submit time: a site problem; monitor anyway
+        log.error(f"job {env.get('SLURM_JOB_ID')}: SPANK_GPUALERT: {e}; using defaults")
+        return Options()
+
+
+# ---- the job's spool dir, opened as root ----------------------------------------------------
+
+@dataclass
+class JobSpool:
+    """<spool>/<jobid>/ and its attempt dir, opened with fds and checked: owned by the job's
+    user, 0700, no symlink anywhere on the way. Paths are for messages and reports only."""
+
+    path: str
+    uid: int
+    fd: int
+    attempt: int
+    attempt_path: str
+    attempt_fd: int
+    job: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for fd in {self.attempt_fd, self.fd}:
+            with suppress(OSError):
+                os.close(fd)
+
+    def subdir(self, name: str, create: bool = False) -> int | None:
+        """An fd on <attempt>/<name> (nodes, tasks), a real dir of the user; None if missing."""
+        try:
+            fd = open_dir(name, self.attempt_fd, shown=os.path.join(self.attempt_path, name))
+        except FileNotFoundError:
+            if not create:
+                return None
+            os.mkdir(name, DIR_MODE, dir_fd=self.attempt_fd)
+            os.chown(name, self.uid, -1, dir_fd=self.attempt_fd, follow_symlinks=False)
+            fd = open_dir(name, self.attempt_fd)
+        if os.fstat(fd).st_uid not in (self.uid, 0):
+            os.close(fd)
+            raise SpoolError(f"{self.attempt_path}/{name}: not owned by uid {self.uid}: refused")
+        return fd
+
+
+def open_job_spool(spool: str, jobid: str, uid: int, attempt: int) -> JobSpool:
+    """Open the job dir the Prolog made; FileNotFoundError when there is none (the job was never
+    monitored, or never started). The attempt dir is the env's restart count, else the latest
+    one there is (a Prolog that could not make attempt-N leaves its tasks in an older one)."""
+    root_fd = open_dir(spool)
+    try:
+        check_spool_root(root_fd, spool)
+        path = job_dir(spool, jobid)
+        fd = open_dir(os.path.basename(path), root_fd, shown=path)
+    finally:
+        os.close(root_fd)
+    try:
+        check_job_dir(fd, path, uid)
+        try:
+            job = read_json_nofollow("job.json", fd, owners=(0,))
+        except (OSError, SpoolError):
+            job = {}
+        sub = attempt_subdir(attempt)
+        afd = fd
+        if sub:
+            try:
+                afd = open_dir(sub, fd, shown=os.path.join(path, sub))
+            except FileNotFoundError:
+                attempt = latest_attempt(path)
+                sub = attempt_subdir(attempt)
+                afd = open_dir(sub, fd) if sub else fd
+        if afd != fd and os.fstat(afd).st_uid != uid:
+            os.close(afd)
+            raise SpoolError(f"{path}/{sub}: not owned by uid {uid}: refused")
+        return JobSpool(path=path, uid=uid, fd=fd, attempt=attempt,
+                        attempt_path=os.path.join(path, sub) if sub else path, attempt_fd=afd,
+                        job=job if isinstance(job, dict) else {})
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextmanager
+def job_spool(spool: str, jobid: str, uid: int, attempt: int) -> Iterator[JobSpool]:
+    js = open_job_spool(spool, jobid, uid, attempt)
+    try:
+        yield js
+    finally:
+        js.close()
+
+
+# ---- task logs ------------------------------------------------------------------------------
+
+@dataclass
+class TaskLog:
+    """One tasks/<step>.<rank>.log, opened O_NOFOLLOW and checked; `proc_path` names the open
+    fd, so the classifier reads exactly the checked file and never resolves a user's path."""
+
+    name: str
+    step: str
+    rank: int
+    fd: int
+    size: int
+    mtime: float
+    path: str  # for the report
+    exit: dict[str, Any] | None = None
+
+    @property
+    def proc_path(self) -> str:
+        return f"/proc/self/fd/{self.fd}"
+
+    @property
+    def node(self) -> str | None:
+        return (self.exit or {}).get("node")
+
+    def info(self) -> dict[str, Any]:
+        e = self.exit or {}
+        return {"file": self.path, "name": self.name, "step": self.step, "rank": self.rank,
+                "node": self.node, "size": self.size, "last_output": self.mtime,
+                "exit_code": e.get("exit_code"), "signal": e.get("signal"),
+                "core_dumped": bool(e.get("core_dumped")), "end_time": e.get("end_time")}
+
+
+def open_task_logs(js: JobSpool) -> list[TaskLog]:
+    """Every task log of the attempt the user could have written, with its exit record. A log
+    that is a symlink, a FIFO, hard-linked, or someone else's is skipped."""
+    tfd = js.subdir("tasks")
+    if tfd is None:
+        return []
+    out: list[TaskLog] = []
+    try:
+        names = sorted(os.listdir(tfd))
+        for name in names:
+            m = _LOG_RE.match(name)
+            if not m:
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=tfd)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            if (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
+                    or st.st_uid not in (js.uid, 0)):
+                os.close(fd)
+                continue
+            exit_rec = None
+            ename = name[:-4] + ".exit"
+            if ename in names:
+                with suppress(OSError, SpoolError):
+                    exit_rec = read_exit_record(ename, tfd, owners=(js.uid, 0))
+            out.append(TaskLog(name=name, step=m.group(1), rank=int(m.group(2)), fd=fd,
+                               size=st.st_size, mtime=st.st_mtime,
+                               path=os.path.join(js.attempt_path, "tasks", name),
+                               exit=exit_rec))
+    finally:
+        os.close(tfd)
+    return out
+
+
+def close_task_logs(tasks: list[TaskLog]) -> None:
+    for t in tasks:
+        with suppress(OSError):
+            os.close(t.fd)
+
+
+def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any],
+                   kernel_lines: list[str]) -> tuple[dict[str, Any], str | None]:
+    """The classifier's verdict as JSON, with file names mapped back from /proc/self/fd to the
+    spool paths, or (an 'unknown' verdict, the error) when the classifier raised: a broken
+    classifier must still leave a report."""
+    kpath = None
+    try:
+        from gpualert_slurm.classify import JobFacts, TaskInput, classify
+
+        if kernel_lines:
+            kfd, kpath = tempfile.mkstemp(prefix="gpualert-kernel-", suffix=".log")
+            with os.fdopen(kfd, "w") as f:
+                f.write("\n".join(kernel_lines) + "\n")
+        inputs = []
+        for t in tasks:
+            e = t.exit or {}
+            inputs.append(TaskInput(
+                path=t.proc_path, rank=t.rank, node=t.node, step=t.step,
+                exit_code=e.get("exit_code"), signal=e.get("signal") or None,
+                core_dumped=bool(e.get("core_dumped")), end_time=e.get("end_time")))
+        jf = JobFacts(**{k: facts.get(k) for k in (
+            "exit_code", "signal", "slurm_state", "slurm_reason", "nvml", "hang_threshold_s",
+            "silence_s")}, kernel_log=kpath)
+        v = classify(inputs, jf)
+        out = v.to_json()
+        # flags the classifier may add beyond the documented fields (e.g. silent failure)
+        for extra in ("silent_failure", "silent"):
+            if hasattr(v, extra) and extra not in out:
+                out[extra] = getattr(v, extra)
+        names = {t.proc_path: t.path for t in tasks}
+        if kpath:
+            names[kpath] = "(kernel log)"
+        for item in [*out.get("evidence", []), *out.get("cascades", [])]:
+            if isinstance(item, dict) and item.get("file") in names:
+                item["file"] = names[item["file"]]
+        out["detail"] = _unproc(out.get("detail") or "", names)
+        return out, None
+    except Exception as e:  # the classifier raising is an isolation case: report anyway
+        return ({"class": "unknown", "domain": "unknown", "confidence": 0.0,
+                 "hint": "gpualert could not classify this job; the logs below are complete.",
+                 "detail": f"classifier error: {type(e).__name__}: {e}", "evidence": [],
+                 "root_rank": None, "root_node": None, "root_step": None, "cascades": []},
+                f"{type(e).__name__}: {e}")
+    finally:
+        if kpath:
+            with suppress(OSError):
+                os.unlink(kpath)
+
+
+def _unproc(text: str, names: dict[str, str]) -> str:
+    for k, v in names.items():
+        text = text.replace(k, v)
+    return text
+
+
+def exit_code2(env: dict[str, str]) -> tuple[int | None, int | None]:
+    """SLURM_JOB_EXIT_CODE2 ('exit:signal'), else the raw wait status SLURM_JOB_EXIT_CODE."""
+    v = env.get("SLURM_JOB_EXIT_CODE2", "")
+    m = re.fullmatch(r"(\d+):(\d+)", v)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    raw = env.get("SLURM_JOB_EXIT_CODE", "")
+    if raw.isdigit():
+        st = int(raw)
+        return ((st >> 8) & 0xFF, 0) if not st & 0x7F else (0, st & 0x7F)
+    return None, None
+
+
+def last_output(tasks: list[TaskLog]) -> float | None:
+    return max((t.mtime for t in tasks if t.size), default=None)
+
+
+# ---- the node Epilog ------------------------------------------------------------------------
+
+def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
+    jobid = env.get("SLURM_JOB_ID", "")
+    cfg = load_config_logged(log)
+    if cfg is None:
+        return
+    watchdog.rearm(min(cfg.hook_timeout_s, shim_bound_s()))
+    log.set_spool(cfg.spool)
+    if not job_options(env, cfg, log).monitored:
+        return
+    if not os.path.isdir(cfg.spool):
+        log.error(f"job {jobid}: spool {cfg.spool} does not exist; no node verdict")
+        log.set_spool("")
+        return
+    uid_s = env.get("SLURM_JOB_UID", "")
+    if not uid_s.isdigit():
+        log.error(f"job {jobid}: SLURM_JOB_UID={uid_s!r}: cannot tell the job's user")
+        return
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    t0 = time.time()
+    try:
+        js = open_job_spool(cfg.spool, jobid, int(uid_s), restart_count(env))
+    except FileNotFoundError:
+        log.info(f"job {jobid}: no spool dir (Prolog did not run or the job never started)")
+        return
+    except (OSError, SpoolError) as e:
+        log.error(f"job {jobid}: {e}; no node verdict")
+        return
+    tasks: list[TaskLog] = []
+    try:
+        tasks = open_task_logs(js)
+        # This node's tasks: those whose exit record names it; the batch log belongs to the
+        # batch host, which is the first node (where a batch log has no exit record yet).
+        nodes = js.job.get("nodes") or []
+        mine = [t for t in tasks if t.node == node
+                or (t.node is None and t.step == "batch" and nodes[:1] == [node])]
+        before = None
+        nfd = js.subdir("nodes", create=True)
+        assert nfd is not None
+        try:
+            with suppress(OSError, SpoolError):
+                rec = read_json_nofollow(f"{node_file_name(node)}.prolog.json", nfd, owners=(0,))
+                before = rec.get("nvml") if isinstance(rec, dict) else None
+            from gpualert_slurm.evidence import kernel_evidence, nvml_evidence
+
+            start = js.job.get("start_time") if isinstance(js.job.get("start_time"), float | int) \
+                else None
+            kernel = kernel_evidence(start, t0, timeout=min(5.0, cfg.hook_timeout_s / 4))
+            nvml = nvml_evidence(before)
+            code, sig = exit_code2(env)
+            facts = {"exit_code": code, "signal": sig, "nvml": nvml,
+                     "hang_threshold_s": _hang_s(env, cfg, log)}
+            lo = last_output(mine)
+            facts["silence_s"] = t0 - lo if lo else None
+            verdict, err = classify_tasks(mine, facts, kernel["lines"])
+            record = {
+                "version": VERDICT_VERSION, "job_id": jobid, "node": node,
+                "attempt": js.attempt, "time": time.time(), "elapsed_s": time.time() - t0,
+                "tasks": [t.info() for t in mine],
+                "kernel": kernel, "nvml": nvml, "verdict": verdict, "classifier_error": err,
+            }
+            write_json_atomic(nfd, f"{node_file_name(node)}.verdict.json", record, 0o644)
+        finally:
+            os.close(nfd)
+        log.info(f"job {jobid}: node verdict {verdict.get('class')} for {len(mine)} task(s) "
+                 f"on {node} in {time.time() - t0:.2f} s")
+    except (OSError, SpoolError) as e:
+        log.error(f"job {jobid}: {e}; no node verdict")
+    finally:
+        close_task_logs(tasks)
+        js.close()
+
+
+def _hang_s(env: dict[str, str], cfg: Config, log: HookLog) -> float | None:
+    opts = job_options(env, cfg, log)
+    h = opts.hang_s if opts.hang_s is not None else cfg.hang_s
+    return float(h) if h else None
 
 
 def run(which: str) -> int:
     log = HookLog(which)
     try:
-        cfg = load_config_logged(log)
-        if cfg is not None:
-            log.set_spool(cfg.spool)
-        log.info(f"job {os.environ.get('SLURM_JOB_ID', '?')}: {which} not implemented yet;"
-                 " nothing done")
-    except Exception as e:  # a hook never fails
-        log.error(f"unexpected error: {e!r}")
+        watchdog = Watchdog(log, min(DEFAULT_TIMEOUT_S, shim_bound_s()))
+        env = dict(os.environ)
+        if not env.get("SLURM_JOB_ID", "").isdigit():
+            log.error(f"SLURM_JOB_ID={env.get('SLURM_JOB_ID')!r}: not run by Slurm? nothing done")
+            return 0
+        if which == "epilog":
+            node_epilog(env, log, watchdog)
+        else:
+            from gpualert_slurm.hooks import epilog_slurmctld
+
+            epilog_slurmctld.job_epilog(env, log, watchdog)
+        watchdog.stop()
+    except Exception as e:  # an Epilog that fails drains the node: never
+        log.error(f"job {os.environ.get('SLURM_JOB_ID', '?')}: unexpected error: {e!r}")
     return 0

@@ -1,0 +1,111 @@
+"""What only root on a node can see about a job: kernel log lines in the job's time window (NVRM
+Xid, ECC, oom-kill) and NVML counters before/after. No kernel log access, no GPU, no driver and
+no NVML library are normal cases: each is recorded as absent with the reason, never raised."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from datetime import datetime
+from typing import Any
+
+# Kernel lines that matter for a GPU job; everything else in the ring buffer is left out.
+KERNEL_RE = re.compile(
+    r"NVRM: Xid|NVRM:.*(?:ECC|fallen off the bus|GPU has fallen)|\bXid\b.*\bpid=|"
+    r"oom-kill|Out of memory|Memory cgroup out of memory|Killed process|invoked oom-killer|"
+    r"\bECC\b.*(?:error|uncorrectable)|mce: \[Hardware Error\]",
+    re.IGNORECASE,
+)
+MAX_KERNEL_LINES = 200
+_ISO_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d+))?([+-]\d\d:?\d\d)?\s+(.*)$")
+
+
+def parse_iso_line(line: str) -> tuple[float | None, str]:
+    """'2026-11-30T06:20:11,123456+00:00 text' (dmesg --time-format iso, journalctl -o
+    short-iso-precise) -> (epoch or None, text)."""
+    m = _ISO_RE.match(line.strip())
+    if not m:
+        return None, line.rstrip("\n")
+    stamp, frac, tz, text = m.groups()
+    try:
+        dt = datetime.fromisoformat(stamp + (tz or "+00:00"))
+    except ValueError:
+        return None, text
+    return dt.timestamp() + (float(f"0.{frac}") if frac else 0.0), text
+
+
+def filter_kernel_lines(lines: list[str], start: float | None, end: float | None,
+                        slack_s: float = 5.0) -> list[str]:
+    """The lines that match KERNEL_RE and fall in [start - slack, end + slack] (a line without
+    a time stamp is kept: better one extra line than a lost Xid). At most MAX_KERNEL_LINES,
+    the first ones (the first fault is the cause)."""
+    out = []
+    for line in lines:
+        t, text = parse_iso_line(line)
+        if not KERNEL_RE.search(text):
+            continue
+        if t is not None and ((start is not None and t < start - slack_s)
+                              or (end is not None and t > end + slack_s)):
+            continue
+        out.append(line.rstrip("\n"))
+        if len(out) >= MAX_KERNEL_LINES:
+            break
+    return out
+
+
+def _run(argv: list[str], timeout: float) -> tuple[str | None, str]:
+    exe = shutil.which(argv[0])
+    if exe is None:
+        return None, f"{argv[0]}: not installed"
+    try:
+        p = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, errors="replace",
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return None, f"{argv[0]}: no answer within {timeout:g} s"
+    except OSError as e:
+        return None, f"{argv[0]}: {e}"
+    if p.returncode != 0:
+        return None, f"{argv[0]}: exit {p.returncode}: {(p.stderr or '').strip()[:200]}"
+    return p.stdout, ""
+
+
+def kernel_evidence(start: float | None, end: float | None,
+                    timeout: float = 5.0) -> dict[str, Any]:
+    """{"source": "dmesg"|"journalctl"|None, "lines": [...], "absent": reason|None}."""
+    reasons = []
+    for argv in (["dmesg", "--time-format", "iso", "--nopager"],
+                 ["journalctl", "-k", "-q", "--no-pager", "-o", "short-iso-precise",
+                  *(["--since", f"@{int(start) - 5}"] if start else [])]):
+        text, why = _run(argv, timeout)
+        if text is None:
+            reasons.append(why)
+            continue
+        return {"source": argv[0], "absent": None,
+                "lines": filter_kernel_lines(text.splitlines(), start, end)}
+    return {"source": None, "lines": [], "absent": "; ".join(reasons)}
+
+
+def nvml_evidence(before: Any) -> dict[str, Any]:
+    """NVML now, beside the Prolog's snapshot; `changed` lists the error counters that moved.
+    Absent GPU/driver/library: {"absent": reason}."""
+    from gpualert_slurm.hooks.gpu import gpu_snapshot
+
+    after = gpu_snapshot()
+    out: dict[str, Any] = {"before": before, "after": after, "changed": [], "absent": None}
+    if isinstance(after, str):
+        out["absent"] = after
+        return out
+    if isinstance(before, dict):
+        old = {d.get("uuid"): d for d in before.get("devices", []) if isinstance(d, dict)}
+        for dev in after.get("devices", []):
+            prev = old.get(dev.get("uuid"))
+            if not prev:
+                continue
+            for key in ("ecc_uncorrected_volatile", "retired_pages_pending"):
+                a, b = prev.get(key), dev.get(key)
+                if isinstance(a, int | bool) and isinstance(b, int | bool) and a != b:
+                    out["changed"].append(
+                        {"gpu": dev.get("index"), "uuid": dev.get("uuid"), "counter": key,
+                         "before": a, "after": b})
+    return out

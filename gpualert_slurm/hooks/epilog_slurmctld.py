@@ -1,0 +1,534 @@
+"""`gpualert hook epilog-slurmctld`: the job epilog, once per job on the controller.
+
+Waits (bounded) for the nodes' verdicts, asks Slurm for the job's final state and reason,
+classifies all ranks together, writes <attempt dir>/verdict.json, bundles logs and artifacts
+under the budget, renders the report and hands it to gpualert_slurm.notify (outbox first, so a
+dead relay loses nothing). Job arrays get one summary per array unless the site asks for one
+report per task. Bounded: epilog_wait_s for the nodes plus hook_timeout_s for the rest, within
+the shim's timeout; returns 0 whatever happens.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import suppress
+from typing import Any
+
+from gpualert_slurm import slurm
+from gpualert_slurm.config import Config, ReportConfig
+from gpualert_slurm.hooks.common import HookLog, Watchdog, load_config_logged, shim_bound_s
+from gpualert_slurm.hooks.epilog import (
+    VERDICT_VERSION,
+    JobSpool,
+    TaskLog,
+    classify_tasks,
+    close_task_logs,
+    exit_code2,
+    job_options,
+    last_output,
+    node_file_name,
+    open_job_spool,
+    open_task_logs,
+    restart_count,
+)
+from gpualert_slurm.options import Options
+from gpualert_slurm.spool import SpoolError, open_dir, read_json_nofollow, write_json_atomic
+
+STATE_DIR = ".gpualert"  # <spool>/.gpualert: root's own state (array summaries, rate caps)
+# While EpilogSlurmctld runs the job is COMPLETING; Reason= already says how it ended.
+REASON_STATE = {"NonZeroExitCode": "FAILED", "OutOfMemory": "OUT_OF_MEMORY",
+                "TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "Prolog": "FAILED",
+                "Preempted": "PREEMPTED", "DeadLine": "DEADLINE", "BootFail": "BOOT_FAIL"}
+SLURM_CALL_S = 5.0
+
+
+def report_cfg(cfg: Config) -> ReportConfig:
+    return getattr(cfg, "report", None) or ReportConfig()
+
+
+# ---- facts ----------------------------------------------------------------------------------
+
+def slurm_facts(jobid: str, env: dict[str, str]) -> dict[str, Any]:
+    """Final state, reason and the job's record as slurmctld has it now (COMPLETING): the final
+    state is inferred from Reason and the exit code, as sacct will record it."""
+    code, sig = exit_code2(env)
+    out: dict[str, Any] = {"exit_code": code, "signal": sig, "slurm_state": None,
+                           "slurm_reason": None, "record": {}, "error": None}
+    try:
+        st = slurm.show_job(jobid, timeout=SLURM_CALL_S)
+        out["record"] = dict(st.raw)
+        out["slurm_reason"] = st.reason
+        if code is None:
+            code, sig = st.exit_code.code, st.exit_code.signal
+            out["exit_code"], out["signal"] = code, sig
+        if st.final:
+            out["slurm_state"] = st.state
+        else:
+            out["slurm_state"] = REASON_STATE.get(st.reason) or (
+                "COMPLETED" if not code and not sig else "CANCELLED" if sig else "FAILED")
+    except slurm.SlurmError as e:
+        out["error"] = str(e)
+        out["slurm_state"] = "COMPLETED" if not code and not sig else "FAILED"
+    return out
+
+
+def wait_node_verdicts(js: JobSpool, nodes: list[str], bound_s: float) -> dict[str, Any]:
+    """node -> its verdict record (read as root: root-owned, no link), waiting up to bound_s for
+    all of them; missing ones are absent from the result."""
+    deadline = time.monotonic() + bound_s
+    got: dict[str, Any] = {}
+    while True:
+        nfd = None
+        with suppress(OSError, SpoolError):
+            nfd = js.subdir("nodes")
+        if nfd is not None:
+            try:
+                for n in nodes:
+                    if n in got:
+                        continue
+                    with suppress(FileNotFoundError):
+                        try:
+                            got[n] = read_json_nofollow(f"{node_file_name(n)}.verdict.json", nfd,
+                                                        owners=(0,))
+                        except SpoolError as e:
+                            got[n] = {"error": str(e)}
+            finally:
+                os.close(nfd)
+        if len(got) == len(nodes) or time.monotonic() >= deadline:
+            return got
+        time.sleep(0.1)
+
+
+def _scontrol_time(text: str | None) -> float | None:
+    if not text or text in ("Unknown", "None", "(null)"):
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def last_lines(t: TaskLog, n: int = 30, max_bytes: int = 64 * 1024) -> dict[str, Any]:
+    start = max(t.size - max_bytes, 0)
+    data = os.pread(t.fd, max_bytes, start)
+    lines = data.decode(errors="replace").splitlines()
+    if start and lines:
+        lines = lines[1:]  # a partial first line
+    return {"file": t.path, "lines": [ln[:400] for ln in lines[-n:]]}
+
+
+def pick_failing(tasks: list[TaskLog], verdict: dict[str, Any]) -> TaskLog | None:
+    """The root rank's log, else the first task that failed, else the batch log."""
+    rr, rs = verdict.get("root_rank"), verdict.get("root_step")
+    for t in tasks:
+        if rr is not None and t.rank == rr and (rs is None or t.step == str(rs)):
+            return t
+    for t in tasks:
+        e = t.exit or {}
+        if e.get("exit_code") or e.get("signal"):
+            return t
+    return next((t for t in tasks if t.step == "batch"), tasks[0] if tasks else None)
+
+
+def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
+                  tasks: list[TaskLog], node_recs: dict[str, Any], nodes: list[str],
+                  sf: dict[str, Any], now: float) -> dict[str, Any]:
+    rec = sf.get("record") or {}
+    job = js.job
+    kernel: list[str] = []
+    nvml: dict[str, Any] = {}
+    gpus: dict[str, Any] = {}
+    notes: list[str] = []
+    for n in nodes:
+        r = node_recs.get(n)
+        if not isinstance(r, dict) or "error" in r:
+            notes.append(f"node {n}: no node verdict"
+                         + (f" ({r['error']})" if isinstance(r, dict) else
+                            " within epilog_wait_s: its evidence is missing from this report"))
+            continue
+        k = r.get("kernel") or {}
+        kernel += [f"{n}: {ln}" for ln in k.get("lines") or []]
+        nvml[n] = r.get("nvml")
+        if (r.get("nvml") or {}).get("changed"):
+            notes.append(f"node {n}: GPU error counters changed during the job: "
+                         f"{r['nvml']['changed']}")
+    for n in nodes:
+        with suppress(Exception):
+            gpus[n] = (job.get("gpus") or {}).get(n)
+    start = _scontrol_time(rec.get("StartTime")) or job.get("start_time")
+    end = _scontrol_time(rec.get("EndTime")) or now
+    lo = last_output(tasks)
+    hang = opts.hang_s if opts.hang_s is not None else cfg.hang_s
+    facts = {"exit_code": sf["exit_code"], "signal": sf["signal"] or None,
+             "slurm_state": sf["slurm_state"], "slurm_reason": sf["slurm_reason"],
+             "nvml": nvml or None, "hang_threshold_s": float(hang) if hang else None,
+             "silence_s": (end - lo) if lo and end else None}
+    verdict, err = classify_tasks(tasks, facts, kernel)
+    if err:
+        notes.append(f"the classifier failed ({err}); the verdict is 'unknown'")
+    failed = (sf["slurm_state"] not in ("COMPLETED", None)) or bool(sf["exit_code"]) \
+        or bool(sf["signal"])
+    silent = (not failed and err is None
+              and (verdict.get("class") not in ("success", None)
+                   or bool(verdict.get("silent_failure"))))
+    array_id = env.get("SLURM_ARRAY_JOB_ID") or rec.get("ArrayJobId")
+    task_id = env.get("SLURM_ARRAY_TASK_ID") or rec.get("ArrayTaskId")
+    failing = pick_failing(tasks, verdict)
+    return {
+        "version": VERDICT_VERSION,
+        "job_id": env["SLURM_JOB_ID"],
+        "attempt": js.attempt,
+        "attempt_path": js.attempt_path,
+        "logs_dir": os.path.join(js.attempt_path, "tasks"),
+        "array": {"job_id": array_id, "task_id": task_id}
+        if array_id and task_id not in (None, "", "N/A") else None,
+        "job": {
+            "name": rec.get("JobName") or env.get("SLURM_JOB_NAME"),
+            "user": env.get("SLURM_JOB_USER") or job.get("user"),
+            "uid": js.uid,
+            "nodes": nodes,
+            "nodelist": env.get("SLURM_JOB_NODELIST") or job.get("nodelist"),
+            "gpus": gpus,
+            "partition": env.get("SLURM_JOB_PARTITION") or job.get("partition"),
+            "account": env.get("SLURM_JOB_ACCOUNT") or job.get("account"),
+            "work_dir": rec.get("WorkDir") or env.get("SLURM_JOB_WORK_DIR")
+            or job.get("work_dir"),
+            "comment": rec.get("Comment"),
+            "mail_user": rec.get("MailUser"),
+            "start_time": start,
+            "end_time": end,
+            "run_time_s": (end - start) if start and end else None,
+            "exit_code": sf["exit_code"],
+            "signal": sf["signal"],
+            "slurm_state": sf["slurm_state"],
+            "slurm_reason": sf["slurm_reason"],
+            "slurm_error": sf["error"],
+        },
+        "options": opts.to_json(),
+        "failed": failed,
+        "silent_failure": silent,
+        "verdict": verdict,
+        "classifier_error": err,
+        "tasks": [t.info() for t in tasks],
+        "nodes": {n: {"verdict": (node_recs.get(n) or {}).get("verdict", {}).get("class")
+                      if isinstance(node_recs.get(n), dict) else None,
+                      "kernel": (node_recs.get(n) or {}).get("kernel")
+                      if isinstance(node_recs.get(n), dict) else None}
+                  for n in nodes},
+        "last_lines": last_lines(failing) if failing is not None else None,
+        "notes": notes,
+        "time": now,
+    }
+
+
+# ---- root's state: array summaries and rate caps --------------------------------------------
+
+def state_dir(cfg: Config, sub: str) -> str:
+    """<spool>/.gpualert/<sub>, root's, 0700 (the spool root is root's 0755, checked)."""
+    path = os.path.join(cfg.spool, STATE_DIR, sub)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    for p in (os.path.dirname(path), path):
+        st = os.lstat(p)
+        if st.st_uid != 0 or not os.path.isdir(p) or os.path.islink(p):
+            raise SpoolError(f"{p}: not root's own directory: refused")
+    return path
+
+
+class Locked:
+    """flock on <dir>/<name>.lock and a JSON state file <dir>/<name>.json beside it."""
+
+    def __init__(self, directory: str, name: str) -> None:
+        self.dir, self.name = directory, name
+
+    def __enter__(self) -> Locked:
+        self.fd = os.open(os.path.join(self.dir, self.name + ".lock"),
+                          os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.dfd = open_dir(self.dir)
+        try:
+            self.state = read_json_nofollow(self.name + ".json", self.dfd, owners=(0,))
+        except (FileNotFoundError, SpoolError):
+            self.state = {}
+        return self
+
+    def save(self) -> None:
+        write_json_atomic(self.dfd, self.name + ".json", self.state, 0o600)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.dfd)
+        os.close(self.fd)
+
+
+def rate_ok(cfg: Config, user: str, now: float) -> bool:
+    """At most max_per_user_hour reports to one user in the last hour (counted when sent)."""
+    cap = report_cfg(cfg).max_per_user_hour
+    safe = node_file_name(user or "unknown")
+    with Locked(state_dir(cfg, "rate"), safe) as lk:
+        times = [t for t in lk.state.get("sent", []) if now - t < 3600]
+        ok = len(times) < cap
+        if ok:
+            times.append(now)
+        lk.state = {"sent": times}
+        lk.save()
+    return ok
+
+
+def array_task_summary(v: dict[str, Any]) -> dict[str, Any]:
+    verdict = v.get("verdict") or {}
+    return {"job_id": v.get("job_id"), "task_id": (v.get("array") or {}).get("task_id"),
+            "class": verdict.get("class"), "failed": bool(v.get("failed")
+                                                          or v.get("silent_failure")),
+            "hint": verdict.get("hint"), "root_node": verdict.get("root_node"),
+            "root_rank": verdict.get("root_rank"), "evidence": (verdict.get("evidence") or [])[:4],
+            "name": (v.get("job") or {}).get("name"), "user": (v.get("job") or {}).get("user"),
+            "ran": True}
+
+
+def remaining_array_tasks(array_id: str, own_job: str) -> set[str] | None:
+    """Job ids of the array's tasks slurmctld still holds, other than this one (None when
+    Slurm cannot be asked: then nobody can tell the array is done, so this one sends)."""
+    try:
+        out = slurm.run(["squeue", "-h", "-r", "-j", array_id, "-o", "%A %a %i %T"],
+                        timeout=SLURM_CALL_S)
+    except slurm.SlurmError:
+        return None
+    left = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == array_id:
+            # %i of a running task is its own job id; a pending one prints array_task form.
+            left.add(parts[1])
+    return left
+
+
+def array_step(cfg: Config, v: dict[str, Any] | None, array_id: str, task_id: str,
+               own_job: str, log: HookLog) -> dict[str, Any] | None:
+    """Record this task in the array's state; return the array summary when this task is the
+    last one to end (exactly one task sends it), else None. A task that never ran (no spool
+    dir) is recorded as such, so an array cancelled before any task ran ends with no report and
+    nothing left waiting."""
+    with Locked(state_dir(cfg, "arrays"), array_id) as lk:
+        tasks = lk.state.setdefault("tasks", {})
+        tasks[task_id] = array_task_summary(v) if v else {"task_id": task_id,
+                                                           "job_id": own_job, "ran": False}
+        left = remaining_array_tasks(array_id, own_job)
+        if left is not None:
+            left.discard(task_id)
+            left -= set(tasks)
+        done = not left and not lk.state.get("sent")
+        if done:
+            lk.state["sent"] = time.time()
+        lk.state["updated"] = time.time()
+        lk.save()
+        if not done:
+            return None
+        return {"array_id": array_id, "tasks": dict(tasks)}
+
+
+def array_context(summary: dict[str, Any], spool: str) -> dict[str, Any]:
+    from gpualert_slurm.report import header_text, labels
+
+    ran = [t for t in summary["tasks"].values() if t.get("ran")]
+    never = [t for t in summary["tasks"].values() if not t.get("ran")]
+    failed = [t for t in ran if t.get("failed")]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for t in sorted(failed, key=lambda t: int(t["task_id"]) if str(t["task_id"]).isdigit()
+                    else 0):
+        groups.setdefault(t.get("class") or "unknown", []).append(t)
+    name = next((t.get("name") for t in ran if t.get("name")), "")
+    gl = [{"cls": c, "label": labels().get(c, c), "count": len(ts),
+           "tasks": [str(t["task_id"]) for t in ts], "first": ts[0], "hint": ts[0].get("hint")}
+          for c, ts in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+    word = f"{len(failed)} of {len(ran)} tasks FAILED" if failed else f"all {len(ran)} tasks OK"
+    classes = ", ".join(f"{g['label']} x{g['count']}" for g in gl[:3])
+    headline = f"array {summary['array_id']}" + (f" ({header_text(name, 60)})" if name else "") \
+        + f": {word}" + (f": {classes}" if classes else "")
+    return {"array_id": summary["array_id"], "name": name, "total": len(ran),
+            "failed": len(failed), "ok": len(ran) - len(failed), "never_ran": len(never),
+            "groups": gl, "headline": headline, "spool": spool,
+            "user": next((t.get("user") for t in ran if t.get("user")), None), "notes": []}
+
+
+# ---- delivery -------------------------------------------------------------------------------
+
+def deliver(cfg: Config, opts: Options, env: dict[str, str], subject: str, text: str,
+            html: str, attachments: list[Any], job_id: str, mail_user: str | None,
+            log: HookLog) -> dict[str, Any]:
+    """Build the message and hand it to notify.submit (outbox first, bounded sending)."""
+    from gpualert_slurm.report import build_message
+
+    try:
+        from gpualert_slurm import notify
+    except ImportError as e:
+        log.error(f"job {job_id}: notify is not available ({e}); report kept in verdict.json")
+        return {"status": "not sent", "reason": f"notify unavailable: {e}"}
+    env2 = dict(env)
+    if mail_user and not env2.get("SLURM_JOB_MAIL_USER"):
+        env2["SLURM_JOB_MAIL_USER"] = mail_user
+    try:
+        recipients = notify.resolve_recipients(opts, env2, cfg)
+    except Exception as e:
+        log.error(f"job {job_id}: recipients: {e}")
+        recipients = []
+    if not recipients:
+        log.error(f"job {job_id}: no recipient (no mail=, no --mail-user, no config rule)")
+    msg = build_message(subject, text, html, sender=cfg.mail.sender, recipients=recipients,
+                        attachments=[(a.filename, a.data, a.mime) for a in attachments],
+                        job_id=job_id)
+    try:
+        d = notify.submit(msg, cfg=cfg, job_id=job_id)
+    except Exception as e:  # submit promises not to raise; a hook never trusts that
+        log.error(f"job {job_id}: notify.submit raised {e!r}")
+        return {"status": "error", "reason": repr(e), "recipients": recipients}
+    return {"status": getattr(d, "status", "?"), "reason": getattr(d, "reason", None),
+            "recipients": recipients}
+
+
+def should_send(opts: Options, v: dict[str, Any]) -> bool:
+    if opts.notify == "never":
+        return False
+    if opts.notify == "always":
+        return True
+    return bool(v.get("failed") or v.get("silent_failure"))
+
+
+# ---- the hook -------------------------------------------------------------------------------
+
+def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
+    t0 = time.monotonic()
+    jobid = env["SLURM_JOB_ID"]
+    cfg = load_config_logged(log)
+    if cfg is None:
+        return
+    bound = min(cfg.epilog_wait_s + cfg.hook_timeout_s, shim_bound_s())
+    watchdog.rearm(bound)
+    log.set_spool(cfg.spool)
+    opts = job_options(env, cfg, log)
+    if not opts.monitored:
+        return
+    rc = report_cfg(cfg)
+    array_id = env.get("SLURM_ARRAY_JOB_ID", "")
+    task_id = env.get("SLURM_ARRAY_TASK_ID", "")
+    is_array = array_id.isdigit() and task_id.isdigit()
+    uid_s = env.get("SLURM_JOB_UID", "")
+    if not os.path.isdir(cfg.spool) or not uid_s.isdigit():
+        log.error(f"job {jobid}: spool {cfg.spool} missing or SLURM_JOB_UID={uid_s!r} unusable;"
+                  " no report")
+        return
+    uid = int(uid_s)
+    try:
+        js = open_job_spool(cfg.spool, jobid, uid, restart_count(env))
+    except FileNotFoundError:
+        log.info(f"job {jobid}: no spool dir (never started, or not monitored on its nodes)")
+        if is_array:
+            with suppress(Exception):
+                s = array_step(cfg, None, array_id, task_id, jobid, log)
+                if s is not None and any(t.get("ran") for t in s["tasks"].values()):
+                    _send_array(cfg, opts, env, s, log)
+        return
+    except (OSError, SpoolError) as e:
+        log.error(f"job {jobid}: {e}; no report")
+        return
+    tasks: list[TaskLog] = []
+    try:
+        nodes = slurm.expand_hostlist(env.get("SLURM_JOB_NODELIST", "")) \
+            if env.get("SLURM_JOB_NODELIST") else list(js.job.get("nodes") or [])
+        # Leave hook_timeout_s for the work after the wait, within the overall bound.
+        wait = max(0.0, min(cfg.epilog_wait_s, bound - cfg.hook_timeout_s))
+        node_recs = wait_node_verdicts(js, nodes, wait)
+        sf = slurm_facts(jobid, env)
+        tasks = open_task_logs(js)
+        v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, time.time())
+        write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+        log.info(f"job {jobid}: verdict {v['verdict'].get('class')} "
+                 f"(state {sf['slurm_state']}, {len(tasks)} task logs, "
+                 f"{len(node_recs)}/{len(nodes)} node verdicts) in {time.monotonic() - t0:.2f} s")
+        per_task = not is_array or rc.arrays == "per_task"
+        if should_send(opts, v) and per_task:
+            _send_job(cfg, opts, env, js, tasks, v, log, t0, bound)
+        elif not per_task:
+            v["report"] = {"status": "in the array summary", "reason": None}
+            write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+        if is_array and rc.arrays == "summary":
+            s = array_step(cfg, v, array_id, task_id, jobid, log)
+            if s is not None:
+                _send_array(cfg, opts, env, s, log)
+    finally:
+        close_task_logs(tasks)
+        js.close()
+
+
+def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
+              tasks: list[TaskLog], v: dict[str, Any], log: HookLog, t0: float,
+              bound: float) -> None:
+    from gpualert_slurm.artifacts import bundle_for_job
+    from gpualert_slurm.report import render, subject
+
+    jobid = v["job_id"]
+    rc = report_cfg(cfg)
+    if v.get("array") and rc.arrays == "per_task":
+        with Locked(state_dir(cfg, "arrays"), str(v["array"]["job_id"])) as lk:
+            n = lk.state.get("per_task_sent", 0)
+            if n >= rc.max_per_array:
+                v["report"] = {"status": "not sent",
+                               "reason": f"cap of {rc.max_per_array} reports per array reached"}
+                write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+                return
+            lk.state["per_task_sent"] = n + 1
+            lk.save()
+    if not rate_ok(cfg, v["job"].get("user") or "", time.time()):
+        v["report"] = {"status": "not sent", "reason":
+                       f"cap of {rc.max_per_user_hour} reports per user per hour reached"}
+        write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+        log.error(f"job {jobid}: report not sent: {v['report']['reason']}")
+        return
+    budget = opts.budget_bytes or cfg.budget_bytes
+    gid = _gid(js)
+    left = bound - (time.monotonic() - t0)
+    bundle = bundle_for_job(tasks, budget, js.uid, gid, v["job"].get("work_dir"),
+                            [*opts.artifacts, *rc.artifacts], timeout_s=max(1.0, left / 4))
+    v["artifacts"] = bundle.manifest()
+    write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+    d = deliver(cfg, opts, env, subject(v), render(v, "text"), render(v, "html"), bundle.files,
+                jobid, v["job"].get("mail_user"), log)
+    v["report"] = {"subject": subject(v), **d, "time": time.time()}
+    write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+    log.info(f"job {jobid}: report {d.get('status')} ({d.get('reason') or 'ok'}) "
+             f"in {time.monotonic() - t0:.2f} s")
+
+
+def _send_array(cfg: Config, opts: Options, env: dict[str, str], s: dict[str, Any],
+                log: HookLog) -> None:
+    from gpualert_slurm.report import render_array
+
+    a = array_context(s, cfg.spool)
+    if not a["failed"] and opts.notify != "always":
+        return
+    if opts.notify == "never":
+        return
+    if not rate_ok(cfg, a.get("user") or "", time.time()):
+        log.error(f"array {a['array_id']}: summary not sent: per-user cap reached")
+        return
+    subj = f"[gpualert] {a['headline']}"
+    d = deliver(cfg, opts, env, subj, render_array(a, "text"), render_array(a, "html"), [],
+                f"{a['array_id']}", None, log)
+    log.info(f"array {a['array_id']}: summary {d.get('status')} ({d.get('reason') or 'ok'})")
+
+
+def _gid(js: JobSpool) -> int:
+    g = js.job.get("gid")
+    if isinstance(g, int):
+        return g
+    import pwd
+
+    try:
+        return pwd.getpwuid(js.uid).pw_gid
+    except KeyError:
+        return js.uid
+
+
+def dump(v: dict[str, Any]) -> str:
+    return json.dumps(v, indent=1, sort_keys=True)

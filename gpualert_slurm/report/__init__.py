@@ -1,0 +1,215 @@
+"""The report: one verdict.json rendered as plain text and HTML (Jinja2 templates, data files
+under gpualert_slurm/data/, overridden file by file from /etc/gpualert/templates/), its subject,
+and the multipart mail message. `gpualert show` and the job epilog use the same functions, so a
+terminal shows exactly what the mail said.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+from functools import lru_cache
+from typing import Any
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
+SITE_TEMPLATES = "/etc/gpualert/templates"
+LAST_LINES = 30
+# Header text may come from the user (job name, comment, paths): every control character,
+# including Unicode line breaks, becomes a space before it reaches a header.
+_CTRL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
+
+
+def template_dirs() -> list[str]:
+    site = os.environ.get("GPUALERT_TEMPLATES", SITE_TEMPLATES)
+    return [d for d in (site, DATA_DIR) if os.path.isdir(d)]
+
+
+@lru_cache(maxsize=4)
+def _env(dirs: tuple[str, ...]) -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(list(dirs)),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
+                                            default_for_string=False),
+        undefined=jinja2.ChainableUndefined, trim_blocks=False, keep_trailing_newline=True)
+
+
+@lru_cache(maxsize=1)
+def labels() -> dict[str, str]:
+    import yaml
+
+    with open(os.path.join(DATA_DIR, "report-labels.yaml"), encoding="utf-8") as f:
+        return dict((yaml.safe_load(f) or {}).get("labels") or {})
+
+
+def header_text(text: Any, limit: int = 80) -> str:
+    """One line, no control characters, at most `limit` characters: safe for a header."""
+    s = _CTRL.sub(" ", str(text if text is not None else "")).strip()
+    s = re.sub(r" {2,}", " ", s)
+    return s if len(s) <= limit else s[:limit - 1] + "…"
+
+
+def human_size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024 or unit == "GiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{n} B"
+
+
+def _when(t: Any) -> str:
+    if not isinstance(t, int | float):
+        return str(t) if t else "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+
+
+def _duration(s: Any) -> str:
+    if not isinstance(s, int | float) or s < 0:
+        return "?"
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}"
+
+
+def _short(path: Any, base: str) -> str:
+    p = str(path or "")
+    return p[len(base) + 1:] if base and p.startswith(base + "/") else p
+
+
+def job_label(v: dict[str, Any]) -> str:
+    """'123', or '120_3' for an array task (the parent array id first)."""
+    arr = v.get("array") or {}
+    if arr.get("job_id") and arr.get("task_id") is not None:
+        return f"{arr['job_id']}_{arr['task_id']}"
+    return str(v.get("job_id"))
+
+
+def status_word(v: dict[str, Any]) -> str:
+    if v.get("silent_failure"):
+        return "FAILED (exit 0, silent failure)"
+    if v.get("failed"):
+        return "FAILED"
+    return (v.get("job") or {}).get("slurm_state") or "COMPLETED"
+
+
+def subject(v: dict[str, Any]) -> str:
+    """'[gpualert] FAILED job 123 (train-llama): CUDA out of memory on n2, rank 5'."""
+    verdict = v.get("verdict") or {}
+    job = v.get("job") or {}
+    cls = verdict.get("class") or "unknown"
+    s = f"[gpualert] {status_word(v)} job {job_label(v)}"
+    name = header_text(job.get("name"), 60)
+    if name:
+        s += f" ({name})"
+    if v.get("failed") or v.get("silent_failure"):
+        s += f": {labels().get(cls, cls)}"
+        if verdict.get("root_node"):
+            s += f" on {header_text(verdict['root_node'], 40)}"
+        if verdict.get("root_rank") is not None:
+            s += f", rank {verdict['root_rank']}"
+    return header_text(s, 200)
+
+
+def context(v: dict[str, Any]) -> dict[str, Any]:
+    """What the templates see: verdict.json plus the derived, display-ready fields."""
+    verdict = v.get("verdict") or {}
+    job = v.get("job") or {}
+    base = v.get("attempt_path") or ""
+    cls = verdict.get("class") or "unknown"
+    exit_s = f"{job.get('exit_code', '?')}"
+    if job.get("signal"):
+        exit_s += f", signal {job['signal']}"
+    gpus = job.get("gpus") or {}
+    gpus_s = ", ".join(f"{n}: {g}" for n, g in sorted(gpus.items()) if g) or "none seen"
+    facts = [
+        ("User", job.get("user") or "?"),
+        ("Job", f"{job_label(v)}" + (f" ({job['name']})" if job.get("name") else "")),
+        ("Nodes", job.get("nodelist") or ", ".join(job.get("nodes") or []) or "?"),
+        ("GPUs", gpus_s),
+        ("Partition", job.get("partition") or "?"),
+        ("Start", _when(job.get("start_time"))),
+        ("End", _when(job.get("end_time"))),
+        ("Run time", _duration(job.get("run_time_s"))),
+        ("Exit code", exit_s),
+        ("Slurm state",
+         f"{job.get('slurm_state') or '?'} (reason {job.get('slurm_reason') or '?'})"),
+        ("Work dir", job.get("work_dir") or "?"),
+    ]
+    if v.get("attempt"):
+        facts.append(("Attempt", str(v["attempt"])))
+    evidence = [dict(e, short=_short(e.get("file"), base)) for e in verdict.get("evidence") or []]
+    cascades = [dict(c, short=_short(c.get("file"), base)) for c in verdict.get("cascades") or []]
+    last = v.get("last_lines")
+    if last:
+        last = dict(last, short=_short(last.get("file"), base))
+    man = v.get("artifacts")
+    if man:
+        man = dict(man, budget_h=human_size(man.get("budget")), used_h=human_size(man.get("used")),
+                   attached=[dict(a, size_h=human_size(a.get("size")))
+                             for a in man.get("attached", [])],
+                   left_out=[dict(a, size_h=human_size(a.get("size")))
+                             for a in man.get("left_out", [])])
+    return {
+        "headline": subject(v).removeprefix("[gpualert] "),
+        "status_word": status_word(v),
+        "failed": bool(v.get("failed") or v.get("silent_failure")),
+        "silent": bool(v.get("silent_failure")),
+        "job_id": v.get("job_id"),
+        "cls": cls,
+        "label": labels().get(cls, cls),
+        "domain": verdict.get("domain") or "unknown",
+        "confidence": float(verdict.get("confidence") or 0.0),
+        "hint": verdict.get("hint") or "",
+        "detail": verdict.get("detail") or "",
+        "root_rank": verdict.get("root_rank"),
+        "root_node": verdict.get("root_node"),
+        "root_step": verdict.get("root_step"),
+        "evidence": evidence,
+        "cascades": cascades,
+        "facts": facts,
+        "last_lines": last,
+        "manifest": man,
+        "notes": list(v.get("notes") or []),
+        "logs_dir": v.get("logs_dir") or os.path.join(base, "tasks"),
+    }
+
+
+def render(v: dict[str, Any], fmt: str = "text") -> str:
+    """The report of one job as 'text' or 'html'."""
+    name = {"text": "report.txt.j2", "html": "report.html.j2"}[fmt]
+    return _env(tuple(template_dirs())).get_template(name).render(r=context(v))
+
+
+def render_array(a: dict[str, Any], fmt: str = "text") -> str:
+    name = {"text": "array.txt.j2", "html": "array.html.j2"}[fmt]
+    return _env(tuple(template_dirs())).get_template(name).render(a=a)
+
+
+def build_message(subject_text: str, text: str, html: str, *, sender: str,
+                  recipients: list[str], attachments: list[tuple[str, bytes, str]] = (),
+                  job_id: str = "") -> EmailMessage:
+    """multipart/mixed: multipart/alternative (text, html) then the attachments
+    (filename, data, mime type)."""
+    msg = EmailMessage()
+    msg["Subject"] = header_text(subject_text, 200)
+    msg["From"] = sender
+    msg["To"] = ", ".join(recipients)
+    msg["Date"] = formatdate(localtime=True)
+    msg["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
+    if job_id:
+        msg["X-Gpualert-Job"] = header_text(job_id, 40)
+    msg.set_content(text)
+    msg.add_alternative(html, subtype="html")
+    for filename, data, mime in attachments:
+        maintype, _, subtype = mime.partition("/")
+        msg.add_attachment(data, maintype=maintype, subtype=subtype or "octet-stream",
+                           filename=header_text(filename, 120).replace("/", "_"))
+    return msg
