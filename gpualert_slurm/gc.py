@@ -1,0 +1,386 @@
+"""`gpualert gc`: spool retention. Removes finished jobs' directories, oldest first, by the
+config's `retention:` limits (max_age, max_total, min_age).
+
+A job dir is never removed while
+  - Slurm still runs it (squeue lists it in a state that is not final: PENDING, RUNNING,
+    COMPLETING, a requeued job waiting again, ...); when squeue cannot be asked, nothing is
+    removed. A job Slurm no longer knows is removable once it is older than min_age;
+  - its report is not sent: the outbox (notify.outbox, default <spool>/.outbox) holds an entry
+    for the job (the job epilog queues every message there first and removes it once sent;
+    quarantined messages, which are never retried, do not count);
+  - it is younger than min_age (its newest file, directory or log write).
+Age is the time since the newest mtime in the job dir (a log's mtime is its last output).
+
+Root walks user-owned job dirs by fd without following symlinks; a job dir is first renamed to
+`.gc-<jobid>-<random>` in the root-owned spool root (so no Prolog joins a half-removed dir) and
+then removed with the standard library's fd-based rmtree. One gc at a time (flock on
+<spool>/.gc.lock); a second one says so and exits 0. `--dry-run` only lists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from gpualert_slurm.config import Config, ConfigError, RetentionConfig, config_path, load_config
+from gpualert_slurm.spool import SpoolError, check_spool_root, open_dir
+
+LOCK_NAME = ".gc.lock"
+REMOVING_PREFIX = ".gc-"  # a job dir being removed: renamed, so nothing else touches it
+TEMP_PREFIX = ".tmp-"  # a Prolog's build dir (spool.create_job_dir); left only by a crash
+MAX_DEPTH = 64  # deeper trees (a user's own making) are measured down to here only
+
+
+class GcError(RuntimeError):
+    """gc cannot run safely; str() says why and what to do."""
+
+
+@dataclass
+class JobUsage:
+    """One entry of the spool root: a job dir, or a leftover `.tmp-`/`.gc-` dir."""
+
+    name: str
+    bytes: int = 0  # disk usage (allocated blocks), as du counts it
+    files: int = 0
+    newest: float = 0.0  # newest mtime in the tree
+    partial: str = ""  # why the measure is incomplete, if it is
+
+    @property
+    def is_job(self) -> bool:
+        return self.name.isdigit()
+
+
+@dataclass
+class Decision:
+    job: JobUsage
+    remove: bool
+    reason: str
+
+
+@dataclass
+class Summary:
+    decisions: list[Decision] = field(default_factory=list)
+    removed: list[JobUsage] = field(default_factory=list)
+    failed: list[tuple[JobUsage, str]] = field(default_factory=list)
+    stopped: str = ""  # non-empty when the time limit cut the run short
+
+
+# ---- measuring -------------------------------------------------------------------------------
+
+def measure(parent_fd: int, name: str, deadline: float | None = None) -> JobUsage:
+    """Disk usage, file count and newest mtime of parent/name, walked by fd (never following a
+    symlink; a symlink counts as itself). Iterative, at most MAX_DEPTH fds open at once."""
+    u = JobUsage(name)
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError as e:
+        u.partial = f"cannot stat: {e.strerror or e}"
+        return u
+    u.bytes, u.newest = st.st_blocks * 512, st.st_mtime
+    if not stat.S_ISDIR(st.st_mode):
+        u.files = 1
+        return u
+    stack: list[tuple[int, Iterator[os.DirEntry[str]]]] = []
+    try:
+        fd = open_dir(name, parent_fd)
+        stack.append((fd, os.scandir(fd)))  # scandir(fd) reads a dup; we close fd ourselves
+    except OSError as e:
+        u.partial = f"cannot open: {e.strerror or e}"
+        return u
+    try:
+        while stack:
+            if deadline is not None and time.monotonic() > deadline:
+                u.partial = "time limit reached while measuring"
+                break
+            entry = next(stack[-1][1], None)
+            if entry is None:
+                _close(stack.pop())
+                continue
+            try:
+                est = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # gone meanwhile
+            u.bytes += est.st_blocks * 512
+            u.newest = max(u.newest, est.st_mtime)
+            if not stat.S_ISDIR(est.st_mode):
+                u.files += 1
+            elif len(stack) >= MAX_DEPTH:
+                u.partial = f"deeper than {MAX_DEPTH} levels: not measured below"
+            else:
+                try:
+                    fd = open_dir(entry.name, stack[-1][0])
+                except OSError:
+                    continue
+                stack.append((fd, os.scandir(fd)))
+    finally:
+        for item in stack:
+            _close(item)
+    return u
+
+
+def _close(item: tuple[int, Iterator[os.DirEntry[str]]]) -> None:
+    item[1].close()  # type: ignore[attr-defined]
+    os.close(item[0])
+
+
+def scan_spool(spool: str, deadline: float | None = None) -> list[JobUsage]:
+    """Every job dir (and leftover temp/removal dir) in the spool root, measured; the spool
+    root must be root's and not writable by others (spool.check_spool_root)."""
+    fd = open_dir(spool)
+    try:
+        check_spool_root(fd, spool)
+        out = []
+        for name in sorted(os.listdir(fd)):
+            if not (name.isdigit() or name.startswith((TEMP_PREFIX, REMOVING_PREFIX))):
+                continue  # the hooks log, the outbox, the lock: not ours to measure
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            try:
+                if not stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    continue
+            except OSError:
+                continue
+            out.append(measure(fd, name, deadline))
+        return out
+    finally:
+        os.close(fd)
+
+
+# ---- what Slurm and the outbox say ---------------------------------------------------------
+
+def active_jobs() -> dict[int, str]:
+    """job id -> state of every job slurmctld holds in a state that is not final."""
+    from gpualert_slurm import slurm
+
+    try:
+        jobs = slurm.queue()
+    except slurm.SlurmError as e:
+        raise GcError(f"cannot tell which jobs are still running ({e}); nothing removed"
+                      ) from None
+    return {j.job_id: j.state for j in jobs if not j.final}
+
+
+def unsent_reports(outbox_path: str) -> dict[str, int]:
+    """job id -> number of outbox entries waiting to be sent (quarantine excluded)."""
+    from gpualert_slurm.notify.outbox import Outbox, OutboxError
+
+    try:
+        with Outbox(outbox_path).open(create=False) as ob:
+            ids = ob.ids()
+    except OutboxError as e:
+        if e.errno == errno.ENOENT:  # no outbox yet: nothing was ever queued
+            return {}
+        raise GcError(f"cannot read the outbox ({e}); nothing removed") from None
+    except OSError as e:
+        raise GcError(f"cannot read the outbox {outbox_path} ({e.strerror or e}); "
+                      "nothing removed") from None
+    out: dict[str, int] = {}
+    for entry_id in ids:  # <time_ns>-<job id>-<channel>-<random>
+        parts = entry_id.split("-", 2)
+        if len(parts) == 3:
+            out[parts[1]] = out.get(parts[1], 0) + 1
+    return out
+
+
+# ---- the plan (pure: unit-tested) ----------------------------------------------------------
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def fmt_age(s: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.1f} {unit}"
+    return f"{max(s, 0):.0f} s"
+
+
+def plan(entries: Iterable[JobUsage], ret: RetentionConfig, now: float,
+         active: dict[int, str], unsent: dict[str, int]) -> list[Decision]:
+    """Which entries to remove and why, oldest first: first every removable job idle longer
+    than max_age, then, while the spool is over max_total, the oldest removable ones left."""
+    decisions: list[Decision] = []
+    removable: list[JobUsage] = []
+    entries = sorted(entries, key=lambda u: (u.newest, u.name))
+    for u in entries:
+        age = now - u.newest
+        if u.name.startswith(REMOVING_PREFIX):
+            decisions.append(Decision(u, True, "left by an interrupted gc"))
+        elif not u.is_job:
+            if age >= ret.min_age_s:
+                decisions.append(Decision(u, True, f"a crashed Prolog's temp dir, idle "
+                                                   f"{fmt_age(age)}"))
+            else:
+                decisions.append(Decision(u, False, "a Prolog's temp dir, in use"))
+        elif int(u.name) in active:
+            decisions.append(Decision(u, False, f"job still in Slurm ({active[int(u.name)]})"))
+        elif unsent.get(u.name):
+            decisions.append(Decision(u, False, f"report not sent yet ({unsent[u.name]} "
+                                                "outbox entries)"))
+        elif age < ret.min_age_s:
+            decisions.append(Decision(u, False, f"younger than min_age ({fmt_age(age)})"))
+        else:
+            removable.append(u)
+    total = sum(u.bytes for u in entries if not u.name.startswith(REMOVING_PREFIX))
+    left = []
+    for u in removable:
+        age = now - u.newest
+        if ret.max_age_s is not None and age > ret.max_age_s:
+            decisions.append(Decision(u, True, f"idle {fmt_age(age)} > max_age "
+                                               f"{fmt_age(ret.max_age_s)}"))
+            total -= u.bytes
+        else:
+            left.append(u)
+    for u in left:
+        if ret.max_total_bytes is not None and total > ret.max_total_bytes:
+            decisions.append(Decision(u, True, f"spool {fmt_bytes(total)} > max_total "
+                                               f"{fmt_bytes(ret.max_total_bytes)}; oldest"))
+            total -= u.bytes
+        else:
+            decisions.append(Decision(u, False, "within the limits"))
+    order = {u.name: i for i, u in enumerate(entries)}
+    return sorted(decisions, key=lambda d: (not d.remove, order[d.job.name]))
+
+
+# ---- removing ------------------------------------------------------------------------------
+
+def remove_entry(root_fd: int, name: str) -> None:
+    """Rename the entry aside in the spool root, then remove it by fd, never following a
+    symlink (shutil.rmtree with dir_fd; on Linux it avoids symlink attacks)."""
+    if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - not on Linux
+        raise GcError("this platform's rmtree can follow symlinks: refusing to remove")
+    if not name.startswith(REMOVING_PREFIX):
+        aside = f"{REMOVING_PREFIX}{name}-{os.urandom(4).hex()}"
+        os.rename(name, aside, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+        name = aside
+    shutil.rmtree(name, dir_fd=root_fd)
+
+
+def _open_lock(root_fd: int) -> int:
+    return os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                   dir_fd=root_fd)
+
+
+def run_gc(cfg: Config, dry_run: bool = False, time_limit_s: float | None = None,
+           min_interval_s: float = 0, say: Callable[[str], None] = print) -> Summary | None:
+    """One gc pass; None when another gc holds the lock or the last pass was less than
+    min_interval_s ago (the job epilog passes one so that it stays cheap). GcError when it
+    cannot tell what is safe to remove; then nothing was removed."""
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    root_fd = open_dir(cfg.spool)
+    try:
+        check_spool_root(root_fd, cfg.spool)
+        lock_fd = -1
+        if not dry_run:
+            lock_fd = _open_lock(root_fd)
+        try:
+            if lock_fd >= 0:
+                try:
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    say(f"gc: another gpualert gc holds {cfg.spool}/{LOCK_NAME}; nothing done")
+                    return None
+                if min_interval_s and time.time() - os.fstat(lock_fd).st_mtime < min_interval_s:
+                    return None
+            ret = cfg.retention
+            active = active_jobs()
+            unsent = unsent_reports(cfg.outbox)
+            now = time.time()
+            summary = Summary(plan(scan_spool(cfg.spool, deadline), ret, now, active, unsent))
+            for d in summary.decisions:
+                if not d.remove:
+                    continue
+                if deadline is not None and time.monotonic() > deadline:
+                    summary.stopped = f"time limit ({time_limit_s:g} s) reached"
+                    break
+                if dry_run:
+                    summary.removed.append(d.job)
+                    continue
+                try:
+                    remove_entry(root_fd, d.job.name)
+                    summary.removed.append(d.job)
+                except (OSError, RecursionError) as e:
+                    summary.failed.append((d.job, getattr(e, "strerror", None) or str(e)))
+            if lock_fd >= 0:
+                os.utime(lock_fd)  # the time of the last pass, for min_interval_s
+            return summary
+        finally:
+            if lock_fd >= 0:
+                os.close(lock_fd)
+    finally:
+        os.close(root_fd)
+
+
+def report(summary: Summary, dry_run: bool, verbose: bool, say: Callable[[str], None]) -> None:
+    verb = "would remove" if dry_run else "removed"
+    removed = {u.name for u in summary.removed}
+    failed = {u.name: why for u, why in summary.failed}
+    for d in summary.decisions:
+        u = d.job
+        if d.remove and u.name in removed:
+            say(f"{verb} {u.name}  {fmt_bytes(u.bytes)}  {d.reason}")
+        elif d.remove and u.name in failed:
+            say(f"FAILED to remove {u.name}: {failed[u.name]}")
+        elif verbose and not d.remove:
+            say(f"keep {u.name}  {fmt_bytes(u.bytes)}  {d.reason}")
+    kept = [d for d in summary.decisions if not (d.remove and d.job.name in removed)]
+    jobs_kept = [d for d in kept if d.job.is_job]
+    why: dict[str, int] = {}
+    for d in jobs_kept:
+        key = d.reason.split(" (")[0]
+        why[key] = why.get(key, 0) + 1
+    freed = sum(u.bytes for u in summary.removed)
+    left = sum(d.job.bytes for d in kept)
+    say(f"gc: {verb} {len(summary.removed)} ({fmt_bytes(freed)}); kept {len(jobs_kept)} job "
+        f"dirs ({fmt_bytes(left)})" + (": " + ", ".join(f"{n} {k}" for k, n in why.items())
+                                       if why else "")
+        + (f"; {len(summary.failed)} failed" if summary.failed else "")
+        + (f"; stopped early: {summary.stopped}" if summary.stopped else ""))
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="gpualert gc", description=__doc__.split("\n")[0])
+    ap.add_argument("--config", help="config file (default: $GPUALERT_CONFIG or "
+                    "/etc/gpualert/gpualert.yaml)")
+    ap.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    ap.add_argument("--time-limit", type=float, metavar="S",
+                    help="stop after S seconds (what is left waits for the next run)")
+    ap.add_argument("--min-interval", type=float, default=0, metavar="S",
+                    help="do nothing if the last gc ran less than S seconds ago (epilogs)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="also list what is kept, "
+                    "and why")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(config_path(args.config))
+    except ConfigError as e:
+        print(f"{e}\ngpualert gc: nothing removed; fix the config (`gpualert doctor`)",
+              file=sys.stderr)
+        return 2
+    if os.geteuid() != 0 and not args.dry_run:
+        print("gpualert gc: must run as root (job dirs belong to their users); "
+              "--dry-run works for others as far as they can read", file=sys.stderr)
+        return 2
+    try:
+        summary = run_gc(cfg, args.dry_run, args.time_limit, args.min_interval)
+    except (GcError, SpoolError) as e:
+        print(f"gpualert gc: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"gpualert gc: spool {cfg.spool}: {e.strerror or e}; nothing removed",
+              file=sys.stderr)
+        return 1
+    if summary is not None:
+        report(summary, args.dry_run, args.verbose, print)
+    return 1 if summary is not None and summary.failed else 0
