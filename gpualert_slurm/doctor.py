@@ -1,9 +1,11 @@
 """`gpualert doctor`: check an installation, one line per check, and say how to fix what fails.
 
     ok   <check>
+    warn <check>: <what is missing> -> <fix>      (optional parts, see the README's install)
+    info <fact>                                   (spool usage, retention)
     FAIL <check>: <what is wrong> -> <fix>
-Exit status 1 when any check fails. Reads files only; the one network action is a TCP connect
-to the mail relay to read its SMTP banner.
+Exit status 1 when any check fails; warnings do not fail. Reads files only (and asks nothing of
+Slurm); the one network action is a TCP connect to the mail relay to read its SMTP banner.
 """
 
 from __future__ import annotations
@@ -21,10 +23,34 @@ from gpualert_slurm.config import Config, ConfigError, config_path, load_config
 PLUGIN_NAME = "gpualert.so"
 DEFAULT_PLUGIN = "/opt/gpualert/lib/gpualert.so"
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
-SHIM_DIR = "/etc/slurm"  # where the fix texts suggest installing the shims
-HOOK_KEYS = {"Prolog": "prolog", "Epilog": "epilog", "EpilogSlurmctld": "epilog-slurmctld"}
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One slurm.conf hook line of the README's install, exactly as etc/slurm.conf.snippet
+    writes it (tests/test_doctor.py checks that the three agree)."""
+
+    key: str  # slurm.conf key
+    hook: str  # `gpualert hook <hook>`, shim epilog.d/gpualert-<hook>
+    value: str  # the value the README and the snippet give the key
+    shim: str  # where the README installs the shim
+    required: bool  # README: required install step; else optional (reports)
+    without: str = ""  # what a site without it lacks (the warning's text)
+
+
+HOOKS = (
+    Hook("Prolog", "prolog", "/etc/slurm/prolog.d/*", "/etc/slurm/prolog.d/gpualert-prolog",
+         True),
+    Hook("Epilog", "epilog", "/etc/slurm/epilog.d/*", "/etc/slurm/epilog.d/gpualert-epilog",
+         False, "no node verdicts (kernel log, GPU counters) for the reports"),
+    Hook("EpilogSlurmctld", "epilog-slurmctld", "/etc/slurm/gpualert-epilog-slurmctld",
+         "/etc/slurm/gpualert-epilog-slurmctld", False,
+         "no verdicts and no reports (logs are still kept and `gpualert classify` works)"),
+)
+HOOK_KEYS = {h.key: h.hook for h in HOOKS}
 MAX_INCLUDE_DEPTH = 8
 SMTP_TIMEOUT_S = 5.0
+SCAN_LIMIT_S = 10.0  # bound on measuring the spool (a huge one is reported in part)
 
 
 @dataclass
@@ -33,8 +59,13 @@ class Result:
     ok: bool
     problem: str = ""
     fix: str = ""
+    kind: str = ""  # "warn": an optional part is missing; "info": a fact, not a check
 
     def line(self) -> str:
+        if self.kind == "info":
+            return f"info {self.check}"
+        if self.kind == "warn":
+            return f"warn {self.check}: {self.problem} -> {self.fix}"
         if self.ok:
             return f"ok   {self.check}"
         return f"FAIL {self.check}: {self.problem} -> {self.fix}"
@@ -154,37 +185,67 @@ def check_slurm_conf(slurm_conf: str) -> list[Result]:
     try:
         lines = _conf_lines(slurm_conf, set())
     except OSError as e:
-        return [Result(f"{key}= in slurm.conf", False, f"cannot read {slurm_conf}: "
-                       f"{e.strerror or e}", "pass --slurm-conf PATH") for key in HOOK_KEYS]
+        return [Result(f"{h.key}= in slurm.conf", False, f"cannot read {slurm_conf}: "
+                       f"{e.strerror or e}", "pass --slurm-conf PATH") for h in HOOKS]
     values: dict[str, tuple[str, int, str]] = {}
     for file, n, text in lines:
         for tok in text.split():
             k, eq, v = tok.partition("=")
-            for key in HOOK_KEYS:
-                if eq and k.lower() == key.lower():
-                    values[key] = (file, n, v)
+            for h in HOOKS:
+                if eq and k.lower() == h.key.lower():
+                    values[h.key] = (file, n, v)
     res = []
-    for key, hook in HOOK_KEYS.items():
-        shim = f"{SHIM_DIR}/{hook.replace('-', '')}.d/gpualert-{hook}"
-        check = f"{key}= in slurm.conf runs gpualert-{hook}"
-        fix = (f"install epilog.d/gpualert-{hook} as {shim} (mode 0755) and set "
-               f"{key}={os.path.dirname(shim)}/* in slurm.conf"
-               + (" (then restart slurmctld)" if key == "EpilogSlurmctld" else ""))
-        if key not in values:
-            res.append(Result(check, False, f"no {key}= in {slurm_conf}", fix))
+    for h in HOOKS:
+        check = f"{h.key}= in slurm.conf runs gpualert-{h.hook}"
+        fix = (f"install epilog.d/gpualert-{h.hook} as {h.shim} (mode 0755) and set "
+               f"{h.key}={h.value} in slurm.conf"
+               + (" (then restart slurmctld)" if h.key == "EpilogSlurmctld" else ""))
+        if h.key not in values:
+            if h.required:
+                res.append(Result(check, False, f"no {h.key}= in {slurm_conf}", fix))
+            else:
+                res.append(Result(f"{h.key}= in slurm.conf", True,
+                                  f"not configured (optional): {h.without}", fix, kind="warn"))
             continue
-        file, n, value = values[key]
+        file, n, value = values[h.key]
         paths = [p for part in value.split(",") for p in sorted(glob.glob(part))]
-        shims = [p for p in paths if _is_shim(p, hook)]
+        shims = [p for p in paths if _is_shim(p, h.hook)]
         if not shims:
-            res.append(Result(check, False, f"{file}:{n} {key}={value} matches no gpualert-{hook}"
-                              " script", fix))
+            res.append(Result(check, False, f"{file}:{n} {h.key}={value} matches no "
+                              f"gpualert-{h.hook} script", fix))
         elif not all(os.access(p, os.X_OK) for p in shims):
             res.append(Result(check, False, f"{shims[0]} is not executable",
                               f"chmod 0755 {shims[0]}"))
         else:
             res.append(Result(check, True))
     return res
+
+
+def spool_usage(cfg: Config, time_limit_s: float = SCAN_LIMIT_S) -> list[Result]:
+    """What the spool holds and what `gpualert gc` will keep of it (facts, not checks)."""
+    import time
+
+    from gpualert_slurm.gc import fmt_age, fmt_bytes, scan_spool
+
+    r = cfg.retention
+    ret = (f"retention: max_age {fmt_age(r.max_age_s) if r.max_age_s else 'none'}, "
+           f"max_total {fmt_bytes(r.max_total_bytes) if r.max_total_bytes else 'none'}, "
+           f"min_age {fmt_age(r.min_age_s)} (applied by `gpualert gc`: "
+           "etc/systemd/gpualert-gc.timer)")
+    try:
+        entries = scan_spool(cfg.spool, time.monotonic() + time_limit_s)
+    except OSError as e:  # check_spool says what is wrong with it
+        return [Result(f"spool usage: cannot read {cfg.spool}: {e.strerror or e}", True,
+                       kind="info"), Result(ret, True, kind="info")]
+    jobs = [u for u in entries if u.is_job]
+    text = f"spool usage: {len(jobs)} job dirs, {fmt_bytes(sum(u.bytes for u in entries))}"
+    if jobs:
+        oldest = min(jobs, key=lambda u: u.newest)
+        text += f", oldest: job {oldest.name}, idle {fmt_age(time.time() - oldest.newest)}"
+    partial = [u for u in entries if u.partial]
+    if partial:
+        text += f" (partly measured: {partial[0].name}: {partial[0].partial})"
+    return [Result(text, True, kind="info"), Result(ret, True, kind="info")]
 
 
 def check_spool(spool: str) -> Result:
@@ -281,12 +342,22 @@ def main(argv: list[str]) -> int:
     res, cfg = check_config(config_path(args.config))
     results = [res]
     results += check_plugstack(plugstack, cfg)
-    results += check_slurm_conf(slurm_conf)
+    hooks = check_slurm_conf(slurm_conf)
+    results += hooks
     results.append(check_spool(cfg.spool))
-    results.append(check_relay(cfg))
+    relay = check_relay(cfg)
+    if not relay.ok and any(r.kind == "warn" and r.check.startswith("EpilogSlurmctld=")
+                            for r in hooks):
+        # Only the job epilog sends mail: until reports are set up, the relay can wait.
+        relay = Result(relay.check, True, f"{relay.problem} (needed once EpilogSlurmctld is "
+                       "configured)", relay.fix, kind="warn")
+    results.append(relay)
     results += check_outbox(cfg)
+    results += spool_usage(cfg)
     for r in results:
         print(r.line(), flush=True)
     failed = sum(not r.ok for r in results)
-    print(f"{len(results) - failed} ok, {failed} failed")
+    warned = sum(r.kind == "warn" for r in results)
+    oks = sum(r.ok and not r.kind for r in results)
+    print(f"{oks} ok, {warned} warnings, {failed} failed")
     return 1 if failed else 0

@@ -5,6 +5,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,9 @@ def test_good_installation_passes(install):
     assert r.returncode == 0, r.stdout
     assert fails(r) == []
     oks = [line for line in r.stdout.splitlines() if line.startswith("ok   ")]
-    assert len(oks) == 9  # config, plugstack, plugin file, spool=, 3 hooks, spool, relay
+    # config, plugstack, plugin file, spool=, 3 hooks, spool, relay, outbox, quarantine
+    assert len(oks) == 11
+    assert r.stdout.splitlines()[-1] == "11 ok, 0 warnings, 0 failed"
     assert any("mail relay 127.0.0.1:" in line for line in oks)
     assert any("plugstack.conf.d/gpualert.conf:2" in line for line in oks)
 
@@ -209,3 +212,114 @@ def test_plugstack_found_through_slurm_conf(install):
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stdout
     assert "plugstack.conf.d/gpualert.conf:2" in r.stdout
+
+
+def warns(r):
+    return [line for line in r.stdout.splitlines() if line.startswith("warn ")]
+
+
+def test_optional_epilogs_missing_warn_but_pass(install):
+    # README step 4 is optional: a site that did steps 1-3 and 5 passes, with two warnings.
+    conf = install / "slurm.conf"
+    conf.write_text(conf.read_text().replace("EpilogSlurmctld=", "#EpilogSlurmctld="))
+    (install / "nodes.conf").write_text("# no Epilog yet\n")
+    r = doctor(install)
+    assert r.returncode == 0, r.stdout
+    assert fails(r) == []
+    w = warns(r)
+    assert len(w) == 2
+    assert w[0].startswith("warn Epilog= in slurm.conf: not configured (optional): no node "
+                           "verdicts") and "set Epilog=/etc/slurm/epilog.d/* in slurm.conf" in w[0]
+    assert w[1].startswith("warn EpilogSlurmctld= in slurm.conf: not configured (optional)")
+    assert "as /etc/slurm/gpualert-epilog-slurmctld (mode 0755) and set EpilogSlurmctld=" \
+        "/etc/slurm/gpualert-epilog-slurmctld in slurm.conf (then restart slurmctld)" in w[1]
+    assert r.stdout.splitlines()[-1] == "9 ok, 2 warnings, 0 failed"
+
+
+def test_relay_is_a_warning_until_reports_are_configured(install):
+    port = free_port()  # nothing listens there
+    (install / "gpualert.yaml").write_text(
+        f"spool: {install / 'spool'}\nmail: {{relay: '127.0.0.1:{port}'}}\n")
+    conf = install / "slurm.conf"
+    conf.write_text(conf.read_text().replace("EpilogSlurmctld=", "#EpilogSlurmctld="))
+    r = doctor(install)
+    assert r.returncode == 0, r.stdout
+    assert any(line.startswith(f"warn mail relay 127.0.0.1:{port}: cannot connect")
+               and "(needed once EpilogSlurmctld is configured)" in line for line in warns(r))
+
+
+def test_configured_epilog_that_is_wrong_fails(install):
+    (install / "nodes.conf").write_text("Epilog=/bin/true\n")
+    (line,) = fails(doctor(install))
+    assert line.startswith("FAIL Epilog= in slurm.conf runs gpualert-epilog:")
+    assert "Epilog=/bin/true matches no gpualert-epilog script" in line
+
+
+def _snippet_settings() -> dict[str, str]:
+    out = {}
+    for raw in (REPO / "etc" / "slurm.conf.snippet").read_text().splitlines():
+        text = raw.split("#", 1)[0].strip()
+        if "=" in text:
+            k, v = text.split("=", 1)
+            out[k] = v
+    return out
+
+
+def test_readme_snippet_and_doctor_agree():
+    from gpualert_slurm.doctor import HOOKS
+
+    snippet = _snippet_settings()
+    readme = (REPO / "README.md").read_text()
+    install = readme[readme.index("## Installing"):readme.index("## Using it")]
+    for h in HOOKS:
+        assert snippet[h.key] == h.value, h.key
+        assert f"       {h.key}={h.value}\n" in install, h.key  # the README's code block
+        assert f"`{h.shim}`" in install, h.shim
+        assert (h.key == "Prolog") == h.required
+    assert "Optional" in install[install.index("Epilog=") - 600:install.index("Epilog=")]
+    assert snippet["PrologFlags"] == "Alloc" and "PrologFlags=Alloc" in install
+
+
+def test_spool_usage_and_retention_are_shown(install):
+    spool = install / "spool"
+    for job, size in (("41", 3000), ("42", 5000)):
+        (spool / job / "tasks").mkdir(parents=True)
+        (spool / job / "tasks" / "batch.0.log").write_bytes(b"z" * size)
+    old = time.time() - 3 * 86400
+    for p in (spool / "41", spool / "41" / "tasks", spool / "41" / "tasks" / "batch.0.log"):
+        os.utime(p, (old, old))
+    (install / "gpualert.yaml").write_text(
+        (install / "gpualert.yaml").read_text()
+        + "retention: {max_age: 14d, max_total: 2G, min_age: 2h}\n")
+    r = doctor(install)
+    assert r.returncode == 0, r.stdout
+    infos = [line for line in r.stdout.splitlines() if line.startswith("info ")]
+    assert infos[0].startswith("info spool usage: 2 job dirs, ")
+    assert ", oldest: job 41, idle 3.0 d" in infos[0]
+    assert infos[1].startswith("info retention: max_age 14.0 d, max_total 2.0 GiB, min_age 2.0 h")
+
+
+def test_doctor_passes_on_the_test_cluster_as_installed(cluster):
+    # The cluster's own files, as `cluster up` installed them: its slurm.conf (and the
+    # plugstack.conf it names), its gpualert config, its spool, its SMTP sink.
+    r = subprocess.run([sys.executable, "-m", "gpualert_slurm", "doctor",
+                        "--config", str(cluster.gpualert_config),
+                        "--slurm-conf", str(cluster.conf)],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "Traceback" not in r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout
+    assert fails(r) == []
+    out = r.stdout
+    assert f"ok   plugin file {cluster.plugin}" in out
+    assert "ok   Prolog= in slurm.conf runs gpualert-prolog" in out
+    assert f"ok   spool {cluster.spool}" in out
+    assert f"ok   mail relay {cluster.smtp_host}:{cluster.smtp_port}" in out
+    assert "info spool usage: " in out
+    # Epilog lines: ok where the cluster configures them, an optional warning where not.
+    for key, hook in (("Epilog", "epilog"), ("EpilogSlurmctld", "epilog-slurmctld")):
+        configured = any(line.split("#", 1)[0].strip().startswith(f"{key}=")
+                         for line in cluster.conf.read_text().splitlines())
+        want = f"ok   {key}= in slurm.conf runs gpualert-{hook}" if configured else \
+            f"warn {key}= in slurm.conf: not configured (optional)"
+        assert want in out, out

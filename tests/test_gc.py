@@ -247,3 +247,13 @@ def test_gc_bad_config_says_what_to_fix(site):
     assert "retention.max_age: expected a duration like 30d or 12h, or null, got 'forever'" \
         in r.stderr
     assert "nothing removed" in r.stderr
+
+
+def test_systemd_units_verify():
+    units = [REPO / "etc" / "systemd" / f"gpualert-gc.{kind}" for kind in ("service", "timer")]
+    r = subprocess.run(["systemd-analyze", "verify", *map(str, units)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    service = units[0].read_text()
+    assert "ExecStart=/opt/gpualert/venv/bin/gpualert gc " in service
+    assert "OnUnitActiveSec=1h" in units[1].read_text()
