@@ -74,7 +74,7 @@ def send(ch: ChannelConfig, data: bytes, mail: MailConfig, deadline: float) -> O
 
     def work() -> None:
         try:
-            with apprise.LogCapture(level=logging.WARNING) as logs:
+            with apprise.LogCapture(level=logging.WARNING, fmt="%(message)s") as logs:
                 result["ok"] = ap.notify(title=title, body=body,
                                          body_format=apprise.NotifyFormat.TEXT)
                 result["log"] = logs.getvalue()
