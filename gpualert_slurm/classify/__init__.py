@@ -1,16 +1,20 @@
 """The classifier: why did this job fail, which rank failed first, and what to do about it.
 
 API (docs/CLASSIFY-API.md): classify(tasks, job, rules=None) -> Verdict.
-Rules and classes are data (rules.yaml, classes.yaml, site rules.d); the order in which the
-kinds of evidence decide is the code below, in `_decide`.
+Rules and classes are data (rules.yaml, classes.yaml, site rules.d); so is the order in which
+the kinds of evidence decide (precedence.yaml: `_decide` runs its steps in that order).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from gpualert_slurm.classify.rules import RuleError, RuleSet, load_rules
 from gpualert_slurm.classify.scan import Event, ScanResult, scan_file
@@ -18,10 +22,11 @@ from gpualert_slurm.classify.scan import Event, ScanResult, scan_file
 __all__ = ["TaskInput", "JobFacts", "Verdict", "RuleError", "RuleSet", "classify", "load_rules"]
 
 SCHEDULER = frozenset({"time_limit", "preempted", "cancelled", "node_failure"})
-_RANK_LABEL = re.compile(r"^(?:\[rank\d+\]:\s?|\d+: )")
 INCIDENT_WINDOW = 8  # lines after the first root event that still belong to the same incident
 FRAME_WINDOW = 80  # lines before a generic exception where its traceback's frames are
 CHAIN_WINDOW = 1000  # lines from a chain marker to the next exception (its traceback's frames)
+LIMIT_GAP = 50  # lines from a cause to Slurm's time-limit line: the job had failed before it
+SILENT_TAIL = 50  # silent failure evidence within this many lines of a log's end decides
 MAX_CASCADES = 20
 MAX_EVIDENCE = 8
 
@@ -62,6 +67,8 @@ class Verdict:
     root_node: str | None = None
     root_step: str | None = None
     cascades: list[dict] = field(default_factory=list)
+    exit_ok_but_failed: bool = False  # the job exited 0, yet its log ends in a failure
+    step: str | None = None  # the precedence.yaml step that decided
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +82,8 @@ class Verdict:
             "root_node": self.root_node,
             "root_step": self.root_step,
             "cascades": self.cascades,
+            "exit_ok_but_failed": self.exit_ok_but_failed,
+            "decided_by": self.step,
         }
 
 
@@ -88,6 +97,7 @@ class _Finding:
     incident: Event | None = None  # the root cause event this rank shows, if any
     first_root: Event | None = None
     from_batch: bool = False
+    scan: ScanResult | None = None
 
     def key(self) -> tuple:
         end = self.task.end_time if self.task.end_time is not None else math.inf
@@ -113,13 +123,9 @@ def _segment_best(events: list[Event], i: int) -> Event:
         if e.role == "root" and e.cls not in SCHEDULER and (
                 e.priority > best.priority
                 # a traceback's source line ("    raise XError(...)") vs its exception line
-                or (e.priority == best.priority and _indented(best) and not _indented(e))):
+                or (e.priority == best.priority and best.indented and not e.indented)):
             best = e
     return best
-
-
-def _indented(e: Event) -> bool:
-    return _RANK_LABEL.sub("", e.text, count=1)[:1].isspace()
 
 
 def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
@@ -198,8 +204,8 @@ def _incident(events: list[Event]) -> tuple[Event | None, Event | None]:
         conf = [f for f in frames if f.role == "confirmation"]
         if best.cls == "python_exception" and conf:
             f = conf[-1]
-            best = Event(f.file, f.line, f.text, f.rule, best.text[:200], best.order,
-                         best.label_rank)
+            best = dataclasses.replace(best, file=f.file, line=f.line, text=f.text, rule=f.rule,
+                                       detail=best.text[:200])
         return best, first
     return None, None
 
@@ -212,14 +218,14 @@ def _findings(tasks: list[TaskInput], scans: list[ScanResult | None]) -> list[_F
             continue
         if t.step == "batch":
             # the batch log carries srun's forwarded output of every rank: split it by label
+            # (an unlabelled line is no rank's: the batch task is not a rank of the job)
             groups: dict[int | None, list[Event]] = {}
             for e in s.events:
-                rank = e.label_rank if e.label_rank is not None else t.rank
-                groups.setdefault(rank, []).append(e)
+                groups.setdefault(e.label_rank, []).append(e)
             for rank, evs in groups.items():
-                batch.append(_Finding(t, rank, evs, from_batch=True))
+                batch.append(_Finding(t, rank, evs, from_batch=True, scan=s))
         else:
-            per_task.append(_Finding(t, t.rank, s.events))
+            per_task.append(_Finding(t, t.rank, s.events, scan=s))
     for f in per_task + batch:
         f.incident, f.first_root = _incident(f.events)
     # per-rank step logs are the better witness; the batch log is the fallback
@@ -273,180 +279,367 @@ def classify(tasks: list[TaskInput], job: JobFacts, rules: RuleSet | None = None
             kscan = scan_file(job.kernel_log, rs, "kernel")
         except OSError as e:
             notes.append(f"could not read kernel log {job.kernel_log}: {e.strerror or e}")
-    for s in scans:
-        if s is not None and s.partial:
-            notes.append(f"partial reading of {s.path}: {s.partial}")
-    v = _decide(tasks, scans, kscan, job, rs)
+    for s in [*scans, kscan]:
+        if s is not None:
+            s.events = _required(s.events)
+            if s.partial:
+                notes.append(f"partial reading of {s.path}: {s.partial}")
+    v = _decide(_Ctx(tasks, scans, kscan, job, rs))
     if notes:
         v.detail = "; ".join([v.detail, *notes]) if v.detail else "; ".join(notes)
     return v
 
 
-def _decide(  # noqa: C901 - one place that states the order in which evidence decides
-    tasks: list[TaskInput],
-    scans: list[ScanResult | None],
-    kscan: ScanResult | None,
-    job: JobFacts,
-    rs: RuleSet,
-) -> Verdict:
-    findings = _findings(tasks, scans)
-    all_events = [e for s in scans if s is not None for e in s.events]
-    kevents = kscan.events if kscan else []
-    with_root = sorted((f for f in findings if f.incident), key=_Finding.key)
-    root = with_root[0] if with_root else None
-    straggler = _straggler(findings, with_root)
-    confirmations = [e for e in all_events if e.role == "confirmation"]
-    sched_events = [e for e in all_events if e.cls in SCHEDULER and e.role == "root"]
+def _required(events: list[Event]) -> list[Event]:
+    """Drop events whose rule `requires` a line (by rule id) that did not come shortly before."""
+    out: list[Event] = []
+    for i, e in enumerate(events):
+        need = e.rule.requires
+        if need is None or any(p.rule.id == need and e.order - p.order <= FRAME_WINDOW
+                               for p in events[max(0, i - 50):i]):
+            out.append(e)
+    return out
 
-    state = (job.slurm_state or "").strip().upper().split(" ")[0] or None
-    facts = f"state={state} reason={job.slurm_reason or ''}"
-    hit = rs.match_fact("slurm", facts) if state else None
-    state_cls = hit[0].cls if hit else None
-    state_ev = [{"file": "(slurm)", "line": None, "text": f"job state {job.slurm_state}"
-                 + (f", reason {job.slurm_reason}" if job.slurm_reason else "")}] if state else []
-    task_failed = any((t.exit_code or 0) != 0 or t.signal for t in tasks)
-    clean = (job.exit_code == 0 and not job.signal and not task_failed) or (
-        job.exit_code is None and state == "COMPLETED" and not task_failed)
-    # log-only: Slurm's "*** ... DUE TO ..." line, a KeyboardInterrupt; not on a clean exit
-    if state_cls is None and sched_events and not clean:
-        state_cls = sched_events[0].cls
-        state_ev = [_ev(sched_events[0])]
 
-    sig = job.signal or None
-    if sig is None and job.exit_code is not None and 128 < job.exit_code <= 128 + 64:
-        sig = job.exit_code - 128  # shell convention: 128+N is "killed by signal N"
-    # the task that ended first with a failure tells how it ended; the others were often just
-    # terminated by srun/the launcher after it (SIGTERM)
-    first_fail = next((t for t in sorted(tasks, key=lambda t: t.end_time or math.inf)
-                       if t.signal or (t.exit_code or 0) != 0), None)
-    sig_task = first_fail if first_fail is not None and first_fail.signal else None
-    if sig is None and sig_task is not None:
-        sig = sig_task.signal
+class _Ctx:
+    """Everything the decision steps look at, computed once."""
 
-    def make(cls: str, conf: float, detail: str, evidence: list[dict],
+    def __init__(self, tasks: list[TaskInput], scans: list[ScanResult | None],
+                 kscan: ScanResult | None, job: JobFacts, rs: RuleSet) -> None:
+        self.tasks, self.scans, self.kscan, self.job, self.rs = tasks, scans, kscan, job, rs
+        self.findings = _findings(tasks, scans)
+        self.all_events = [e for s in scans if s is not None for e in s.events]
+        self.kevents = kscan.events if kscan else []
+        self.with_root = sorted((f for f in self.findings if f.incident), key=_Finding.key)
+        self.root = self.with_root[0] if self.with_root else None
+        self.straggler = _straggler(self.findings, self.with_root)
+        self.confirmations = [e for e in self.all_events if e.role == "confirmation"]
+        sched = [e for e in self.all_events if e.cls in SCHEDULER and e.role == "root"]
+        self.sched_events = sorted(sched, key=lambda e: -e.priority)  # stable: file order
+        self.state = (job.slurm_state or "").strip().upper().split(" ")[0] or None
+        hit = (rs.match_fact("slurm", f"state={self.state} reason={job.slurm_reason or ''}")
+               if self.state else None)
+        self.state_cls = hit[0].cls if hit else None
+        self.state_ev = [{"file": "(slurm)", "line": None, "text": f"job state {job.slurm_state}"
+                          + (f", reason {job.slurm_reason}" if job.slurm_reason else "")}
+                         ] if self.state else []
+        self.task_failed = any((t.exit_code or 0) != 0 or t.signal for t in tasks)
+        self.clean = (job.exit_code == 0 and not job.signal and not self.task_failed) or (
+            job.exit_code is None and self.state == "COMPLETED" and not self.task_failed)
+        # Slurm's or a launcher's own line in a log ("*** ... DUE TO TIME LIMIT ***", srun's
+        # "Node failure on n3"): evidence like the state, unless the job exited cleanly
+        self.sched_event: Event | None = None
+        if self.state_cls is None and self.sched_events and not self.clean:
+            self.sched_event = self.sched_events[0]
+            self.state_cls = self.sched_event.cls
+            self.state_ev = [_ev(self.sched_event)]
+        sig = job.signal or None
+        if sig is None and job.exit_code is not None and 128 < job.exit_code <= 128 + 64:
+            sig = job.exit_code - 128  # shell convention: 128+N is "killed by signal N"
+        # the task that ended first with a failure tells how it ended; the others were often
+        # terminated by srun/the launcher after it (SIGTERM), so they rank after it
+        self.first_fail = next((t for t in sorted(
+            tasks, key=lambda t: (t.signal == 15, t.end_time or math.inf))
+            if t.signal or (t.exit_code or 0) != 0), None)
+        self.sig_task = self.first_fail if self.first_fail and self.first_fail.signal else None
+        if sig is None and self.sig_task is not None:
+            sig = self.sig_task.signal
+        self.sig = sig
+        self.crashed = self.root is not None and self.root.failed_by_itself()
+
+    def make(self, cls: str, conf: float, detail: str, evidence: list[dict],
              at: _Finding | TaskInput | None = None) -> Verdict:
-        info = rs.classes[cls]
+        info = self.rs.classes[cls]
         v = Verdict(cls, info.domain, conf, info.hint, detail, evidence[:MAX_EVIDENCE])
-        if isinstance(at, _Finding):
-            v.root_rank, v.root_node, v.root_step = at.rank, at.task.node, at.task.step
-        elif isinstance(at, TaskInput):
-            v.root_rank, v.root_node, v.root_step = at.rank, at.node, at.step
-        if cls != "success":
-            v.cascades = _cascades(findings, root if isinstance(at, _Finding) else None)
+        if cls != "success" and (cls != "unknown" or at is not None):
+            _locate(self, v, at)
+            v.cascades = _cascades(self.findings, self.root if isinstance(at, _Finding)
+                                   else None)
         return v
 
-    def app_verdict(conf: float, prefix: str = "") -> Verdict:
-        assert root is not None and root.incident is not None
-        inc = root.incident
+    def app_verdict(self, f: _Finding, conf: float, prefix: str = "",
+                    inc: Event | None = None) -> Verdict:
+        inc = inc or f.incident
+        assert inc is not None
         detail = inc.detail or inc.text[:200]
         if inc.cls == "python_exception" and inc.detail:
             detail = _exception_name(inc.detail)
         ev = [_ev(inc)]
-        if root.first_root is not None and root.first_root is not inc:
+        if f.first_root is not None and f.first_root is not inc and inc is f.incident:
             # same incident: read in line order; a chained traceback: the exception that
             # ended the program first, the one it started from after it
-            chained = any(e.role == "chain" and root.first_root.order < e.order < inc.order
-                          for e in root.events)
-            ev.insert(len(ev) if chained else 0, _ev(root.first_root))
-        ev += [_ev(e) for e in root.events
+            chained = any(e.role == "chain" and f.first_root.order < e.order < inc.order
+                          for e in f.events)
+            ev.insert(len(ev) if chained else 0, _ev(f.first_root))
+        ev += [_ev(e) for e in f.events
                if inc.order < e.order <= inc.order + INCIDENT_WINDOW
-               and e.role not in ("cascade", "chain")
+               and e.role not in ("cascade", "chain", "marker")
                and _ev(e) not in ev][:3]
-        ev += [_ev(e) for e in confirmations if e.cls == inc.cls][:2]
-        if any(e.cls == inc.cls for e in confirmations):
+        ev += [_ev(e) for e in self.confirmations if e.cls == inc.cls][:2]
+        if any(e.cls == inc.cls for e in self.confirmations):
             conf = min(0.98, conf + 0.08)
         if inc.rule.confidence is not None:  # a rule whose wording alone is weak evidence
             conf = min(conf, inc.rule.confidence)
-        return make(inc.cls, conf, prefix + detail, ev, root)
+        return self.make(inc.cls, conf, prefix + detail, ev, f)
 
-    # 1. hardware the kernel or NVML saw: the software errors are its symptoms
-    hw = [e for e in kevents if e.cls == "gpu_hardware" and e.role == "root"]
-    nv = _nvml_hardware(job.nvml)
-    if hw or nv:
-        ev = [_ev(e) for e in hw[:4]]
-        if nv:
-            ev.append({"file": "(nvml)", "line": None, "text": nv})
-        return make("gpu_hardware", 0.9, hw[0].text[:200] if hw else nv or "", ev,
-                    root if root else None)
-    # 2. a node of the job was lost
-    if state_cls == "node_failure":
-        return make("node_failure", 0.9, f"Slurm state {state or 'NODE_FAIL'}", state_ev)
-    # 3. silence longer than the threshold: the hang caused whatever ended the job
-    crashed = root is not None and root.failed_by_itself()
-    if (job.hang_threshold_s is not None and job.silence_s is not None
-            and job.silence_s > job.hang_threshold_s and not crashed):
-        return make("hang", 0.8, f"no output for {job.silence_s:.0f} s "
-                    f"(threshold {job.hang_threshold_s:.0f} s)",
-                    [{"file": "(heartbeat)", "line": None,
-                      "text": f"silent for {job.silence_s:.0f} s before the job ended"}]
-                    + state_ev)
-    # 4. scheduler decisions; a rank that had already failed on its own came first
-    if state_cls == "preempted":
-        return make("preempted", 0.95, "preempted by Slurm", state_ev)
-    if state_cls in ("time_limit", "cancelled"):
-        if root is not None and crashed:
-            return app_verdict(0.75, f"(then {state_cls.replace('_', ' ')}) ")
-        return make(state_cls, 0.9, f"Slurm state {state}" if state else state_ev[0]["text"],
-                    state_ev)
-    # 5. Slurm's cgroup saw the job run out of host memory
-    if state_cls == "host_oom":
-        ev = [_ev(e) for e in all_events + kevents if e.cls == "host_oom"][:4]
-        return make("host_oom", 0.9, "Slurm state OUT_OF_MEMORY", state_ev + ev,
-                    root if root and root.incident and root.incident.cls == "host_oom" else None)
-    # 6. a clean exit is a success, whatever the log grumbled about
-    if clean:
-        if root is not None:
-            return make("success", 0.6, "exit code 0 (the log shows "
-                        f"{root.incident.cls} evidence that the job survived)", [])
-        return make("success", 0.95, "exit code 0, no failure evidence", [])
-    # 7. the first rank to fail with a root cause
-    if root is not None:
-        v = app_verdict(0.9 if (job.exit_code or sig or task_failed) else 0.7)
-        if straggler is not None:
-            # every rank that said anything timed out in a collective: the culprit is the
-            # rank that never reached it and reported nothing
-            v.root_rank, v.root_node, v.root_step = (straggler.rank, straggler.task.node,
-                                                     straggler.task.step)
-            v.detail += (f"; rank {straggler.rank} reported no timeout: it never reached the "
-                         "collective (the straggler)")
-            v.cascades = _cascades(findings, None)
-        return v
-    # 8. no cause in the logs: kernel OOM kill, confirmations, then the terminating signal
-    koom = [e for e in kevents if e.cls == "host_oom"]
-    if koom:
-        return make("host_oom", 0.85, koom[0].text[:200], [_ev(e) for e in koom[:3]])
+
+# ---- the decision steps; their order is precedence.yaml ----
+
+def _step_hardware(c: _Ctx) -> Verdict | None:
+    # a kernel log's fault counts always; the same line in a task log when the job failed
+    hw = [e for e in c.kevents + ([] if c.clean else c.all_events)
+          if e.cls == "gpu_hardware" and e.role == "root"]
+    nv = _nvml_hardware(c.job.nvml)
+    if not (hw or nv):
+        return None
+    ev = [_ev(e) for e in hw[:4]]
+    if nv:
+        ev.append({"file": "(nvml)", "line": None, "text": nv})
+    return c.make("gpu_hardware", 0.9, hw[0].text[:200] if hw else nv or "", ev, c.root)
+
+
+def _step_node_failure(c: _Ctx) -> Verdict | None:
+    if c.state_cls != "node_failure":
+        return None
+    what = c.sched_event.text[:200] if c.sched_event else f"Slurm state {c.state or 'NODE_FAIL'}"
+    return c.make("node_failure", 0.9, what, c.state_ev)
+
+
+def _step_hang(c: _Ctx) -> Verdict | None:
+    j = c.job
+    if (c.clean or j.hang_threshold_s is None or j.silence_s is None
+            or j.silence_s <= j.hang_threshold_s or c.crashed):
+        return None
+    return c.make("hang", 0.8, f"no output for {j.silence_s:.0f} s "
+                  f"(threshold {j.hang_threshold_s:.0f} s)",
+                  [{"file": "(heartbeat)", "line": None,
+                    "text": f"silent for {j.silence_s:.0f} s before the job ended"}]
+                  + c.state_ev)
+
+
+def _step_preempted(c: _Ctx) -> Verdict | None:
+    if c.state_cls != "preempted":
+        return None
+    return c.make("preempted", 0.95, "preempted by Slurm", c.state_ev)
+
+
+def _failed_before_limit(c: _Ctx) -> bool:
+    """The root rank failed by itself before Slurm ended the job: its exit record says so, or
+    its log ends in the cause shortly before Slurm's line in the same log."""
+    if c.root is None:
+        return False
+    if c.crashed:
+        return True
+    inc = c.root.incident
+    lim = [e for e in c.root.events if e.cls == c.state_cls and e.role == "root"]
+    return inc is not None and bool(lim) and 0 < lim[0].order - inc.order <= LIMIT_GAP
+
+
+def _step_time_limit_or_cancel(c: _Ctx) -> Verdict | None:
+    if c.state_cls not in ("time_limit", "cancelled"):
+        return None
+    if c.root is not None and _failed_before_limit(c):
+        return c.app_verdict(c.root, 0.75, f"(then {c.state_cls.replace('_', ' ')}) ")
+    return c.make(c.state_cls, 0.9,
+                  f"Slurm state {c.state}" if c.state else c.state_ev[0]["text"], c.state_ev)
+
+
+def _step_host_oom_state(c: _Ctx) -> Verdict | None:
+    if c.state_cls != "host_oom":
+        return None
+    ev = [_ev(e) for e in c.all_events + c.kevents if e.cls == "host_oom"][:4]
+    r = c.root
+    return c.make("host_oom", 0.9, "Slurm state OUT_OF_MEMORY", c.state_ev + ev,
+                  r if r and r.incident and r.incident.cls == "host_oom" else None)
+
+
+def _step_silent_failure(c: _Ctx) -> Verdict | None:
+    if not c.clean:
+        return None
+    for f in sorted(c.findings, key=_Finding.key):
+        silent = [e for e in f.events if e.rule.silent and e.role == "root"]
+        if silent and f.scan is not None and silent[-1].order >= f.scan.segments - SILENT_TAIL:
+            first = next(e for e in silent if e.cls == silent[-1].cls)
+            v = c.app_verdict(f, 0.75, "the job exited 0, but: ", first)
+            if silent[-1] is not first:
+                v.evidence = (v.evidence + [_ev(silent[-1])])[:MAX_EVIDENCE]
+            v.exit_ok_but_failed = True
+            return v
+    return None
+
+
+def _step_clean_exit(c: _Ctx) -> Verdict | None:
+    if not c.clean:
+        return None
+    if c.root is not None and c.root.incident is not None:
+        return c.make("success", 0.6, "exit code 0 (the log shows "
+                      f"{c.root.incident.cls} evidence that the job survived)", [])
+    return c.make("success", 0.95, "exit code 0, no failure evidence", [])
+
+
+def _step_log_root(c: _Ctx) -> Verdict | None:
+    if c.root is None:
+        return None
+    v = c.app_verdict(c.root, 0.9 if (c.job.exit_code or c.sig or c.task_failed) else 0.7)
+    st = c.straggler
+    if st is not None:
+        # every rank that said anything timed out in a collective: the culprit is the
+        # rank that never reached it and reported nothing
+        v.root_rank, v.root_node, v.root_step = st.rank, st.task.node, st.task.step
+        v.detail += (f"; rank {st.rank} reported no timeout: it never reached the "
+                     "collective (the straggler)")
+        v.cascades = _cascades(c.findings, None)
+    return v
+
+
+def _step_oom_evidence(c: _Ctx) -> Verdict | None:
+    oom = [e for e in c.kevents + c.all_events
+           if e.cls == "host_oom" and e.role in ("root", "confirmation")]
+    if not oom:
+        return None
+    return c.make("host_oom", 0.85, oom[0].text[:200], [_ev(e) for e in oom[:3]],
+                  _finding_of(c.findings, oom[0]))
+
+
+def _step_confirmation(c: _Ctx) -> Verdict | None:
     # weak confirmations (a rule with a confidence cap, e.g. a printed "Error: ...") yield to
     # the signal that ended the job
-    confs = [c for c in confirmations if not (sig and c.rule.confidence is not None)]
-    if confs:
-        c = confs[0]
-        conf = 0.8 if c.cls != "killed" else 0.6
-        if c.rule.confidence is not None:
-            conf = min(conf, c.rule.confidence)
-        return make(c.cls, conf, c.text[:200], [_ev(e) for e in confs[:3]],
-                    _finding_of(findings, c))
-    who = sig_task
+    confs = [e for e in c.confirmations if not (c.sig and e.rule.confidence is not None)]
+    if not confs:
+        return None
+    e = confs[0]
+    conf = 0.8 if e.cls != "killed" else 0.6
+    if e.rule.confidence is not None:
+        conf = min(conf, e.rule.confidence)
+    return c.make(e.cls, conf, e.text[:200], [_ev(x) for x in confs[:3]],
+                  _finding_of(c.findings, e))
+
+
+def _step_signal(c: _Ctx) -> Verdict | None:
+    who = c.sig_task
     core_dumped = who is not None and who.core_dumped
-    code = "" if job.exit_code is None else job.exit_code
-    exit_hit = rs.match_fact("exit", f"exit_code={code} signal={sig or ''} "
-                             f"core_dumped={int(core_dumped)}")
-    if sig and exit_hit:
-        cls = exit_hit[0].cls
-        core = " (core dumped)" if core_dumped else ""
-        return make(cls, 0.75, f"terminated by signal {sig}{core}, no other evidence",
-                    [{"file": "(exit status)", "line": None, "text": f"signal {sig}{core}"}],
-                    who)
-    # 9. only symptoms: the earliest cascade says what broke, with little confidence
-    casc = sorted((f for f in findings if any(e.role == "cascade" for e in f.events)),
+    code = "" if c.job.exit_code is None else c.job.exit_code
+    hit = c.rs.match_fact("exit", f"exit_code={code} signal={c.sig or ''} "
+                          f"core_dumped={int(core_dumped)}")
+    if not (c.sig and hit):
+        return None
+    core = " (core dumped)" if core_dumped else ""
+    return c.make(hit[0].cls, 0.75, f"terminated by signal {c.sig}{core}, no other evidence",
+                  [{"file": "(exit status)", "line": None, "text": f"signal {c.sig}{core}"}],
+                  who)
+
+
+def _step_cascade(c: _Ctx) -> Verdict | None:
+    casc = sorted((f for f in c.findings if any(e.role == "cascade" for e in f.events)),
                   key=_Finding.key)
-    if casc:
-        e = next(e for e in casc[0].events if e.role == "cascade")
-        return make(e.cls, 0.45, f"only symptoms found: {e.text[:160]}", [_ev(e)], casc[0])
-    if state_cls:
-        return make(state_cls, 0.8, f"Slurm state {state}", state_ev)
-    what = "no exit status given and " if job.exit_code is None and not state else ""
-    return make("unknown", 0.3, f"{what}nothing recognisable in the logs"
-                + (f" (exit code {job.exit_code})" if job.exit_code else ""), state_ev)
+    if not casc:
+        return None
+    e = next(e for e in casc[0].events if e.role == "cascade")
+    return c.make(e.cls, 0.45, f"only symptoms found: {e.text[:160]}", [_ev(e)], casc[0])
+
+
+def _step_slurm_state(c: _Ctx) -> Verdict | None:
+    if not c.state_cls:
+        return None
+    return c.make(c.state_cls, 0.8, f"Slurm state {c.state}", c.state_ev)
+
+
+def _step_unknown(c: _Ctx) -> Verdict:
+    j = c.job
+    what = "no exit status given and " if j.exit_code is None and not c.state else ""
+    return c.make("unknown", 0.3, f"{what}nothing recognisable in the logs"
+                  + (f" (exit code {j.exit_code})" if j.exit_code else ""), c.state_ev)
+
+
+_STEPS = {name[len("_step_"):]: fn for name, fn in list(globals().items())
+          if name.startswith("_step_")}
+
+
+def load_precedence() -> list[str]:
+    """The step ids of precedence.yaml, in order; every id must name a step of _STEPS."""
+    text = resources.files("gpualert_slurm.classify").joinpath("precedence.yaml").read_text()
+    data = yaml.safe_load(text) or {}
+    ids = [s.get("id") if isinstance(s, dict) else s for s in data.get("steps") or []]
+    bad = [i for i in ids if i not in _STEPS]
+    if bad or "unknown" not in ids:
+        raise RuleError(f"gpualert_slurm/classify/precedence.yaml: field 'steps': unknown "
+                        f"step id(s) {bad} (known: {', '.join(_STEPS)}); 'unknown' must be one")
+    return ids
+
+
+_PRECEDENCE: list[str] | None = None
+
+
+def _decide(c: _Ctx) -> Verdict:
+    global _PRECEDENCE
+    if _PRECEDENCE is None:
+        _PRECEDENCE = load_precedence()
+    for step in _PRECEDENCE:
+        v = _STEPS[step](c)
+        if v is not None:
+            v.step = step
+            return v
+    return _step_unknown(c)
+
+
+def _locate(c: _Ctx, v: Verdict, at: _Finding | TaskInput | None) -> None:
+    """Which rank and node failed first, from the best witness there is: the rank's own log
+    (its global [rankN] label when one Slurm task runs several ranks); else torchrun's Root
+    Cause block, srun's task-level lines (srun: error: n2: task 1: Out Of Memory), the exit
+    records (the first to end by itself, not by srun's SIGTERM); the batch log never names a
+    rank by itself, it holds every rank's forwarded lines."""
+    if isinstance(at, _Finding) and not at.from_batch and at.incident is not None:
+        inc = at.incident
+        elastic = _elastic_root(at.events)
+        v.root_rank = inc.rank_label if inc.rank_label is not None else (
+            elastic[0] if elastic and elastic[0] is not None else at.rank)
+        v.root_node, v.root_step = at.task.node, at.task.step
+        return
+    if isinstance(at, TaskInput) and at.step != "batch":
+        v.root_rank, v.root_node, v.root_step = at.rank, at.node, at.step
+        return
+    for s in c.scans:
+        if s is None:
+            continue
+        rank, node = _elastic_root(s.events) or (None, None)
+        if rank is None:
+            srun = [e for e in s.events if e.ref_rank is not None or e.ref_node is not None]
+            # a line that names a task failing by itself beats one naming a lost node
+            srun.sort(key=lambda e: e.ref_rank is None)
+            if srun:
+                rank, node = srun[0].ref_rank, srun[0].ref_node
+        if rank is not None or node is not None:
+            v.root_rank, v.root_node = rank, node
+            t = _task_of(c.tasks, rank)
+            if t is not None:
+                v.root_node = node or t.node
+                v.root_step = t.step
+            return
+    t = c.first_fail if c.first_fail is not None and c.first_fail.step != "batch" else None
+    if t is not None:
+        v.root_rank, v.root_node, v.root_step = t.rank, t.node, t.step
+    elif isinstance(at, _Finding) and at.rank is not None:  # a labelled line of the batch log
+        v.root_rank, v.root_node = at.rank, None
+        t = _task_of(c.tasks, at.rank)
+        if t is not None:
+            v.root_node, v.root_step = t.node, t.step
+
+
+def _task_of(tasks: list[TaskInput], rank: int | None) -> TaskInput | None:
+    return next((t for t in tasks if rank is not None and t.rank == rank
+                 and t.step != "batch"), None)
+
+
+def _elastic_root(events: list[Event]) -> tuple[int | None, str | None] | None:
+    """torchrun's "Root Cause (first observed failure)" block: (global rank, host)."""
+    for i, e in enumerate(events):
+        if e.rule.id == "elastic_root_cause":
+            near = [x for x in events[i + 1:i + 8] if x.order - e.order <= 10]
+            rank = next((x.ref_rank for x in near if x.ref_rank is not None), None)
+            node = next((x.ref_node for x in near if x.ref_node is not None), None)
+            if rank is not None or node is not None:
+                return rank, node
+    return None
 
 
 def _exception_name(dotted: str) -> str:

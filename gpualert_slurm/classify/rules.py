@@ -11,7 +11,9 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]  # literal ext
 
 import yaml
 
-ROLES = ("root", "cascade", "confirmation", "context", "chain")  # chain: joins chained tracebacks
+# chain: joins chained tracebacks; marker: never decides, kept as structure (a traceback's
+# header) or for the rank/node it names (srun's "n2: task 1: Exited with exit code 1")
+ROLES = ("root", "cascade", "confirmation", "context", "chain", "marker")
 SOURCES = ("log", "kernel", "slurm", "exit")
 TEXT_SOURCES = ("log", "kernel")  # scanned files; slurm/exit rules match one line of facts
 SCOPES = ("line", "traceback")
@@ -46,6 +48,8 @@ class Rule:
     scope: str = "line"  # or "traceback": applies to the exception ending its traceback
     detail: str | None = None  # fixed verdict detail when no (?P<detail>) group captured one
     confidence: float | None = None  # cap on the verdict's confidence: weak evidence
+    silent: bool = False  # decides even on exit 0 when it ends the log (a NaN abort)
+    requires: str | None = None  # id of a rule whose line must come shortly before this one
 
     def match(self, line: str) -> re.Match[str] | None:
         for rx in self.patterns:
@@ -65,6 +69,13 @@ class RuleSet:
 
     def for_source(self, source: str) -> list[Rule]:
         return [r for r in self.rules if r.source == source]
+
+    def scanned(self, source: str) -> list[Rule]:
+        """The rules a scanned file of this source is matched against: a task log holds kernel
+        lines too (containers print dmesg, people paste both), so evidence counts wherever it
+        appears; a kernel log holds only kernel lines."""
+        return [r for r in self.rules if r.source == source
+                or (source == "log" and r.source == "kernel")]
 
     def match_fact(self, source: str, line: str) -> tuple[Rule, str] | None:
         """The highest-priority root rule of a facts source matching the facts line."""
@@ -164,7 +175,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             raise RuleError(f"{where}: field 'id': duplicate id in this file")
         seen.add(rid)
         unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns", "scope",
-                          "detail", "confidence"}
+                          "detail", "confidence", "silent", "requires"}
         if unknown:
             raise RuleError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         cls = r.get("class")
@@ -192,6 +203,12 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
                                 or not 0 < cap <= 1):
             raise RuleError(f"{where}: field 'confidence': must be a number in (0, 1], "
                             f"got {cap!r}")
+        silent = r.get("silent", False)
+        if not isinstance(silent, bool):
+            raise RuleError(f"{where}: field 'silent': must be true or false, got {silent!r}")
+        requires = r.get("requires")
+        if requires is not None and not isinstance(requires, str):
+            raise RuleError(f"{where}: field 'requires': must be a rule id, got {requires!r}")
         prio = r.get("priority", 50)
         if not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 100:
             raise RuleError(f"{where}: field 'priority': must be an integer 0-100, got {prio!r}")
@@ -220,7 +237,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             if re.search(r"(?<!\\)\d", p):
                 digit_lits.extend(lits)
         out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
-                        scope, fixed, None if cap is None else float(cap)))
+                        scope, fixed, None if cap is None else float(cap), silent, requires))
     return out
 
 
@@ -265,6 +282,10 @@ def load_rules(
         for r in _parse_rules(str(f), _load_yaml(str(f), text), classes):
             by_id[r.id] = r  # a site rule with a shipped id replaces it
     rs = RuleSet(classes, list(by_id.values()))
+    for r in rs.rules:
+        if r.requires is not None and r.requires not in by_id:
+            raise RuleError(f"{r.origin}: rule {r.id!r}: field 'requires': "
+                            f"{r.requires!r} is not a rule id")
     _build_prefilter(rs, gates)
     if use_cache:
         _DEFAULT = rs
@@ -275,7 +296,7 @@ def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:
     for source in TEXT_SOURCES:
         src_gates = list(gates)
         table: dict[str, list[Rule]] = {}
-        for rule in rs.for_source(source):
+        for rule in rs.scanned(source):
             for lit in rule.literals:
                 hit = next((g for g in src_gates if g in lit), None)
                 if hit is None:  # not covered by the shipped gates: its literal becomes one
@@ -288,6 +309,6 @@ def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:
         rs.prefilter[source] = used
         rs.digit_gates[source] = {
             next(g for g in used if g in lit)
-            for rule in rs.for_source(source) for lit in rule.digit_literals
+            for rule in rs.scanned(source) for lit in rule.digit_literals
         }
         rs.gate_rules[source] = table

@@ -43,8 +43,65 @@ _TABLE[ord("\r")] = ord("\n")
 NORM = bytes(_TABLE)
 _STR_NORM = {ord(str(d)): "0" for d in range(10)}
 
-# srun --label ("3: ") and torchrun ("[rank3]: ") prefixes say which rank wrote a line
-_LABEL = re.compile(r"^\s*(?:\[rank(\d+)\]:|(\d+): )")
+# What people's logs wrap around a message (launcher prefixes, timestamps, quoting, markup): the
+# rules match the message itself. Each entry: (regex, label kind or None). A label kind says
+# whose line it is: "task" (srun --label "3: ", OpenMPI "[1,3]<stderr>:"), "rank" (the global
+# rank: torch's "[rank3]:"), "local" (torchrun --tee "[default1]:", a local rank).
+_PREFIXES: list[tuple[re.Pattern[str], str | None]] = [
+    (re.compile(r"^\s*\[rank(\d+)\]:\s?"), "rank"),
+    (re.compile(r"^\s*\[default(\d+)\]:\s?"), "local"),
+    (re.compile(r"^\s*\[\d+,(\d+)\]<std(?:out|err)>:\s?"), "task"),
+    (re.compile(r"^\s*(\d+): "), "task"),
+    (re.compile(r"^[ \t]*(?:>[ \t]?)+"), None),  # e-mail / Markdown quoting
+    # timestamps: ISO (logging, Slurm), clock-only, syslog, dmesg
+    (re.compile(r"^\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
+                r"(?:\s*[|:-]\s*|\s+)"), None),
+    (re.compile(r"^\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?(?:\s*[|-]\s*|\s+)"), None),
+    (re.compile(r"^[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d\s+"), None),
+    (re.compile(r"^\[\s*\d+\.\d+\]\s*"), None),
+    (re.compile(r"^(?:[\w.-]+\s+)?kernel:\s*(?:\[\s*\d+\.\d+\]\s*)?"), None),
+    # pdsh / DeepSpeed / srun-style host prefixes: a name with a digit ("gpu041: ", "n3: ")
+    (re.compile(r"^[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*: (?=\S)"), None),
+    # a tqdm bar the message was glued onto (the bar ends with "\r", not a newline)
+    (re.compile(r"^.*?\d+%\|[^|]*\|[^\[]*\[[^\]]*\]\s*"), None),
+]
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+_MARKUP = re.compile(r"(?<!\*)\*\*(?!\*)|(?<![\w_])__(?=\w)|(?<=\w)__(?![\w_])|^(\s*)`+|`+\s*$")
+MAX_PREFIXES = 8
+
+
+@dataclass
+class LineView:
+    """One log line as the rules see it: prefixes and markup removed."""
+
+    body: str  # leading whitespace kept (a traceback's source lines are indented)
+    task: int | None = None
+    rank: int | None = None
+    local: int | None = None
+
+    @property
+    def indented(self) -> bool:
+        return self.body[:1].isspace()
+
+
+def line_view(text: str) -> LineView:
+    body = _ANSI.sub("", text) if ("\x1b" in text or "\x08" in text) else text
+    if "\\" in body:  # Windows paths: rules are written with "/"
+        body = body.replace("\\", "/")
+    if "**" in body or "`" in body or "__" in body:
+        body = _MARKUP.sub(lambda m: m.group(1) or "", body)
+    v = LineView(body)
+    for _ in range(MAX_PREFIXES):
+        for rx, kind in _PREFIXES:
+            m = rx.match(v.body)
+            if m and m.end() < len(v.body):
+                if kind is not None:
+                    setattr(v, kind, int(m.group(1)))
+                v.body = v.body[m.end():]
+                break
+        else:
+            break
+    return v
 
 
 def norm_text(s: str) -> str:
@@ -59,7 +116,15 @@ class Event:
     rule: Rule
     detail: str | None
     order: int  # position in the file (segment index), for time order within one log
-    label_rank: int | None = None
+    task_label: int | None = None  # srun --label / OpenMPI tag: the Slurm task
+    rank_label: int | None = None  # torch's [rankN]: the global rank
+    indented: bool = False
+    ref_rank: int | None = None  # a rank / node the line names (srun's "n2: task 1: ...")
+    ref_node: str | None = None
+
+    @property
+    def label_rank(self) -> int | None:
+        return self.rank_label if self.rank_label is not None else self.task_label
 
     @property
     def cls(self) -> str:
@@ -80,6 +145,7 @@ class ScanResult:
     size: int = 0
     bytes_read: int = 0
     lines: int = 0
+    segments: int = 0  # line order at the end of the file (Event.order scale)
     partial: str | None = None
     events: list[Event] = field(default_factory=list)
     dropped: int = 0  # matched lines not kept (beyond KEEP_EVENTS at each end)
@@ -92,7 +158,7 @@ class _Matcher:
         self.gates = [(norm_text(g).encode(), g) for g in rules.prefilter[source]]
         self.sgates = [(norm_text(g), g) for g in rules.prefilter[source]]
         self.gate_rules = rules.gate_rules[source]
-        self.context = [r for r in rules.for_source(source) if r.role == "context"]
+        self.context = [r for r in rules.scanned(source) if r.role == "context"]
         self.cache: dict[bytes, tuple[Rule, str | None] | None] = {}
         # shapes (digit-normalised lines) known to match nothing: a shape's lines differ only
         # in digit values, so this holds for all of them unless a candidate rule has a digit
@@ -108,10 +174,10 @@ class _Matcher:
         low = shape.lower()
         return not any(g in low for g, name in self.gates if name in self.digit_gates)
 
-    def match(self, raw: bytes) -> tuple[Rule, str | None, str] | None:
+    def match(self, raw: bytes) -> tuple[Rule, str | None, str, Hit] | None:
         if raw in self.cache:
             got = self.cache[raw]
-            return None if got is None else (*got, _decode(raw))
+            return None if got is None else (got[0], got[1], _decode(raw), got[2])
         text = _decode(raw)
         low = norm_text(text)
         cands: list[Rule] = []
@@ -120,23 +186,34 @@ class _Matcher:
                 for r in self.gate_rules[name]:
                     if r not in cands:
                         cands.append(r)
-        best: tuple[Rule, str | None] | None = None
+        best: tuple[Rule, str | None, Hit] | None = None
         if cands:
+            view = line_view(text)
+            body = view.body.lstrip()
             for r in cands + self.context:
                 if best is not None and r.priority <= best[0].priority:
                     continue
-                m = r.match(text)
+                m = r.match(body)
                 if m:
-                    det = m.groupdict().get("detail") if m.re.groupindex else None
-                    det = det or r.detail
-                    best = (r, det)
+                    groups = m.groupdict() if m.re.groupindex else {}
+                    det = groups.get("detail") or r.detail
+                    ref = groups.get("rank")
+                    best = (r, det, Hit(view, int(ref) if ref and ref.isdigit() else None,
+                                        groups.get("node")))
             if best is not None and best[0].role == "context":
                 best = None
         if len(raw) <= 1024:  # bounded memory: at most 4096 short lines are remembered
             if len(self.cache) >= 4096:
                 self.cache.clear()
             self.cache[raw] = best
-        return None if best is None else (*best, text)
+        return None if best is None else (best[0], best[1], text, best[2])
+
+
+@dataclass
+class Hit:
+    view: LineView
+    ref_rank: int | None
+    ref_node: str | None
 
 
 def _decode(raw: bytes) -> str:
@@ -191,8 +268,9 @@ def scan_file(
             else:  # what is left is no more than the tail: finish it, budget or not
                 res.partial = f"{why}; line numbers after that point are unknown"
             # +1 million: events after the jump never join an incident from before it
-            _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
-                        order_base=order + 1_000_000)
+            order = _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+                                order_base=order + 1_000_000)
+        res.segments = order
     col.finish()
     return res
 
@@ -330,15 +408,15 @@ def _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, p
     """Turn matches (offset, (rule, detail, text)) into events with line numbers."""
     found.sort(key=lambda x: x[0])
     at = seg = 0
-    for p, (rule, detail, text) in found:
+    for p, (rule, detail, text, hit) in found:
         k = normed.count(b"\n", at, p)
         seg += k
         lines += buf.count(b"\n", at, p) if has_cr else k
         at = p
         lineno = None if line_base is None else line_base + lines + 1
-        m = _LABEL.match(text)
-        rank = int(m.group(1) or m.group(2)) if m else None
-        col.add(Event(path, lineno, text[:500], rule, detail, order + seg, rank))
+        v = hit.view
+        col.add(Event(path, lineno, text[:500], rule, detail, order + seg, v.task, v.rank,
+                      v.indented, hit.ref_rank, hit.ref_node))
     if count:
         lines += buf.count(b"\n", at, end) if has_cr else nseg - seg
     return lines, order + nseg
