@@ -121,3 +121,38 @@ def test_bad_site_rule_file_exits_2_naming_it(tmp_path):
     assert p.returncode == 2
     assert "bad.yaml" in p.stderr and "broken" in p.stderr and "patterns" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def _attempt(tasks: Path, logs: dict[str, tuple[str, dict]]) -> None:
+    tasks.mkdir(parents=True)
+    for name, (text, rec) in logs.items():
+        (tasks / f"{name}.log").write_text(text)
+        (tasks / f"{name}.exit").write_text(json.dumps(rec))
+
+
+def test_job_directory_judges_the_latest_attempt(tmp_path):
+    """<spool>/<jobid> as the argument: attempt 0 (tasks/ at the job root) hit its time limit,
+    attempt-1/ (after a requeue) died of a missing module; the verdict is attempt 1's."""
+    job = tmp_path / "spool" / "4242"
+    rec = {"node": "n2", "step": "0", "rank": 1, "exit_code": 1, "signal": None,
+           "core_dumped": False, "end_time": 10.0}
+    _attempt(job / "tasks", {"batch.0": (
+        "step 1\nslurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-11-29T10:59:59 DUE TO "
+        "TIME LIMIT ***\n", {**rec, "step": "batch", "rank": 0, "exit_code": None,
+                            "signal": 15})})
+    _attempt(job / "attempt-1" / "tasks", {
+        "0.1": ("Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n"
+                "ModuleNotFoundError: No module named 'apex'\n", rec),
+        "0.0": ("step 1\n", {**rec, "rank": 0, "node": "n1", "exit_code": None, "signal": 15,
+                             "end_time": 12.0})})
+    p = gpualert("classify", "--json", str(job))
+    assert p.returncode == 0, p.stderr
+    v = json.loads(p.stdout)
+    assert (v["class"], v["root_rank"], v["root_node"]) == ("import_error", 1, "n2")
+    assert all("attempt-1" in e["file"] for e in v["evidence"])
+
+
+def test_directory_that_is_not_a_job_dir_is_a_clear_error(tmp_path):
+    p = gpualert("classify", "--json", str(tmp_path))
+    assert p.returncode == 2
+    assert "not a job's spool directory" in p.stderr and "Traceback" not in p.stderr

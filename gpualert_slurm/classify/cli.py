@@ -10,6 +10,7 @@ import signal as _signal
 import sys
 from pathlib import Path
 
+from gpualert_slurm import spool
 from gpualert_slurm.classify import JobFacts, RuleError, TaskInput, classify, load_rules
 
 _STEP_RANK = re.compile(r"^(?P<step>[\w-]+)\.(?P<rank>\d+)\.log$")
@@ -44,7 +45,9 @@ def _seconds(text: str) -> float:
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gpualert classify", description="Classify why a job failed from its logs.")
     p.add_argument("logs", nargs="+", metavar="LOG",
-                   help="task logs; <step>.<rank>.log (with a sibling .exit record) or "
+                   help="task logs, or a job's spool directory (<spool>/<jobid>: its latest "
+                        "attempt's tasks/*.log are judged); <step>.<rank>.log (with a sibling "
+                        ".exit record) or "
                         "rank<k>.log names give each log's rank; `gpualert run`'s output.log "
                         "takes its exit.json. The records give the exit status unless "
                         "--exit-code/--signal do")
@@ -145,8 +148,34 @@ def render_text(v: dict) -> str:
     return "\n".join(lines)
 
 
+def job_dir_logs(path: str) -> list[str] | str:
+    """The task logs of a job directory's latest attempt (docs/CONTRACTS.md, Attempts), or an
+    error message saying what is wrong."""
+    attempt = spool.latest_attempt(path)
+    tasks = os.path.join(spool.attempt_dir(path, attempt), "tasks")
+    try:
+        names = sorted(n for n in os.listdir(tasks) if n.endswith(".log"))
+    except OSError as e:
+        return (f"{path} is a directory but not a job's spool directory: cannot list "
+                f"{tasks}: {e.strerror or e} (give task logs, or <spool>/<jobid>)")
+    if not names:
+        return f"no task logs in {tasks} (attempt {attempt}): nothing to classify"
+    return [os.path.join(tasks, n) for n in names]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    logs: list[str] = []
+    for path in args.logs:
+        if os.path.isdir(path):
+            got = job_dir_logs(path)
+            if isinstance(got, str):
+                print(f"gpualert classify: {got}", file=sys.stderr)
+                return 2
+            logs += got
+        else:
+            logs.append(path)
+    args.logs = logs
     if (args.hang is None) != (args.silence is None):
         print("gpualert classify: error: --hang and --silence go together", file=sys.stderr)
         return 2
