@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import email.message
 import os
 import re
@@ -23,6 +24,9 @@ LEASE_MARGIN_S = 5.0  # a submit's entry is left alone by flush until its bound 
 FLUSH_RETRY_BASE_S = 60.0  # flush backoff: 1, 2, 4 ... minutes
 FLUSH_RETRY_MAX_S = 3600.0
 ORPHAN_AGE_S = 600.0
+# Folding at 78 makes Python start long headers with an empty first line ("Subject:\r\n
+# text"), which some readers show with a leading space; RFC 5322's hard limit is 998.
+SMTP_POLICY = policy.SMTP.clone(max_line_length=998)
 _CRLF = re.compile(r"[\r\n]+[ \t]*")
 
 
@@ -106,10 +110,10 @@ def sanitise_headers(msg: email.message.Message) -> list[str]:
 
 def _as_bytes(msg: email.message.Message) -> bytes:
     """Serialise for SMTP (CRLF line ends); Bcc is never transmitted."""
-    clone = email.message_from_bytes(msg.as_bytes(policy=policy.SMTP), policy=policy.SMTP)
+    clone = copy.deepcopy(msg)
     del clone["Bcc"]
     del clone["Resent-Bcc"]
-    return clone.as_bytes(policy=policy.SMTP)
+    return clone.as_bytes(policy=SMTP_POLICY)
 
 
 def _recipients_of(msg: email.message.Message) -> list[str]:
@@ -119,12 +123,12 @@ def _recipients_of(msg: email.message.Message) -> list[str]:
 
 def _webhook_copy(msg: email.message.Message) -> bytes:
     """What a webhook needs: the subject and the plain text, not the attachments."""
-    data = msg.as_bytes(policy=policy.SMTP)
+    data = msg.as_bytes(policy=SMTP_POLICY)
     title, body = webhook.title_and_body(data)
     small = email.message.EmailMessage()
     small["Subject"] = safe_header(title, 998)
     small.set_content(body)
-    return small.as_bytes(policy=policy.SMTP)
+    return small.as_bytes(policy=SMTP_POLICY)
 
 
 # ---- sending one entry ----------------------------------------------------------------------
