@@ -17,6 +17,7 @@ import pickle
 import select
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +116,11 @@ def _child_collect(work_dir: str, globs: list[str], budget: int) -> dict[str, An
     skipped: list[dict[str, Any]] = []
     for pattern in globs:
         pat = pattern if os.path.isabs(pattern) else os.path.join(work_dir, pattern)
-        for match in sorted(glob.glob(pat, recursive=True))[:MAX_MATCHES]:
+        matches = sorted(glob.glob(pat, recursive=True))
+        if not matches:
+            skipped.append({"name": pattern, "size": None, "where": pat,
+                            "reason": "the glob matched no file the job's user can see"})
+        for match in matches[:MAX_MATCHES]:
             rel = os.path.relpath(match, work_dir)
             real = os.path.realpath(match)
             if not _inside(real, [root]):
@@ -158,29 +163,30 @@ def _child_collect(work_dir: str, globs: list[str], budget: int) -> dict[str, An
     return {"taken": taken, "skipped": skipped}
 
 
-def collect_as_user(uid: int, gid: int, work_dir: str, globs: list[str], budget: int,
-                    timeout_s: float) -> dict[str, Any]:
-    """Fork, drop to uid/gid (no supplementary groups but gid), collect, pickle back through a
-    pipe. Past timeout_s the child is killed and nothing is attached (said in the result)."""
+def run_forked(fn: Callable[[], Any], timeout_s: float, uid: int | None = None,
+               gid: int | None = None) -> Any:
+    """fn() in a forked child (as uid/gid when given: no supplementary group but gid), its
+    result pickled back through a pipe. Raises TimeoutError past timeout_s (the child is
+    killed) and RuntimeError for whatever went wrong in the child."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns into the caller's code
         code = 0
         try:
             os.close(r)
-            os.setgroups([gid])
-            os.setgid(gid)
-            os.setuid(uid)
-            if os.getuid() != uid or (uid != 0 and os.geteuid() == 0):
-                raise PermissionError("could not drop privileges")
-            out = _child_collect(work_dir, globs, budget)
+            if uid is not None and gid is not None:
+                os.setgroups([gid])
+                os.setgid(gid)
+                os.setuid(uid)
+                if os.getuid() != uid or (uid != 0 and os.geteuid() == 0):
+                    raise PermissionError("could not drop privileges")
+            out: Any = ("ok", fn())
         except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
-            out = {"error": f"{type(e).__name__}: {e}"}
+            out = ("error", f"{type(e).__name__}: {e}")
             code = 1
         try:
-            payload = pickle.dumps(out)
             with os.fdopen(w, "wb") as f:
-                f.write(payload)
+                f.write(pickle.dumps(out))
         finally:
             os._exit(code)
     os.close(w)
@@ -206,12 +212,26 @@ def collect_as_user(uid: int, gid: int, work_dir: str, globs: list[str], budget:
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     if timed_out:
-        return {"error": f"collecting artifacts took more than {timeout_s:g} s"}
+        raise TimeoutError(f"took more than {timeout_s:g} s")
     try:
-        # The pickle comes from our own forked code (the user cannot write to this pipe).
-        return pickle.loads(b"".join(chunks))
+        # The pickle comes from our own forked code (no one else can write to this pipe).
+        kind, value = pickle.loads(b"".join(chunks))
     except Exception as e:
-        return {"error": f"no answer from the artifact reader: {e}"}
+        raise RuntimeError(f"no answer from the child: {e}") from None
+    if kind != "ok":
+        raise RuntimeError(value)
+    return value
+
+
+def collect_as_user(uid: int, gid: int, work_dir: str, globs: list[str], budget: int,
+                    timeout_s: float) -> dict[str, Any]:
+    """Glob and read the artifacts as the job's user, in a child; {"error"} when that fails."""
+    try:
+        return run_forked(lambda: _child_collect(work_dir, globs, budget), timeout_s, uid, gid)
+    except TimeoutError as e:
+        return {"error": f"collecting artifacts {e}"}
+    except RuntimeError as e:
+        return {"error": str(e)}
 
 
 def add_artifacts(bundle: Bundle, uid: int, gid: int, work_dir: str | None,

@@ -227,13 +227,15 @@ def close_task_logs(tasks: list[TaskLog]) -> None:
             os.close(t.fd)
 
 
-def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any],
-                   kernel_lines: list[str]) -> tuple[dict[str, Any], str | None]:
+def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any], kernel_lines: list[str],
+                   timeout_s: float = 60.0) -> tuple[dict[str, Any], str | None]:
     """The classifier's verdict as JSON, with file names mapped back from /proc/self/fd to the
-    spool paths, or (an 'unknown' verdict, the error) when the classifier raised: a broken
-    classifier must still leave a report."""
+    spool paths, or (an 'unknown' verdict, the error) when the classifier raised or ran past
+    timeout_s (a huge log on a busy node): a broken or slow classifier must still leave a
+    report. It runs in a forked child, which can be killed at the bound."""
     kpath = None
     try:
+        from gpualert_slurm.artifacts import run_forked
         from gpualert_slurm.classify import JobFacts, TaskInput, classify
 
         if kernel_lines:
@@ -250,12 +252,16 @@ def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any],
         jf = JobFacts(**{k: facts.get(k) for k in (
             "exit_code", "signal", "slurm_state", "slurm_reason", "nvml", "hang_threshold_s",
             "silence_s")}, kernel_log=kpath)
-        v = classify(inputs, jf)
-        out = v.to_json()
-        # flags the classifier may add beyond the documented fields (e.g. silent failure)
-        for extra in ("silent_failure", "silent"):
-            if hasattr(v, extra) and extra not in out:
-                out[extra] = getattr(v, extra)
+        def judge() -> dict[str, Any]:
+            v = classify(inputs, jf)
+            out = v.to_json()
+            # flags the classifier may add beyond the documented fields (silent failure)
+            for extra in ("silent_failure", "silent"):
+                if hasattr(v, extra) and extra not in out:
+                    out[extra] = getattr(v, extra)
+            return out
+
+        out = run_forked(judge, timeout_s)
         names = {t.proc_path: t.path for t in tasks}
         if kpath:
             names[kpath] = "(kernel log)"
@@ -264,7 +270,7 @@ def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any],
                 item["file"] = names[item["file"]]
         out["detail"] = _unproc(out.get("detail") or "", names)
         return out, None
-    except Exception as e:  # the classifier raising is an isolation case: report anyway
+    except Exception as e:  # the classifier raising or too slow: report anyway
         return ({"class": "unknown", "domain": "unknown", "confidence": 0.0,
                  "hint": "gpualert could not classify this job; the logs below are complete.",
                  "detail": f"classifier error: {type(e).__name__}: {e}", "evidence": [],
@@ -354,7 +360,9 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
                      "hang_threshold_s": _hang_s(env, cfg, log)}
             lo = last_output(mine)
             facts["silence_s"] = t0 - lo if lo else None
-            verdict, err = classify_tasks(mine, facts, kernel["lines"])
+            bound = min(cfg.hook_timeout_s, shim_bound_s())
+            verdict, err = classify_tasks(mine, facts, kernel["lines"],
+                                          timeout_s=max(1.0, bound - (time.time() - t0) - 2.0))
             record = {
                 "version": VERDICT_VERSION, "job_id": jobid, "node": node,
                 "attempt": js.attempt, "time": time.time(), "elapsed_s": time.time() - t0,

@@ -135,7 +135,7 @@ def pick_failing(tasks: list[TaskLog], verdict: dict[str, Any]) -> TaskLog | Non
 
 def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
                   tasks: list[TaskLog], node_recs: dict[str, Any], nodes: list[str],
-                  sf: dict[str, Any], now: float) -> dict[str, Any]:
+                  sf: dict[str, Any], now: float, classify_s: float = 60.0) -> dict[str, Any]:
     rec = sf.get("record") or {}
     job = js.job
     kernel: list[str] = []
@@ -166,7 +166,7 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
              "slurm_state": sf["slurm_state"], "slurm_reason": sf["slurm_reason"],
              "nvml": nvml or None, "hang_threshold_s": float(hang) if hang else None,
              "silence_s": (end - lo) if lo and end else None}
-    verdict, err = classify_tasks(tasks, facts, kernel)
+    verdict, err = classify_tasks(tasks, facts, kernel, timeout_s=classify_s)
     if err:
         notes.append(f"the classifier failed ({err}); the verdict is 'unknown'")
     failed = (sf["slurm_state"] not in ("COMPLETED", None)) or bool(sf["exit_code"]) \
@@ -356,7 +356,7 @@ def array_context(summary: dict[str, Any], spool: str) -> dict[str, Any]:
 
 def deliver(cfg: Config, opts: Options, env: dict[str, str], subject: str, text: str,
             html: str, attachments: list[Any], job_id: str, mail_user: str | None,
-            log: HookLog) -> dict[str, Any]:
+            log: HookLog, timeout_s: float | None = None) -> dict[str, Any]:
     """Build the message and hand it to notify.submit (outbox first, bounded sending)."""
     from gpualert_slurm.report import build_message
 
@@ -368,23 +368,27 @@ def deliver(cfg: Config, opts: Options, env: dict[str, str], subject: str, text:
     env2 = dict(env)
     if mail_user and not env2.get("SLURM_JOB_MAIL_USER"):
         env2["SLURM_JOB_MAIL_USER"] = mail_user
+    refused: list[Any] = []
     try:
-        recipients = notify.resolve_recipients(opts, env2, cfg)
+        rcpts = notify.resolve_recipients(opts, env2, cfg)
+        recipients = list(rcpts)
+        refused = [list(r) for r in getattr(rcpts, "refused", [])]
     except Exception as e:
         log.error(f"job {job_id}: recipients: {e}")
         recipients = []
     if not recipients:
-        log.error(f"job {job_id}: no recipient (no mail=, no --mail-user, no config rule)")
+        log.error(f"job {job_id}: no permitted recipient (mail=, --mail-user, config rules): "
+                  f"{refused}")
     msg = build_message(subject, text, html, sender=cfg.mail.sender, recipients=recipients,
                         attachments=[(a.filename, a.data, a.mime) for a in attachments],
                         job_id=job_id)
     try:
-        d = notify.submit(msg, cfg=cfg, job_id=job_id)
+        d = notify.submit(msg, cfg=cfg, job_id=job_id, timeout_s=timeout_s)
     except Exception as e:  # submit promises not to raise; a hook never trusts that
         log.error(f"job {job_id}: notify.submit raised {e!r}")
         return {"status": "error", "reason": repr(e), "recipients": recipients}
     return {"status": getattr(d, "status", "?"), "reason": getattr(d, "reason", None),
-            "recipients": recipients}
+            "outbox": getattr(d, "path", None), "recipients": recipients, "refused": refused}
 
 
 def should_send(opts: Options, v: dict[str, Any]) -> bool:
@@ -441,7 +445,10 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         node_recs = wait_node_verdicts(js, nodes, wait)
         sf = slurm_facts(jobid, env)
         tasks = open_task_logs(js)
-        v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, time.time())
+        # Half of what is left to classify; the rest for artifacts and delivery.
+        left = bound - (time.monotonic() - t0)
+        v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, time.time(),
+                          classify_s=max(1.0, left / 2))
         write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
         log.info(f"job {jobid}: verdict {v['verdict'].get('class')} "
                  f"(state {sf['slurm_state']}, {len(tasks)} task logs, "
@@ -492,8 +499,10 @@ def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
                             [*opts.artifacts, *rc.artifacts], timeout_s=max(1.0, left / 4))
     v["artifacts"] = bundle.manifest()
     write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+    left = bound - (time.monotonic() - t0) - 1.0
     d = deliver(cfg, opts, env, subject(v), render(v, "text"), render(v, "html"), bundle.files,
-                jobid, v["job"].get("mail_user"), log)
+                jobid, v["job"].get("mail_user"), log,
+                timeout_s=max(1.0, min(left, cfg.notify.total_timeout_s)))
     v["report"] = {"subject": subject(v), **d, "time": time.time()}
     write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
     log.info(f"job {jobid}: report {d.get('status')} ({d.get('reason') or 'ok'}) "

@@ -131,7 +131,8 @@ def context(v: dict[str, Any]) -> dict[str, Any]:
     gpus_s = ", ".join(f"{n}: {g}" for n, g in sorted(gpus.items()) if g) or "none seen"
     facts = [
         ("User", job.get("user") or "?"),
-        ("Job", f"{job_label(v)}" + (f" ({job['name']})" if job.get("name") else "")),
+        ("Job", f"{job_label(v)}"
+         + (f" ({header_text(job['name'], 200)})" if job.get("name") else "")),
         ("Nodes", job.get("nodelist") or ", ".join(job.get("nodes") or []) or "?"),
         ("GPUs", gpus_s),
         ("Partition", job.get("partition") or "?"),

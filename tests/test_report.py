@@ -1,0 +1,241 @@
+"""The report end to end through the job epilog (root subprocesses, a temporary spool made by
+the real Prolog, a real SMTP server): the mail's parts, subject, attachments and manifest;
+header injection through the job name; notify=fail/always/never; the HTML part rendered in
+headless Chromium (screenshot kept with the test output and copied to docs/)."""
+
+import email
+import email.policy
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_epilog import JOB, NCCL, OOM, hook, write_task
+from test_prolog import USER, make_env, prolog
+
+from gpualert_slurm.report import header_text, render, subject
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def site_cfg(tmp_path, relay, extra=""):
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o755)
+    spool.chmod(0o755)
+    cfg = tmp_path / "gpualert.yaml"
+    cfg.write_text(f"spool: {spool}\nhook_timeout_s: 15\nepilog_wait_s: 3\n"
+                   f"mail:\n  relay: {relay}\n  from: gpualert@localhost\n{extra}")
+    return spool, cfg
+
+
+def run_job(spool, cfg, workdir, opts="mail=owner@lab.org", exit2="1:0", logs=None,
+            jobid=JOB, **extra):
+    env = make_env(cfg, jobid=jobid, SLURM_JOB_NODELIST="n[1-2]", SPANK_GPUALERT=opts,
+                   SLURM_JOB_WORK_DIR=str(workdir), **extra)
+    assert prolog(env).returncode == 0
+    for (step, rank, node, text, code) in logs or [("0", 0, "n1", NCCL, 1),
+                                                   ("0", 1, "n2", OOM, 1)]:
+        write_task(spool, jobid, step, rank, text, node, exit_code=code)
+    for n in ("n1", "n2"):
+        assert hook("epilog", dict(env, SLURMD_NODENAME=n, SLURM_JOB_EXIT_CODE2=exit2)
+                    ).returncode == 0
+    t0 = time.monotonic()
+    r = hook("epilog-slurmctld", dict(env, SLURM_JOB_EXIT_CODE2=exit2))
+    assert r.returncode == 0
+    return json.loads((spool / jobid / "verdict.json").read_text()), time.monotonic() - t0
+
+
+@pytest.fixture
+def workdir():
+    # Not under pytest's tmp dir (root's, 0700): the job's user must be able to reach it.
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="gpualert-report-"))
+    top.chmod(0o755)
+    w = top / "work"
+    w.mkdir()
+    os.chown(w, USER.pw_uid, USER.pw_gid)
+    yield w
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def user_file(path, data, mode=0o644):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(mode)
+    os.chown(path, USER.pw_uid, USER.pw_gid)
+
+
+def parse(path):
+    return email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+
+
+def test_failing_job_mail_has_both_parts_attachments_and_manifest(tmp_path, smtp_server,
+                                                                  workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    user_file(workdir / "metrics.json", b'{"loss": 1.5}\n')
+    user_file(workdir / "ckpt" / "big.pt", os.urandom(300 * 1024))
+    v, took = run_job(spool, cfg, workdir,
+                      opts="mail=owner@lab.org,artifacts=metrics.json:ckpt/*.pt,budget=100K",
+                      SLURM_JOB_NAME="train-llama")
+    assert v["report"]["status"] == "sent", v["report"]
+    msgs = smtp_server.messages()
+    assert len(msgs) == 1
+    m = parse(msgs[0])
+    assert m["Subject"] == (f"[gpualert] FAILED job {JOB} (train-llama): CUDA out of memory "
+                            "on n2, rank 1")
+    assert m["To"] == "owner@lab.org"
+    body = m.get_body(("plain",)).get_content()
+    html = m.get_body(("html",)).get_content()
+    assert "rank 1 on n2" in body and "0.1.log:4" in body and "torch.OutOfMemoryError" in body
+    assert "Exit code" in body and "FAILED (reason" in body
+    assert "<b>rank 1</b> on <b>n2</b>" in html
+    names = sorted(p.get_filename() for p in m.iter_attachments())
+    assert names == ["0.0.log.gz", "0.1.log.gz", "metrics.json"]
+    # the checkpoint did not fit: named with size, reason and where it stays
+    left = v["artifacts"]["left_out"]
+    assert [x["name"] for x in left] == ["ckpt/big.pt"]
+    assert left[0]["size"] == 300 * 1024 and "budget" in left[0]["reason"]
+    assert left[0]["where"] == str(workdir / "ckpt" / "big.pt")
+    assert "ckpt/big.pt (300.0 KiB): over the budget" in body
+    assert v["artifacts"]["used"] <= 100 * 1024
+
+
+def test_job_name_cannot_inject_headers(tmp_path, smtp_server, workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    evil = "x\r\nBcc: thief@evil.org\r\nX-Injected: 1\u2028Cc: a@b.c"
+    v, _ = run_job(spool, cfg, workdir, SLURM_JOB_NAME=evil)
+    m = parse(smtp_server.messages()[0])
+    assert m["Bcc"] is None and m["X-Injected"] is None and m["Cc"] is None
+    assert "\n" not in m["Subject"] and "Bcc: thief@evil.org" in m["Subject"]
+    raw = smtp_server.messages()[0].read_bytes()
+    assert b"\nBcc:" not in raw and b"\nX-Injected" not in raw
+    assert header_text(evil) == "x Bcc: thief@evil.org X-Injected: 1 Cc: a@b.c"
+
+
+def test_success_mails_only_with_notify_always(tmp_path, smtp_server, workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    ok = [("0", 0, "n1", "epoch 1 loss 0.5\ndone\n", 0), ("0", 1, "n2", "done\n", 0)]
+    v, _ = run_job(spool, cfg, workdir, exit2="0:0", logs=ok, jobid="987650011")
+    assert not v["failed"] and "report" not in v and smtp_server.messages() == []
+    v, _ = run_job(spool, cfg, workdir, opts="mail=owner@lab.org,notify=always", exit2="0:0",
+                   logs=ok, jobid="987650012")
+    assert v["report"]["status"] == "sent"
+    m = parse(smtp_server.messages()[0])
+    assert m["Subject"].startswith("[gpualert] COMPLETED job 987650012")
+    v, _ = run_job(spool, cfg, workdir, opts="mail=owner@lab.org,notify=never",
+                   jobid="987650013")
+    assert v["failed"] and "report" not in v and len(smtp_server.messages()) == 1
+
+
+def test_silent_failure_is_reported_and_says_so(tmp_path, smtp_server, workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    nan = ("step 100 loss 2.31\nstep 200 loss nan\n"
+           "RuntimeError: Loss is NaN at step 200, stopping training\n")
+    v, _ = run_job(spool, cfg, workdir, exit2="0:0",
+                   logs=[("0", 0, "n1", nan, 0), ("0", 1, "n2", "step 200\n", 0)])
+    assert not v["failed"] and v["silent_failure"], v["verdict"]
+    m = parse(smtp_server.messages()[0])
+    assert "silent failure" in m["Subject"] and "FAILED" in m["Subject"]
+
+
+def test_relay_down_report_waits_in_the_outbox(tmp_path, workdir):
+    spool, cfg = site_cfg(tmp_path, "127.0.0.1:9")  # discard port: nothing listens
+    v, took = run_job(spool, cfg, workdir)
+    assert v["report"]["status"] == "queued", v["report"]
+    outbox = list((spool / ".outbox").rglob("*.eml")) or list((spool / ".outbox").rglob("*"))
+    assert any(p.is_file() and JOB in p.read_text(errors="replace") for p in outbox)
+    assert took < 3 + 15
+
+
+def test_symlink_artifact_to_root_only_file_is_not_attached(tmp_path, smtp_server, workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    secret = tmp_path / "shadow-like"
+    secret.write_text("ROOT-ONLY-SECRET\n")
+    secret.chmod(0o600)
+    (workdir / "out").mkdir()
+    os.chown(workdir / "out", USER.pw_uid, USER.pw_gid)
+    os.symlink(secret, workdir / "out" / "result.txt")
+    os.lchown(workdir / "out" / "result.txt", USER.pw_uid, USER.pw_gid)
+    # a user-owned file outside the work dir, reached through a symlink: refused too
+    outside = tmp_path / "elsewhere.txt"
+    user_file(outside, b"OUTSIDE-THE-JOB\n")
+    os.symlink(outside, workdir / "out" / "other.txt")
+    os.lchown(workdir / "out" / "other.txt", USER.pw_uid, USER.pw_gid)
+    user_file(workdir / "out" / "fine.txt", b"FINE\n")
+    v, _ = run_job(spool, cfg, workdir, opts="mail=owner@lab.org,artifacts=out/*")
+    raw = smtp_server.messages()[0].read_bytes()
+    assert b"ROOT-ONLY-SECRET" not in raw and b"OUTSIDE-THE-JOB" not in raw
+    m = parse(smtp_server.messages()[0])
+    assert "out_fine.txt" in [p.get_filename() for p in m.iter_attachments()]
+    reasons = {x["name"]: x["reason"] for x in v["artifacts"]["left_out"]}
+    assert "refused" in reasons["out/result.txt"] and "refused" in reasons["out/other.txt"]
+
+
+def test_unreadable_artifact_is_read_as_the_user(tmp_path, smtp_server, workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    f = workdir / "root.txt"
+    f.write_text("ROOT-OWNED-IN-WORKDIR\n")
+    f.chmod(0o600)  # root's file inside the user's dir: the user cannot read it
+    v, _ = run_job(spool, cfg, workdir, opts="mail=owner@lab.org,artifacts=*.txt")
+    assert b"ROOT-OWNED-IN-WORKDIR" not in smtp_server.messages()[0].read_bytes()
+    assert "as the job's user" in v["artifacts"]["left_out"][0]["reason"]
+
+
+def test_huge_log_is_cut_to_head_and_tail_with_a_note(tmp_path, smtp_server, workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    big = "".join(f"step {i} loss {i % 7}.0 {os.urandom(24).hex()}\n" for i in range(120000))
+    v, _ = run_job(spool, cfg, workdir, opts="mail=owner@lab.org,budget=3M",
+                   logs=[("0", 0, "n1", big + NCCL, 1), ("0", 1, "n2", OOM, 1)])
+    att = {a["name"]: a for a in v["artifacts"]["attached"]}
+    assert "cut to its first and last" in att["0.0.log.gz"]["note"]
+    m = parse(smtp_server.messages()[0])
+    import gzip
+
+    part = next(p for p in m.iter_attachments() if p.get_filename() == "0.0.log.gz")
+    text = gzip.decompress(part.get_content()).decode()
+    assert "bytes cut here; the whole log is" in text and text.startswith("step 0 loss")
+    assert text.rstrip().endswith(NCCL.strip().splitlines()[-1])
+
+
+def test_render_uses_site_template_override(tmp_path, monkeypatch):
+    v = {"job_id": "5", "failed": True, "job": {"name": "n"},
+         "verdict": {"class": "cuda_oom", "root_rank": 2, "root_node": "g1", "hint": "h"}}
+    d = tmp_path / "tpl"
+    d.mkdir()
+    (d / "report.txt.j2").write_text("SITE {{ r.label }} {{ r.root_node }}\n")
+    monkeypatch.setenv("GPUALERT_TEMPLATES", str(d))
+    assert render(v, "text") == "SITE CUDA out of memory g1\n"
+    assert "<!DOCTYPE html>" in render(v, "html")  # not overridden: the packaged one
+    assert subject(v) == "[gpualert] FAILED job 5 (n): CUDA out of memory on g1, rank 2"
+
+
+def test_html_report_renders_in_chromium(tmp_path, smtp_server, workdir):
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium package is missing: run scripts/install.sh"
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    user_file(workdir / "metrics.json", b'{"loss": 1.5}\n')
+    user_file(workdir / "ckpt" / "step-2000.pt", os.urandom(200 * 1024))
+    run_job(spool, cfg, workdir,
+            opts="mail=owner@lab.org,artifacts=metrics.json:ckpt/*.pt,budget=150K",
+            SLURM_JOB_NAME="train-llama")
+    html = parse(smtp_server.messages()[0]).get_body(("html",)).get_content()
+    page = tmp_path / "report.html"
+    page.write_text(html)
+    shot = tmp_path / "report.png"
+    r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", "--window-size=900,1300",
+                        f"--screenshot={shot}", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (w, h) == (900, 1300)
+    # something was drawn: the PNG of a blank page compresses to a few KB
+    assert len(data) > 30_000, len(data)
+    docs = REPO / "docs" / "report-example.png"
+    shutil.copyfile(shot, docs)
