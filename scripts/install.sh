@@ -13,7 +13,8 @@ exec 9>"$PREFIX/.install.lock"
 flock 9
 
 DEB_PACKAGES=(python3 python3-venv python3-dev gcc make libslurm-dev slurm-wlm-plugins-dev
-              slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
+              slurmctld slurmd slurm-client slurmdbd munge mariadb-server
+              chromium)  # chromium: the report's HTML render test
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
