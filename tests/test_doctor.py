@@ -278,6 +278,16 @@ def test_readme_snippet_and_doctor_agree():
         assert (h.key == "Prolog") == h.required
     assert "Optional" in install[install.index("Epilog=") - 600:install.index("Epilog=")]
     assert snippet["PrologFlags"] == "Alloc" and "PrologFlags=Alloc" in install
+    # The plugstack line: the README's, the shipped file's and the one doctor suggests.
+    shipped = [line for line in (REPO / "etc" / "plugstack.conf.d" / "gpualert.conf")
+               .read_text().splitlines() if line and not line.startswith("#")]
+    assert len(shipped) == 1 and f"       {shipped[0]}\n" in install
+    assert "`/etc/slurm/plugstack.conf.d/gpualert.conf`" in install
+    from gpualert_slurm.config import Config
+    from gpualert_slurm.doctor import check_plugstack
+
+    (missing, *_) = check_plugstack("/nonexistent/plugstack.conf", Config())
+    assert f"add the line `{shipped[0]}`" in missing.fix
 
 
 def test_spool_usage_and_retention_are_shown(install):

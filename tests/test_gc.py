@@ -257,3 +257,15 @@ def test_systemd_units_verify():
     service = units[0].read_text()
     assert "ExecStart=/opt/gpualert/venv/bin/gpualert gc " in service
     assert "OnUnitActiveSec=1h" in units[1].read_text()
+
+
+def test_min_interval_keeps_an_epilog_run_cheap(cluster, site):
+    spool, cfg = site
+    first = make_job(spool, "990000051", 30 * DAY)
+    assert gc(cfg).returncode == 0 and not first.exists()
+    second = make_job(spool, "990000052", 30 * DAY)
+    r = gc(cfg, "--min-interval", "3600")  # the last pass was seconds ago: nothing to do
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "") and second.exists()
+    os.utime(spool / ".gc.lock", (time.time() - 7200, time.time() - 7200))
+    r = gc(cfg, "--min-interval", "3600")
+    assert r.returncode == 0 and "removed 990000052 " in r.stdout and not second.exists()
