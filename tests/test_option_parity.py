@@ -35,7 +35,7 @@ def c_validate(tmp_path_factory):
     d = tmp_path_factory.mktemp("parity")
     src = d / "harness.c"
     src.write_text(
-        f'#include "{REPO / "spank" / "gpualert.c"}"\n'
+        f'#include "{REPO / "spank" / "options.c"}"\n'
         "int main(int argc, char **argv) {\n"
         "    char err[8192];\n"
         "    for (int i = 1; i < argc; i++) {\n"

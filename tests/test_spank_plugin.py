@@ -105,7 +105,8 @@ def exit_record(c: ClusterFacts, jobid: int, name: str) -> dict:
     raw = task_files(c, jobid)[name]
     rec = json.loads(raw)
     assert set(rec) == {"node", "step", "rank", "pid", "exit_code", "signal", "core_dumped",
-                        "end_time", "status"}
+                        "end_time", "status", "attempt", "log_drained", "log_bytes", "log_gaps",
+                        "log_gap_bytes", "log_first_gap"}
     return rec
 
 
@@ -199,7 +200,7 @@ def test_unwritable_spool_dir_job_runs_untouched(c: ClusterFacts) -> None:
     assert list(job_dir(c, jobid).iterdir()) == []
     # The fault is not silent: the task says so in slurmd's log (info level).
     logs = "".join(p.read_text(errors="replace") for p in c.logs.glob("slurmd-*.log"))
-    assert f"gpualert: job {jobid} " in logs and "task runs untapped" in logs
+    assert f"gpualert: job {jobid} " in logs and "forwarded but not logged" in logs
 
 
 def test_exec_failure_still_logged_and_recorded(c: ClusterFacts) -> None:

@@ -1,0 +1,291 @@
+/*
+ * Writes into the job's spool directory. The directory belongs to the job's user, who can
+ * replace anything in it while we work: every open here is relative to a directory fd, never
+ * follows a link (O_NOFOLLOW), never blocks (O_NONBLOCK: a FIFO fails instead of waiting for a
+ * reader), and what it opened is checked with fstat before a byte is written.
+ */
+#include "gpualert.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+
+int in_copier;
+
+#define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+
+int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                /* The destination may be non-blocking: wait until it takes more. */
+                struct pollfd pfd = {fd, POLLOUT, 0};
+                if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+                    return -1;
+                continue;
+            }
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int open_subdir(int dirfd, const char *name)
+{
+    return openat(dirfd, name, DIR_FLAGS);
+}
+
+/* <spool>/<jobid>; -1 if absent or not a real directory. */
+int open_job_dir(const struct task_id *id)
+{
+    int sfd = open(spool, DIR_FLAGS);
+    if (sfd < 0)
+        return -1;
+    char name[16];
+    snprintf(name, sizeof(name), "%u", id->job);
+    int jfd = open_subdir(sfd, name);
+    int saved = errno;
+    close(sfd);
+    errno = saved;
+    return jfd;
+}
+
+/* Opens (making it if missing) a subdirectory of a user-owned dir. As root, a directory we
+ * make is given to the user, and one we find must already be theirs. */
+static int ensure_user_dir(int dirfd, const char *name, const struct task_id *id, int as_root)
+{
+    int made = mkdirat(dirfd, name, 0700) == 0;
+    if (!made && errno != EEXIST)
+        return -1;
+    int fd = open_subdir(dirfd, name);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        goto refuse;
+    if (as_root) {
+        if (made && st.st_uid == 0 && fchown(fd, id->uid, id->gid) == 0)
+            return fd;
+        if (st.st_uid != id->uid) {
+            errno = EPERM;
+            goto refuse;
+        }
+    }
+    return fd;
+refuse:;
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+}
+
+/* The attempt's directory (docs/CONTRACTS.md, Attempts): the job dir itself for attempt 0,
+ * attempt-N/ after N requeues. Returns a new fd. */
+int open_attempt_dir(int jfd, const struct task_id *id, int as_root)
+{
+    if (id->attempt == 0)
+        return fcntl(jfd, F_DUPFD_CLOEXEC, 3);
+    char name[32];
+    snprintf(name, sizeof(name), "attempt-%u", id->attempt);
+    return ensure_user_dir(jfd, name, id, as_root);
+}
+
+int open_tasks_dir(int adir, const struct task_id *id, int as_root)
+{
+    return ensure_user_dir(adir, "tasks", id, as_root);
+}
+
+static void iso_now(char *buf, size_t len)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* One line to <job dir>/tap.log; slurm_info (slurmd's log) when that cannot be done. Only a
+ * plain file with one link that belongs to the job's user (or that root just made) is used. */
+void tap_log(int jfd, const struct task_id *id, const char *fmt, ...)
+{
+    char msg[512], line[800], ts[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    iso_now(ts, sizeof(ts));
+    int n = snprintf(line, sizeof(line), "%s %s %s.%u attempt=%u %s\n", ts, id->node,
+                     id->step_name, id->rank, id->attempt, msg);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(line))
+        n = sizeof(line) - 1;
+    int fd = -1;
+    if (jfd >= 0) {
+        fd = openat(jfd, "tap.log",
+                    O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+        struct stat st;
+        uid_t me = geteuid();
+        if (fd >= 0 &&
+            (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+             (st.st_uid != id->uid &&
+              !(me == 0 && st.st_uid == 0 && fchown(fd, id->uid, id->gid) == 0)))) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    /* Not from the copier: it closed slurm's log fd, whose number may now be another file. */
+    if ((fd < 0 || write_all(fd, line, (size_t)n) != 0) && !in_copier)
+        slurm_info("gpualert: job %u %.*s", id->job, n - 1, line);
+    if (fd >= 0)
+        close(fd);
+}
+
+void drain_socket_name(const struct task_id *id, struct sockaddr_un *sa, socklen_t *len)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    /* Abstract namespace: no file in the spool, so the handshake works when it is stalled. */
+    int n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "gpualert-tap/%u/%u/%s/%u/%u",
+                     id->uid, id->job, id->step_name, id->rank, id->attempt);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* In a child of slurmstepd: create tasks/<step>.<rank>.exit. Returns 0 or an errno. */
+static int exit_record_child(const struct task_id *id, const char *json, size_t n)
+{
+    int jfd = open_job_dir(id), adir = -1, tfd = -1, rc = 0;
+    struct stat st;
+    if (jfd < 0)
+        return errno;
+    /* Only a dir that belongs to the job's user (made by the Prolog) gets root's writes. */
+    if (fstat(jfd, &st) != 0 || st.st_uid != id->uid) {
+        close(jfd);
+        return EPERM;
+    }
+    if ((adir = open_attempt_dir(jfd, id, 1)) < 0 || (tfd = open_tasks_dir(adir, id, 1)) < 0) {
+        rc = errno;
+        tap_log(jfd, id, "exit record: no usable tasks/ dir: %s", strerror(rc));
+        goto out;
+    }
+    char final[64], tmp[96];
+    snprintf(final, sizeof(final), "%s.%u.exit", id->step_name, id->rank);
+    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", final, (int)getpid());
+    /* A fresh file (O_EXCL) renamed over the name: a planted link is replaced, never used. */
+    int fd = openat(tfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = errno;
+        tap_log(jfd, id, "exit record: cannot create: %s", strerror(rc));
+        goto out;
+    }
+    int ok = write_all(fd, json, n) == 0 && fchown(fd, id->uid, id->gid) == 0 && fsync(fd) == 0;
+    rc = ok ? 0 : errno;
+    close(fd);
+    if (ok && renameat(tfd, tmp, tfd, final) != 0)
+        rc = errno;
+    if (rc) {
+        unlinkat(tfd, tmp, 0);
+        tap_log(jfd, id, "exit record: cannot write: %s", strerror(rc));
+    }
+    /* No fsync of tasks/: a journal commit per task at every step's end, for nothing: the
+     * file's own fsync before the rename keeps the record whole. */
+out:
+    if (tfd >= 0)
+        close(tfd);
+    if (adir >= 0)
+        close(adir);
+    close(jfd);
+    return rc;
+}
+
+/*
+ * Runs in slurmstepd (root). The spool may hang (a stalled NFS or Lustre mount): the writes
+ * happen in a child that is killed when budget_ms runs out, so slurmstepd itself never waits
+ * on the spool. Once one record timed out, this step writes no more (they would all wait).
+ */
+void write_exit_record(const struct task_id *id, int status, pid_t pid,
+                       const struct drain_report *dr, long budget_ms)
+{
+    static int spool_hung;
+    if (spool_hung)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char exit_code[16] = "null", sig[16] = "null", json[768], logf[256];
+    if (WIFEXITED(status))
+        snprintf(exit_code, sizeof(exit_code), "%d", WEXITSTATUS(status));
+    if (WIFSIGNALED(status))
+        snprintf(sig, sizeof(sig), "%d", WTERMSIG(status));
+    /* What the copier said of the log; null where no copier was there to ask (untapped,
+     * or it had already finished and gone). */
+    if (dr->drained < 0)
+        snprintf(logf, sizeof(logf), "\"log_drained\": null, \"log_bytes\": null, "
+                 "\"log_gaps\": null, \"log_gap_bytes\": null, \"log_first_gap\": null");
+    else
+        snprintf(logf, sizeof(logf), "\"log_drained\": %s, \"log_bytes\": %llu, "
+                 "\"log_gaps\": %llu, \"log_gap_bytes\": %llu, \"log_first_gap\": %lld",
+                 dr->drained ? "true" : "false", dr->bytes, dr->gaps, dr->gap_bytes,
+                 dr->gaps ? (long long)dr->first_gap : -1LL);
+    int n = snprintf(json, sizeof(json),
+                     "{\"node\": \"%s\", \"step\": \"%s\", \"rank\": %u, \"pid\": %d, "
+                     "\"exit_code\": %s, \"signal\": %s, \"core_dumped\": %s, "
+                     "\"end_time\": %ld.%03ld, \"status\": %d, \"attempt\": %u, %s}\n",
+                     id->node, id->step_name, id->rank, (int)pid, exit_code, sig,
+                     (WIFSIGNALED(status) && WCOREDUMP(status)) ? "true" : "false",
+                     (long)ts.tv_sec, ts.tv_nsec / 1000000, status, id->attempt, logf);
+    if (n < 0 || (size_t)n >= sizeof(json))
+        return;
+
+    pid_t child = fork();
+    if (child < 0) {
+        slurm_info("gpualert: job %u %s.%u: no exit record: fork: %s", id->job,
+                   id->step_name, id->rank, strerror(errno));
+        return;
+    }
+    if (child == 0)
+        _exit(exit_record_child(id, json, (size_t)n) & 0xff);
+
+    if (budget_ms < 200)
+        budget_ms = 200;
+    struct timespec nap = {0, 1000000};
+    int wst = 0;
+    for (long waited = 0;; waited++) {
+        pid_t r = waitpid(child, &wst, WNOHANG);
+        if (r == child)
+            break;
+        if (r < 0 && errno != EINTR)
+            return;
+        if (waited >= budget_ms) {
+            /* A task in a hung mount's wait is killable: SIGKILL ends it. */
+            kill(child, SIGKILL);
+            for (int i = 0; i < 1000 && waitpid(child, &wst, WNOHANG) == 0; i++)
+                nanosleep(&nap, NULL);
+            spool_hung = 1;
+            slurm_info("gpualert: job %u %s.%u: exit record not written within %ld ms: the "
+                       "spool does not answer; no more records for this step", id->job,
+                       id->step_name, id->rank, budget_ms);
+            return;
+        }
+        nanosleep(&nap, NULL);
+    }
+    if (WIFEXITED(wst) && WEXITSTATUS(wst) != 0)
+        slurm_info("gpualert: job %u %s.%u: no exit record: %s", id->job, id->step_name,
+                   id->rank, strerror(WEXITSTATUS(wst)));
+}
