@@ -67,7 +67,7 @@ class Verdict:
     root_node: str | None = None
     root_step: str | None = None
     cascades: list[dict] = field(default_factory=list)
-    exit_ok_but_failed: bool = False  # the job exited 0, yet its log ends in a failure
+    silent_failure: bool = False  # the job exited 0, yet its log ends in a failure
     step: str | None = None  # the precedence.yaml step that decided
 
     def to_json(self) -> dict[str, Any]:
@@ -82,7 +82,7 @@ class Verdict:
             "root_node": self.root_node,
             "root_step": self.root_step,
             "cascades": self.cascades,
-            "exit_ok_but_failed": self.exit_ok_but_failed,
+            "silent_failure": self.silent_failure,
             "decided_by": self.step,
         }
 
@@ -463,7 +463,7 @@ def _step_silent_failure(c: _Ctx) -> Verdict | None:
             v = c.app_verdict(f, 0.75, "the job exited 0, but: ", first)
             if silent[-1] is not first:
                 v.evidence = (v.evidence + [_ev(silent[-1])])[:MAX_EVIDENCE]
-            v.exit_ok_but_failed = True
+            v.silent_failure = True
             return v
     return None
 

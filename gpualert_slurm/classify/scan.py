@@ -10,9 +10,11 @@ mostly distinct lines (random ids) falls back to one substring search per gate -
 never wrong, and bounded by the time budget below.
 
 Reading policy (reported in the verdict detail as partial reading): a file is read from the
-start for at most HEAD_BYTES (1 GiB) and at most BUDGET_S (20 s); if more than TAIL_BYTES
-(64 MiB) are left then, reading jumps to the last TAIL_BYTES (where a crash's traceback and
-Slurm's end-of-job lines are) and the middle is skipped; otherwise the rest is read. Line
+start for at most HEAD_BYTES (1 GiB) and at most HEAD_SHARE of BUDGET_S (20 s); then reading
+jumps to the end (where a crash's traceback and Slurm's end-of-job lines are): the last
+TAIL_BYTES (64 MiB), or less when the rest of the budget would not read that much at the speed
+measured so far, and the middle is skipped. The whole scan never takes longer than BUDGET_S
+(plus one chunk). Line
 numbers after a jump or a budget stop are unknown (null). A line longer than LINE_CAP is matched
 on its first LINE_CAP bytes; the rest is skipped without being buffered. Environment overrides:
 GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S.
@@ -29,10 +31,13 @@ from dataclasses import dataclass, field
 from gpualert_slurm.classify.rules import Rule, RuleSet
 
 CHUNK = 2 << 20
+MIN_CHUNK = 64 << 10
+SLOW_CHUNK_S = 0.1  # a chunk that took longer halves the next: the budget overshoots little
 LINE_CAP = 8 << 10
 HEAD_BYTES = int(os.environ.get("GPUALERT_SCAN_HEAD_MB", "1024")) << 20
 TAIL_BYTES = int(os.environ.get("GPUALERT_SCAN_TAIL_MB", "64")) << 20
 BUDGET_S = float(os.environ.get("GPUALERT_SCAN_BUDGET_S", "20"))
+HEAD_SHARE = 0.75  # of the budget for the head; the rest reads the end of the file
 KEEP_EVENTS = 200  # first N and last N matched lines are kept per file
 REPEAT_KEEP = 3  # occurrences of one repeated line shape matched per chunk (+ its last one)
 
@@ -256,23 +261,36 @@ def scan_file(
     with open(path, "rb") as f:
         res.size = os.fstat(f.fileno()).st_size
         limit = head if res.size > head + tail else None
-        order = _scan_range(f, limit, res, col, matcher, line_base=0, deadline=t0 + budget)
+        # the budget is a real bound: the head gets HEAD_SHARE of it, the tail the rest
+        order = _scan_range(f, limit, res, col, matcher, line_base=0,
+                            deadline=t0 + budget * HEAD_SHARE)
         pos = f.tell()
         if pos < res.size:
             why = (f"after {pos >> 20} MiB the time budget of {budget:g} s was used up"
                    if limit is None or pos < head else f"the first {head >> 20} MiB were read")
-            if res.size - tail > pos:
-                f.seek(res.size - tail)
-                res.partial = (f"{why}; then the last {tail >> 20} MiB of {res.size >> 20} MiB "
-                               "were read, the middle was skipped")
-            else:  # what is left is no more than the tail: finish it, budget or not
+            # read no more of the tail than the rest of the budget allows at the speed so far
+            left_s = max(0.0, t0 + budget - time.monotonic())
+            rate = res.bytes_read / max(time.monotonic() - t0, 1e-3)
+            want = min(tail, res.size - pos, max(int(rate * left_s * 0.8), 1 << 16))
+            start = res.size - want
+            if start > pos:
+                f.seek(start)
+                res.partial = (f"{why}; then the last {_mib(want)} of {_mib(res.size)} were "
+                               "read, the middle was skipped")
+            else:  # what is left is no more than the tail: finish it within the budget
                 res.partial = f"{why}; line numbers after that point are unknown"
             # +1 million: events after the jump never join an incident from before it
             order = _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
-                                order_base=order + 1_000_000)
+                                order_base=order + 1_000_000, deadline=t0 + budget)
+            if f.tell() < res.size:
+                res.partial += "; the budget ran out before the end of the file"
         res.segments = order
     col.finish()
     return res
+
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
@@ -288,8 +306,10 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
     carry = b""
     skipping = resync  # after a seek we are mid-line: drop up to the first newline
     left = limit
+    size = CHUNK  # shrinks when a chunk is slow (candidate-rich lines), so the deadline holds
     while left is None or left > 0:
-        n = CHUNK if left is None else min(CHUNK, left)
+        n = size if left is None else min(size, left)
+        t_chunk = time.monotonic()
         chunk = f.read(n)
         if not chunk:
             break
@@ -316,7 +336,10 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
             skipping = True
         else:
             carry = rest
-        if deadline is not None and time.monotonic() > deadline:
+        now = time.monotonic()
+        if now - t_chunk > SLOW_CHUNK_S and size > MIN_CHUNK:
+            size //= 2
+        if deadline is not None and now > deadline:
             break  # at least one chunk is always read
     if carry and not skipping:
         lines, order = _scan_body(carry + b"\n", len(carry) + 1, lines, order, line_base, col,
