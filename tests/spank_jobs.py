@@ -78,3 +78,81 @@ def task_files(c: ClusterFacts, job_id: int) -> dict[str, bytes]:
     if not d.is_dir():
         return {}
     return {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------
+# tap hardening (issue 11): the same job with and without the tap, bounded waits, node health
+
+
+def submit_pair(c: ClusterFacts, script: Path, args: Sequence[str] = ()) -> tuple[int, int]:
+    """The same script submitted twice (held, spool dir prepared, released): with
+    `--gpualert` and with `--gpualert=off`. Returns (tapped, plain)."""
+    tapped = submit_held(c, script, ["--gpualert", *args])
+    try:
+        plain = submit_held(c, script, ["--gpualert=off", *args])
+    except BaseException:
+        cancel_quietly(tapped)
+        raise
+    return tapped, plain
+
+
+def wait_final_or_cancel(c: ClusterFacts, job_ids: Sequence[int],
+                         timeout: float) -> list[slurm.JobState]:
+    """wait_final for each job; whichever has not ended within `timeout` is cancelled (so a
+    stuck job never stays in the shared queue) before the AssertionError goes up."""
+    from clusterlib import wait_final_many
+
+    try:
+        return wait_final_many(job_ids, timeout, c.root)
+    except BaseException:
+        cancel_quietly(*job_ids)
+        raise
+
+
+def comparable_steps(job_id: int, settle: float = 20) -> list[tuple[str, str, str]]:
+    """steps(job_id) once two reads agree (a step's exit code may lag the job's in sacct)."""
+    import time
+
+    deadline = time.monotonic() + settle
+    last = steps(job_id)
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        now = steps(job_id)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def assert_same_outcome(tapped: int, plain: int) -> None:
+    """sacct: the job and each of its steps end in the same state with the same exit code."""
+    a, b = comparable_steps(tapped), comparable_steps(plain)
+    assert a[0][1:] == b[0][1:], f"job state with tap {a[0][1:]} vs without {b[0][1:]}"
+    assert a == b, f"steps with tap {a} vs without {b}"
+
+
+def node_health(nodes: Sequence[str] | None = None) -> dict[str, tuple[str, str]]:
+    """node -> (state, reason) from sinfo, for `nodes` (all when None)."""
+    out = slurm.run(["sinfo", "-h", "-N", "-o", "%N|%T|%E"])
+    found: dict[str, tuple[str, str]] = {}
+    for line in out.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if nodes is None or name in nodes:
+            found[name] = (state, reason)
+    return found
+
+
+def assert_nodes_not_drained(nodes: Sequence[str]) -> None:
+    """No node the job ran on is draining/drained (Slurm drains a node whose step it could
+    not kill: "Kill task failed"), nor failed because of it."""
+    bad = {n: sr for n, sr in node_health(nodes).items()
+           if "drain" in sr[0] or "fail" in sr[0] or "Kill task" in sr[1]}
+    assert not bad, f"nodes drained or failed after the job: {bad}"
+
+
+def spool_bytes(c: ClusterFacts, job_id: int, name: str, attempt: int = 0) -> bytes | None:
+    """One file of the job's tasks/ dir (of `attempt`), or None when it is not there."""
+    base = job_dir(c, job_id) if attempt == 0 else job_dir(c, job_id) / f"attempt-{attempt}"
+    f = base / "tasks" / name
+    return f.read_bytes() if f.is_file() and not f.is_symlink() else None

@@ -1,0 +1,247 @@
+"""Signals must not change a job through the tap (issue 11, point 1).
+
+Each case is one batch script submitted twice at once, with `--gpualert` and with
+`--gpualert=off`; both must end in the same sacct state and exit code, write byte-identical
+`slurm-%j.out` (and per-rank files), and the tapped job's spool logs must hold every byte
+(`tasks/batch.0.log` = `slurm-%j.out`, `tasks/0.<rank>.log` = the rank's own output file).
+
+Signals reach the job every way a job can get them: the job's own `kill 0` and
+`kill -- -PGID` (a shell forwarding a checkpoint signal to its children), `scancel -s`
+(to the batch shell with `--full`, or to the srun steps), and `--signal=[B:]SIG@N`. Each job
+waits (bounded, silently) for its signal before printing a burst larger than a pipe buffer,
+so a copier killed by the signal shows as lost output or SIGPIPE.
+
+All pairs are submitted at once by one module fixture (jobs of a few seconds; the
+`--signal=...@N` ones wait up to ~30 s for slurmctld's periodic time-limit check), and each
+case is checked by its own test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from clusterlib import ClusterFacts, cancel_quietly, make_workdir, wait_until, write_user_file
+from spank_jobs import (
+    assert_nodes_not_drained,
+    assert_same_outcome,
+    require_plugin,
+    spool_bytes,
+    submit_pair,
+    task_files,
+    wait_final_or_cancel,
+)
+
+from gpualert_slurm import slurm
+
+pytestmark = pytest.mark.cluster
+
+SIGNALS = ("USR1", "USR2", "ALRM", "HUP", "CONT", "STOP+CONT")
+
+# Bash prelude of every job script and rank script. `on` prints the first arrival of each
+# signal only (a repeated CONT must not change the output). `nap` sleeps in a child that
+# ignores the signals: a sleep killed by one would make bash print "User defined signal 1"
+# or not, depending on timing. `wait_for` waits without printing (bounded: a signal that
+# never comes fails the job with exit 3, in both runs alike). `burst` prints 3000 lines
+# (~130 KB, two pipe buffers) on stdout, then one on stderr after a pause (the tap carries the
+# two streams in two pipes, so only a pause makes their order in the file certain).
+PRELUDE = r"""#!/bin/bash
+got=
+on() { case "$got" in *" $1"*) ;; *) echo "got $1";; esac; got="$got $1"; }
+for s in USR1 USR2 ALRM HUP CONT; do trap "on $s" "$s"; done
+nap() { (trap '' USR1 USR2 ALRM HUP; exec sleep "$1"); }
+wait_for() {
+    local n=0
+    until [[ "$got" == *" $1"* ]]; do
+        nap 0.1; n=$((n + 1))
+        if [ $n -ge 900 ]; then echo "no $1 within 90 s"; exit 3; fi
+    done
+}
+burst() {
+    local i
+    for ((i = 1; i <= 3000; i++)); do echo "$1 line $i of the output after the signal"; done
+    nap 0.3
+    echo "$1 on stderr" >&2
+}
+"""
+
+# Sends CONT to the process group $1 every second until the file $2 exists (at most 60 s):
+# started with setsid, so the STOP the script then sends to its own group misses it.
+CONT_HELPER = r"""
+cont_later() {
+    setsid bash -c 'for i in $(seq 60); do
+        sleep 1; [ -e "$2" ] && exit; kill -CONT -- -"$1"; done' _ "$1" "$2" &
+}
+"""
+
+
+def send_to_own_group(sig: str, target: str) -> str:
+    """Script lines by which the batch shell signals its own process group (`0` or -PGID)."""
+    if sig == "STOP+CONT":
+        return (f'cont_later "$(ps -o pgid= -p $$ | tr -d " ")" "resumed-$SLURM_JOB_ID"\n'
+                f"kill -STOP {target}\nwait_for CONT\ntouch \"resumed-$SLURM_JOB_ID\"\n")
+    return f"kill -{sig} {target}\nwait_for {sig}\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    body: str                       # the batch script after PRELUDE
+    sbatch: tuple[str, ...] = ()
+    scancel: tuple[str, ...] = ()   # signals the test sends (in order, 1 s apart) once ready
+    scancel_full: bool = True       # --full: the batch shell; else the job's srun steps
+    ranks: int = 0                  # srun -n<ranks> tasks writing rank-%j-%t.out
+    timeout: float = 240
+
+
+def batch_case(sig: str, how: str) -> Case:
+    """The batch shell receives `sig` by `how` (kill0, pgid, scancel), then bursts."""
+    wait_sig = "CONT" if sig == "STOP+CONT" else sig
+    if how == "kill0":
+        send = send_to_own_group(sig, "0")
+        return Case(f"{how}-{sig}", f"echo start\n{send}burst batch\n")
+    if how == "pgid":
+        send = send_to_own_group(sig, '-- -"$(ps -o pgid= -p $$ | tr -d " ")"')
+        return Case(f"{how}-{sig}", f"echo start\n{send}burst batch\n")
+    sigs = ("STOP", "CONT") if sig == "STOP+CONT" else (sig,)
+    return Case(f"{how}-{sig}",
+                f'echo start\ntouch "ready-$SLURM_JOB_ID"\nwait_for {wait_sig}\nburst batch\n',
+                scancel=sigs)
+
+
+# Each rank waits for the signal, then bursts into its own file (srun -o rank-%j-%t.out).
+RANK_BURST = 'wait_for {sig}\nburst "rank $SLURM_PROCID"\n'
+RANK_WAIT = 'touch "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n' + RANK_BURST
+RANK_SELF = 'echo "rank $SLURM_PROCID start"\nkill -{sig} 0\n' + RANK_BURST
+SRUN = 'echo start\nsrun -n2 -o "rank-%j-%t.out" bash rank.sh\necho "srun exit $?"\n'
+
+CASES: list[Case] = [
+    # The batch script from the issue, verbatim in spirit: the handler echoes, the shell
+    # forwards the checkpoint signal to its own process group.
+    Case("issue-trap-usr1-pgrp",
+         "trap 'echo got usr1' USR1\necho before\nkill -USR1 -- -$$\necho after\nburst batch\n"),
+    *(batch_case(sig, how) for how in ("kill0", "pgid", "scancel") for sig in SIGNALS),
+    # --signal=B:SIG@N: the batch shell alone, at slurmctld's next time-limit check.
+    *(Case(f"sbatch-signal-B-{sig}",
+           f'echo start\nwait_for {sig}\nburst batch\n',
+           sbatch=("--time=2", f"--signal=B:{sig}@115")) for sig in ("USR1", "HUP")),
+    # --signal=SIG@N: every srun step (not the batch shell).
+    *(Case(f"sbatch-signal-steps-{sig}", SRUN.replace("rank.sh", f"rank-wait-{sig}.sh"),
+           sbatch=("-n2", "--time=2", f"--signal={sig}@115"), ranks=2)
+      for sig in ("USR1", "USR2")),
+    # scancel -s (no --full): the srun step's tasks.
+    Case("scancel-steps-USR2", SRUN.replace("rank.sh", "rank-wait-USR2.sh"),
+         sbatch=("-n2",), scancel=("USR2",), scancel_full=False, ranks=2),
+    # A rank that signals its own process group (kill 0 inside an srun task).
+    Case("rank-kill0-USR1", SRUN.replace("rank.sh", "rank-self-USR1.sh"),
+         sbatch=("-n2",), ranks=2),
+    # Untrapped: the signal ends the batch shell; the job's end must still be the same.
+    Case("untrapped-pgid-USR1",
+         'trap - USR1\necho start\nkill -USR1 -- -$$\necho "not reached"\n'),
+]
+
+RANK_SCRIPTS = {
+    **{f"rank-wait-{s}.sh": PRELUDE + RANK_WAIT.format(sig=s) for s in ("USR1", "USR2")},
+    "rank-self-USR1.sh": PRELUDE + RANK_SELF.format(sig="USR1"),
+}
+
+
+@dataclass
+class Submitted:
+    case: Case
+    dir: Path
+    jobs: tuple[int, int]           # (with --gpualert, with --gpualert=off)
+    sender: threading.Thread | None = None
+    sender_error: BaseException | None = None
+
+
+def ready(d: Path, job: int, ranks: int) -> bool:
+    names = [f"ready-{job}"] if not ranks else [f"ready-{job}-{r}" for r in range(ranks)]
+    return all((d / n).exists() for n in names)
+
+
+def send_signals(s: Submitted) -> None:
+    """Once each job says it is ready (its traps are set), scancel it with the case's
+    signals, 1 s apart."""
+    try:
+        for job in s.jobs:
+            wait_until(lambda j=job: ready(s.dir, j, s.case.ranks), 120,
+                       f"job {job} ({s.case.id}) to be ready for its signal", interval=0.2)
+        for i, sig in enumerate(s.case.scancel):
+            if i:
+                time.sleep(1)
+            for job in s.jobs:
+                full = ["--full"] if s.case.scancel_full else []
+                slurm.run(["scancel", *full, "-s", sig, str(job)])
+    except BaseException as e:  # reported by the case's test
+        s.sender_error = e
+
+
+# The proctrack plugins the cases run under. "cgroup" is the shared test cluster; a second
+# cluster configuration (proctrack/pgid, issue 11) plugs in here as one more param of `c`.
+PROCTRACK = ("cgroup",)
+
+
+@pytest.fixture(scope="module", params=PROCTRACK)
+def c(cluster: ClusterFacts, request: pytest.FixtureRequest) -> ClusterFacts:
+    conf = cluster.conf.read_text()
+    assert f"ProctrackType=proctrack/{request.param}" in conf, (
+        f"the test cluster does not run proctrack/{request.param} ({cluster.conf})")
+    return require_plugin(cluster)
+
+
+@pytest.fixture(scope="module")
+def submitted(c: ClusterFacts) -> Iterator[dict[str, Submitted]]:
+    d = make_workdir(c, "tapsignals")
+    for name, text in RANK_SCRIPTS.items():
+        write_user_file(d / name, text, 0o644)
+    out: dict[str, Submitted] = {}
+
+    def submit(case: Case) -> None:
+        script = write_user_file(d / f"{case.id}.sh", PRELUDE + CONT_HELPER + case.body)
+        out[case.id] = s = Submitted(case, d, submit_pair(c, script, case.sbatch))
+        if case.scancel:
+            s.sender = threading.Thread(target=send_signals, args=(s,), daemon=True)
+            s.sender.start()
+
+    try:
+        with ThreadPoolExecutor(4) as pool:  # submitting 2 x 26 jobs one by one takes a minute
+            list(pool.map(submit, CASES))
+        yield out
+    finally:
+        # Harmless for ended jobs; never leaves one running in the shared queue.
+        cancel_quietly(*(j for s in out.values() for j in s.jobs))
+
+
+@pytest.mark.parametrize("case_id", [case.id for case in CASES])
+def test_signal_leaves_job_unchanged(c: ClusterFacts, submitted: dict[str, Submitted],
+                                     case_id: str) -> None:
+    s = submitted[case_id]
+    tapped, plain = s.jobs
+    finals = wait_final_or_cancel(c, s.jobs, s.case.timeout)
+    if s.sender:
+        s.sender.join(150)
+        assert s.sender_error is None, f"sending the signal failed: {s.sender_error}"
+    assert_same_outcome(tapped, plain)
+    out_t = (s.dir / f"slurm-{tapped}.out").read_bytes()
+    out_p = (s.dir / f"slurm-{plain}.out").read_bytes()
+    assert b"batch line 3000" in out_p or s.case.ranks or case_id.startswith("untrapped"), (
+        f"the job without the tap did not run to its end:\n{out_p[-400:]!r}")
+    assert out_t == out_p, (f"slurm-%j.out differs with the tap ({len(out_t)} bytes) and "
+                            f"without ({len(out_p)}); tail with: {out_t[-300:]!r}")
+    assert spool_bytes(c, tapped, "batch.0.log") == out_t, (
+        "tasks/batch.0.log is not exactly the batch step's output")
+    for rank in range(s.case.ranks):
+        rt = (s.dir / f"rank-{tapped}-{rank}.out").read_bytes()
+        rp = (s.dir / f"rank-{plain}-{rank}.out").read_bytes()
+        assert f"rank {rank} line 3000 ".encode() in rp, rp[-300:]
+        assert rt == rp, f"rank {rank}'s output differs with the tap: {rt[-300:]!r}"
+        assert spool_bytes(c, tapped, f"0.{rank}.log") == rt, (
+            f"tasks/0.{rank}.log is not exactly rank {rank}'s output")
+    assert task_files(c, plain) == {}
+    assert_nodes_not_drained(finals[0].nodes)
