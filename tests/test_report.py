@@ -239,3 +239,48 @@ def test_html_report_renders_in_chromium(tmp_path, smtp_server, workdir):
     assert len(data) > 30_000, len(data)
     docs = REPO / "docs" / "report-example.png"
     shutil.copyfile(shot, docs)
+
+
+def test_spool_full_report_still_delivered(tmp_path, smtp_server, workdir):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], check=True)
+    try:
+        spool, cfg = site_cfg(small, f"127.0.0.1:{smtp_server.port}")
+        env = make_env(cfg, jobid=JOB, SLURM_JOB_NODELIST="n[1-2]",
+                       SPANK_GPUALERT="mail=owner@lab.org", SLURM_JOB_WORK_DIR=str(workdir))
+        assert prolog(env).returncode == 0
+        write_task(spool, JOB, "0", 0, NCCL, "n1", exit_code=1)
+        write_task(spool, JOB, "0", 1, OOM, "n2", exit_code=1)
+        with open(small / "filler", "wb") as f:  # fill the spool's filesystem
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        for n in ("n1", "n2"):
+            assert hook("epilog", dict(env, SLURMD_NODENAME=n, SLURM_JOB_EXIT_CODE2="1:0")
+                        ).returncode == 0
+        t0 = time.monotonic()
+        r = hook("epilog-slurmctld", dict(env, SLURM_JOB_EXIT_CODE2="1:0"))
+        assert r.returncode == 0 and time.monotonic() - t0 < 3 + 15 + 5
+        assert "cannot write verdict.json" in r.stderr or "No space" in r.stderr, r.stderr
+        m = parse(smtp_server.messages()[0])
+        assert m["Subject"].startswith(f"[gpualert] FAILED job {JOB}")
+        assert "CUDA out of memory on n2, rank 1" in m["Subject"]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_broken_site_rules_still_classify(tmp_path, smtp_server, workdir, monkeypatch):
+    rules = tmp_path / "rules.d"
+    rules.mkdir()
+    (rules / "bad.yaml").write_text("rules:\n  - id: broken\n    class: no_such_class\n")
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    monkeypatch.setenv("GPUALERT_RULES_DIR", str(rules))
+    env_extra = {"GPUALERT_RULES_DIR": str(rules)}
+    v, _ = run_job(spool, cfg, workdir, **env_extra)
+    assert v["verdict"]["class"] == "cuda_oom"
+    assert "site rules ignored" in v["verdict"]["detail"]
+    assert v["report"]["status"] == "sent"

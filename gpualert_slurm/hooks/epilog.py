@@ -236,7 +236,7 @@ def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any], kernel_lines: li
     kpath = None
     try:
         from gpualert_slurm.artifacts import run_forked
-        from gpualert_slurm.classify import JobFacts, TaskInput, classify
+        from gpualert_slurm.classify import JobFacts, RuleError, TaskInput, classify, load_rules
 
         if kernel_lines:
             kfd, kpath = tempfile.mkstemp(prefix="gpualert-kernel-", suffix=".log")
@@ -253,8 +253,15 @@ def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any], kernel_lines: li
             "exit_code", "signal", "slurm_state", "slurm_reason", "nvml", "hang_threshold_s",
             "silence_s")}, kernel_log=kpath)
         def judge() -> dict[str, Any]:
-            v = classify(inputs, jf)
+            note = None
+            try:
+                v = classify(inputs, jf)
+            except RuleError as e:  # a broken site rule must not cost the user the report
+                v = classify(inputs, jf, load_rules(site=False))
+                note = f"site rules ignored: {e}"
             out = v.to_json()
+            if note:
+                out["detail"] = "; ".join(x for x in (out.get("detail"), note) if x)
             # flags the classifier may add beyond the documented fields (silent failure)
             for extra in ("silent_failure", "silent"):
                 if hasattr(v, extra) and extra not in out:

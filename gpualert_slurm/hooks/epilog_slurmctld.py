@@ -266,14 +266,32 @@ def rate_ok(cfg: Config, user: str, now: float) -> bool:
     """At most max_per_user_hour reports to one user in the last hour (counted when sent)."""
     cap = report_cfg(cfg).max_per_user_hour
     safe = node_file_name(user or "unknown")
-    with Locked(state_dir(cfg, "rate"), safe) as lk:
-        times = [t for t in lk.state.get("sent", []) if now - t < 3600]
-        ok = len(times) < cap
-        if ok:
-            times.append(now)
-        lk.state = {"sent": times}
-        lk.save()
+    try:
+        with Locked(state_dir(cfg, "rate"), safe) as lk:
+            times = [t for t in lk.state.get("sent", []) if now - t < 3600]
+            ok = len(times) < cap
+            if ok:
+                times.append(now)
+            lk.state = {"sent": times}
+            lk.save()
+    except OSError:  # a full or broken spool: the cap cannot count, the report still goes
+        return True
     return ok
+
+
+def per_array_ok(cfg: Config, v: dict[str, Any]) -> bool:
+    """At most max_per_array per-task reports for one array (per_task mode)."""
+    cap = report_cfg(cfg).max_per_array
+    try:
+        with Locked(state_dir(cfg, "arrays"), str(v["array"]["job_id"])) as lk:
+            n = lk.state.get("per_task_sent", 0)
+            if n >= cap:
+                return False
+            lk.state["per_task_sent"] = n + 1
+            lk.save()
+    except OSError:
+        return True
+    return True
 
 
 def array_task_summary(v: dict[str, Any]) -> dict[str, Any]:
@@ -399,6 +417,17 @@ def should_send(opts: Options, v: dict[str, Any]) -> bool:
     return bool(v.get("failed") or v.get("silent_failure"))
 
 
+def save_verdict(js: JobSpool, v: dict[str, Any], log: HookLog) -> bool:
+    """verdict.json, atomically; a full or broken spool is logged, and the report still goes
+    out (the mail carries the same content)."""
+    try:
+        write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+        return True
+    except OSError as e:
+        log.error(f"job {v.get('job_id')}: cannot write verdict.json in {js.attempt_path}: {e}")
+        return False
+
+
 # ---- the hook -------------------------------------------------------------------------------
 
 def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
@@ -449,7 +478,7 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         left = bound - (time.monotonic() - t0)
         v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, time.time(),
                           classify_s=max(1.0, left / 2))
-        write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+        save_verdict(js, v, log)
         log.info(f"job {jobid}: verdict {v['verdict'].get('class')} "
                  f"(state {sf['slurm_state']}, {len(tasks)} task logs, "
                  f"{len(node_recs)}/{len(nodes)} node verdicts) in {time.monotonic() - t0:.2f} s")
@@ -458,9 +487,13 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
             _send_job(cfg, opts, env, js, tasks, v, log, t0, bound)
         elif not per_task:
             v["report"] = {"status": "in the array summary", "reason": None}
-            write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+            save_verdict(js, v, log)
         if is_array and rc.arrays == "summary":
-            s = array_step(cfg, v, array_id, task_id, jobid, log)
+            try:
+                s = array_step(cfg, v, array_id, task_id, jobid, log)
+            except OSError as e:
+                log.error(f"job {jobid}: array {array_id} state: {e}; no summary from this task")
+                s = None
             if s is not None:
                 _send_array(cfg, opts, env, s, log)
     finally:
@@ -476,20 +509,15 @@ def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
 
     jobid = v["job_id"]
     rc = report_cfg(cfg)
-    if v.get("array") and rc.arrays == "per_task":
-        with Locked(state_dir(cfg, "arrays"), str(v["array"]["job_id"])) as lk:
-            n = lk.state.get("per_task_sent", 0)
-            if n >= rc.max_per_array:
-                v["report"] = {"status": "not sent",
-                               "reason": f"cap of {rc.max_per_array} reports per array reached"}
-                write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
-                return
-            lk.state["per_task_sent"] = n + 1
-            lk.save()
+    if v.get("array") and rc.arrays == "per_task" and not per_array_ok(cfg, v):
+        v["report"] = {"status": "not sent",
+                       "reason": f"cap of {rc.max_per_array} reports per array reached"}
+        save_verdict(js, v, log)
+        return
     if not rate_ok(cfg, v["job"].get("user") or "", time.time()):
         v["report"] = {"status": "not sent", "reason":
                        f"cap of {rc.max_per_user_hour} reports per user per hour reached"}
-        write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+        save_verdict(js, v, log)
         log.error(f"job {jobid}: report not sent: {v['report']['reason']}")
         return
     budget = opts.budget_bytes or cfg.budget_bytes
@@ -498,13 +526,13 @@ def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
     bundle = bundle_for_job(tasks, budget, js.uid, gid, v["job"].get("work_dir"),
                             [*opts.artifacts, *rc.artifacts], timeout_s=max(1.0, left / 4))
     v["artifacts"] = bundle.manifest()
-    write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+    save_verdict(js, v, log)
     left = bound - (time.monotonic() - t0) - 1.0
     d = deliver(cfg, opts, env, subject(v), render(v, "text"), render(v, "html"), bundle.files,
                 jobid, v["job"].get("mail_user"), log,
                 timeout_s=max(1.0, min(left, cfg.notify.total_timeout_s)))
     v["report"] = {"subject": subject(v), **d, "time": time.time()}
-    write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+    save_verdict(js, v, log)
     log.info(f"job {jobid}: report {d.get('status')} ({d.get('reason') or 'ok'}) "
              f"in {time.monotonic() - t0:.2f} s")
 
