@@ -36,6 +36,7 @@ from gpualert_slurm.spool import SpoolError, check_spool_root, open_dir
 LOCK_NAME = ".gc.lock"
 REMOVING_PREFIX = ".gc-"  # a job dir being removed: renamed, so nothing else touches it
 TEMP_PREFIX = ".tmp-"  # a Prolog's build dir (spool.create_job_dir); left only by a crash
+FUTURE_SLACK_S = 300  # clock skew between nodes; later mtimes are ignored
 MAX_DEPTH = 64  # deeper trees (a user's own making) are measured down to here only
 
 
@@ -84,7 +85,8 @@ def measure(parent_fd: int, name: str, deadline: float | None = None) -> JobUsag
     except OSError as e:
         u.partial = f"cannot stat: {e.strerror or e}"
         return u
-    u.bytes, u.newest = st.st_blocks * 512, st.st_mtime
+    future = time.time() + FUTURE_SLACK_S
+    u.bytes, u.newest = st.st_blocks * 512, min(st.st_mtime, future)
     if not stat.S_ISDIR(st.st_mode):
         u.files = 1
         return u
@@ -109,7 +111,8 @@ def measure(parent_fd: int, name: str, deadline: float | None = None) -> JobUsag
             except OSError:
                 continue  # gone meanwhile
             u.bytes += est.st_blocks * 512
-            u.newest = max(u.newest, est.st_mtime)
+            if est.st_mtime <= future:  # a user's mtime in the future must not keep it forever
+                u.newest = max(u.newest, est.st_mtime)
             if not stat.S_ISDIR(est.st_mode):
                 u.files += 1
             elif len(stack) >= MAX_DEPTH:

@@ -105,14 +105,31 @@ def test_measure_counts_blocks_and_never_follows_symlinks(tmp_path):
     (d / "tasks").mkdir(parents=True)
     (d / "tasks" / "a.log").write_bytes(b"x" * 100_000)
     (d / "tasks" / "big").symlink_to("/usr")  # would be huge if followed
-    os.utime(d / "tasks" / "a.log", (NOW, NOW))
+    t = time.time() + 100  # later than the dirs' own mtimes: the newest
+    os.utime(d / "tasks" / "a.log", (t, t))
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         u = measure(fd, "5")
     finally:
         os.close(fd)
-    assert 100_000 <= u.bytes < 200_000 and u.files == 2 and u.newest >= NOW
+    assert 100_000 <= u.bytes < 200_000 and u.files == 2 and u.newest == t
     assert not u.partial
+
+
+def test_mtimes_in_the_future_do_not_make_a_job_young(tmp_path):
+    d = tmp_path / "6"
+    (d / "tasks").mkdir(parents=True)
+    (d / "tasks" / "a.log").write_text("x")
+    past, future = time.time() - 40 * DAY, time.time() + 3650 * DAY
+    os.utime(d / "tasks" / "a.log", (future, future))  # the user's touch -d 2036
+    for p in (d / "tasks", d):
+        os.utime(p, (past, past))
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        u = measure(fd, "6")
+    finally:
+        os.close(fd)
+    assert abs(u.newest - past) < 5
 
 
 # ---- the command -----------------------------------------------------------------------------
