@@ -234,6 +234,8 @@ def plan(entries: Iterable[JobUsage], ret: RetentionConfig, now: float,
                                                 "outbox entries)"))
         elif age < ret.min_age_s:
             decisions.append(Decision(u, False, f"younger than min_age ({fmt_age(age)})"))
+        elif u.partial.startswith("time limit"):  # its age is not known: the next run
+            decisions.append(Decision(u, False, f"not measured ({u.partial})"))
         else:
             removable.append(u)
     total = sum(u.bytes for u in entries if not u.name.startswith(REMOVING_PREFIX))

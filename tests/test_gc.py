@@ -68,6 +68,18 @@ def test_running_and_unsent_jobs_count_towards_the_total_but_stay():
     assert removed(ds) == ["32"]
 
 
+def test_a_job_measured_in_part_by_the_time_limit_is_kept():
+    ret = RetentionConfig(max_age_s=DAY, min_age_s=0)
+    cut = job("60", 10)
+    cut.partial = "time limit reached while measuring"
+    deep = job("61", 10)
+    deep.partial = "deeper than 64 levels: not measured below"  # the user's own making
+    ds = plan([cut, deep], ret, NOW, active={}, unsent={})
+    assert removed(ds) == ["61"]
+    assert [d.reason for d in ds if d.job is cut] == [
+        "not measured (time limit reached while measuring)"]
+
+
 def test_leftovers():
     ret = RetentionConfig(min_age_s=3600)
     gc_left = JobUsage(f"{REMOVING_PREFIX}7-abcd", newest=NOW)
@@ -286,3 +298,16 @@ def test_min_interval_keeps_an_epilog_run_cheap(cluster, site):
     os.utime(spool / ".gc.lock", (time.time() - 7200, time.time() - 7200))
     r = gc(cfg, "--min-interval", "3600")
     assert r.returncode == 0 and "removed 990000052 " in r.stdout and not second.exists()
+
+
+def test_gc_removes_a_deep_tree_the_user_made(cluster, site):
+    spool, cfg = site
+    d = make_job(spool, "990000061", 30 * DAY)
+    deep = d / "tasks" / "/".join(["d"] * 150)
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    age(d, 30 * DAY)
+    r = gc(cfg, "-v")
+    assert r.returncode == 0, r.stderr
+    assert "removed 990000061 " in r.stdout and not d.exists()
+    assert [p.name for p in spool.iterdir() if p.name.startswith(REMOVING_PREFIX)] == []
