@@ -5,6 +5,7 @@ cannot hold a hook past its bound)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import smtplib
 import socket
@@ -81,6 +82,12 @@ def read_secret(path: str, what: str) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> ssl.SSLContext:
+    """Built once: loading the system's CA certificates costs tens of ms."""
+    return ssl.create_default_context()
+
+
 def _code_outcome(code: int, text: bytes | str, stage: str) -> Outcome:
     msg = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
     reason = f"relay refused at {stage}: {code} {' '.join(msg.split())}"[:500]
@@ -112,7 +119,7 @@ def _send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
             return Outcome(False, f"SMTP password: {why}", permanent=True)
     host, port = mail.relay_host, mail.relay_port
     where = f"relay {host}:{port}"
-    ctx = ssl.create_default_context()
+    ctx = _tls_context() if mail.tls != "none" else None
     cls = _SMTPS if mail.tls == "ssl" else _SMTP
     kwargs = {"context": ctx} if mail.tls == "ssl" else {}
     client = cls(timeout=min(mail.connect_timeout_s, left), **kwargs)
