@@ -154,12 +154,11 @@ def test_show_reads_the_verdict_as_the_user(cluster, workdir):
 class SilentRelay:
     """Accepts TCP connections and never says a word."""
 
-    def __init__(self, reply: bytes | None = None) -> None:
+    def __init__(self) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
-        self.reply = reply
         self.conns: list[socket.socket] = []
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
@@ -171,9 +170,6 @@ class SilentRelay:
             except OSError:
                 return
             self.conns.append(c)
-            if self.reply:
-                with contextlib.suppress(OSError):
-                    c.sendall(self.reply)
 
     def close(self) -> None:
         self.sock.close()
@@ -189,13 +185,33 @@ def one_failing_job(cluster, workdir, name) -> tuple[int, object, dict]:
     return job, st, v
 
 
+class RejectingRelay:
+    """A real SMTP server (aiosmtpd) that refuses every message at DATA with a 554."""
+
+    def __init__(self) -> None:
+        from aiosmtpd.controller import Controller
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):  # noqa: ANN001
+                return "554 5.6.0 message rejected by policy"
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.ctl = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+        self.ctl.start()
+
+    def close(self) -> None:
+        self.ctl.stop()
+
+
 @pytest.mark.parametrize("relay", ["down", "silent", "rejects"])
 def test_relay_trouble_leaves_the_report_in_the_outbox(cluster, workdir, relay):
-    server = None
+    server: SilentRelay | RejectingRelay | None = None
     if relay == "down":
         addr = "127.0.0.1:9"  # discard: nothing listens there
     else:
-        server = SilentRelay(b"554 5.7.1 no service for you\r\n" if relay == "rejects" else None)
+        server = RejectingRelay() if relay == "rejects" else SilentRelay()
         addr = f"127.0.0.1:{server.port}"
     try:
         text = config_with(cluster, {f"relay: {cluster.smtp_host}:{cluster.smtp_port}":
