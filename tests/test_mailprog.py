@@ -204,3 +204,18 @@ def test_bad_config_exits_1_naming_the_key(tmp_path):
     p = mailprog(FAILED.format(job=90), "gpatest", slurm_env(conf, 90))
     assert p.returncode == 1
     assert "mail.slurm_mail" in p.stderr and str(conf) in p.stderr
+
+
+def test_console_script_entry_takes_slurms_argv(tmp_path, smtp_server):
+    # MailProg= names gpualert-mailprog (setup.cfg's console script for entry()); Slurm gives
+    # it exactly `-s SUBJECT USER` and no PATH.
+    conf, _ = write_config(tmp_path, smtp_server.port, slurm_mail="forward")
+    code = "import sys; from gpualert_slurm.notify.mailprog import entry; sys.exit(entry())"
+    env = slurm_env(conf, 91)
+    assert "PATH" not in env
+    p = subprocess.run([sys.executable, "-c", code, "-s", FAILED.format(job=91), "gpatest"],
+                       cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    [m] = mails(smtp_server)
+    assert m["Subject"] == FAILED.format(job=91)

@@ -204,3 +204,8 @@ def main(argv: list[str]) -> int:
     status, line = run(args.subject, args.users, os.environ, cfg, _read_stdin())
     print(line, file=sys.stderr if status else sys.stdout)
     return status
+
+
+def entry() -> int:
+    """The `gpualert-mailprog` console script: what slurm.conf's MailProg= names."""
+    return main(sys.argv[1:])
