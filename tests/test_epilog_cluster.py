@@ -259,6 +259,7 @@ def test_huge_log_bounded_epilog_and_report(cluster, workdir):
     assert v["report"]["status"] == "sent", v["report"]
     att = {a["name"]: a for a in v["artifacts"]["attached"]}
     assert "cut to its first and last" in att["batch.0.log.gz"]["note"]
+    assert "CUDA out of memory" in v["last_lines"]["lines"][-1]
     assert epilog_seconds(cluster, job) < BOUND_S
 
 

@@ -113,9 +113,10 @@ def _scontrol_time(text: str | None) -> float | None:
 
 def last_lines(t: TaskLog, n: int = 30, max_bytes: int = 64 * 1024) -> dict[str, Any]:
     start = max(t.size - max_bytes, 0)
-    data = os.pread(t.fd, max_bytes, start)
+    # NUL runs (a preallocated or sparse log) are not text anyone wants to see
+    data = os.pread(t.fd, max_bytes, start).replace(b"\0", b"")
     lines = data.decode(errors="replace").splitlines()
-    if start and lines:
+    if start and len(lines) > 1:
         lines = lines[1:]  # a partial first line
     return {"file": t.path, "lines": [ln[:400] for ln in lines[-n:]]}
 
