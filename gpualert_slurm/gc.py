@@ -273,9 +273,16 @@ def remove_entry(root_fd: int, name: str) -> None:
     shutil.rmtree(name, dir_fd=root_fd)
 
 
-def _open_lock(root_fd: int) -> int:
-    return os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                   dir_fd=root_fd)
+def _open_lock(root_fd: int) -> tuple[int, bool]:
+    """The lock file (its mtime is the time of the last completed pass) and whether it was
+    there."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(LOCK_NAME, flags, dir_fd=root_fd), True
+    except FileNotFoundError:
+        fd = os.open(LOCK_NAME, flags | os.O_CREAT, 0o600, dir_fd=root_fd)
+        os.utime(fd, (0, 0))  # no pass yet, until one completes
+        return fd, False
 
 
 def run_gc(cfg: Config, dry_run: bool = False, time_limit_s: float | None = None,
@@ -289,7 +296,7 @@ def run_gc(cfg: Config, dry_run: bool = False, time_limit_s: float | None = None
         check_spool_root(root_fd, cfg.spool)
         lock_fd = -1
         if not dry_run:
-            lock_fd = _open_lock(root_fd)
+            lock_fd, _ = _open_lock(root_fd)
         try:
             if lock_fd >= 0:
                 try:
@@ -326,6 +333,22 @@ def run_gc(cfg: Config, dry_run: bool = False, time_limit_s: float | None = None
                 os.close(lock_fd)
     finally:
         os.close(root_fd)
+
+
+def epilog_pass(cfg: Config, time_limit_s: float = 5.0,
+                min_interval_s: float = 3600.0) -> str:
+    """A cheap, bounded gc pass for the job epilog (EpilogSlurmctld): at most one an hour, at
+    most `time_limit_s`, never raising. Returns one line for the hook's log ("" if skipped)."""
+    lines: list[str] = []
+    try:
+        summary = run_gc(cfg, time_limit_s=time_limit_s, min_interval_s=min_interval_s,
+                         say=lines.append)
+    except Exception as e:  # a hook never fails because of retention
+        return f"gc: {e}"
+    if summary is None:
+        return "; ".join(lines)
+    report(summary, False, False, lines.append)
+    return lines[-1]
 
 
 def report(summary: Summary, dry_run: bool, verbose: bool, say: Callable[[str], None]) -> None:

@@ -311,3 +311,17 @@ def test_gc_removes_a_deep_tree_the_user_made(cluster, site):
     assert r.returncode == 0, r.stderr
     assert "removed 990000061 " in r.stdout and not d.exists()
     assert [p.name for p in spool.iterdir() if p.name.startswith(REMOVING_PREFIX)] == []
+
+
+def test_epilog_pass_is_bounded_rate_limited_and_never_raises(cluster, site):
+    from gpualert_slurm.config import load_config
+    from gpualert_slurm.gc import epilog_pass
+
+    spool, cfg = site
+    old = make_job(spool, "990000071", 30 * DAY)
+    line = epilog_pass(load_config(str(cfg)), time_limit_s=20)
+    assert line.startswith("gc: removed 1 (") and not old.exists()
+    again = make_job(spool, "990000072", 30 * DAY)
+    assert epilog_pass(load_config(str(cfg))) == "" and again.exists()  # ran < 1 h ago
+    spool.chmod(0o777)  # a broken spool: a line for the log, no exception
+    assert "writable by group or others" in epilog_pass(load_config(str(cfg)), min_interval_s=0)
