@@ -215,12 +215,15 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=[], help="case id prefixes to rebuild")
     ap.add_argument("--kind", choices=["run", "slurm", "synthetic", "variant"], action="append")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--python", help="the interpreter the cases run with (default: the set's)")
+    ap.add_argument("--out", help="build into this directory instead of the set's own (to "
+                    "compare a rebuild with the kept cases)")
     ap.add_argument("--recollect", nargs="*", default=[], metavar="CASE:JOBID",
                     help="label Slurm cases from jobs that already ran (spool still there)")
     a = ap.parse_args()
     spec = load_set(a.set)
-    root = CORPUS / spec["dir"]
-    py = spec.get("python", "/opt/gpualert-corpus-venv/bin/python")
+    root = Path(a.out).resolve() if a.out else CORPUS / spec["dir"]
+    py = a.python or spec.get("python", "/opt/gpualert-corpus-venv/bin/python")
     cases = [dict(spec["defaults"], **c) for c in spec["cases"]]
     cases = [c for c in cases if not a.only or any(c["id"].startswith(p) for p in a.only)]
     cases = [c for c in cases if not a.kind or c.get("kind", "run") in a.kind]

@@ -8,14 +8,10 @@ exit_code / signal / core_dumped / end_time.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
 import signal
-import subprocess
-import threading
-import time
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,7 +19,11 @@ CORPUS = Path(__file__).resolve().parent.parent
 CASES = CORPUS / "cases"
 LABELS = CORPUS / "labels.jsonl"
 GEN = Path(__file__).resolve().parent
-PROGS = GEN / "progs"
+# The failing programs live once, in the corpus generator library (corpus/gen/progs/).
+PROGS = CORPUS / "gen" / "progs"
+sys.path.insert(0, str(CORPUS.parent))
+from corpus.gen.capture import Running  # noqa: E402  (the one capture helper)
+
 # Debian's python in a venv every user can read: jobs and the `nobody` runs use the same copy.
 PY = os.environ.get("CORPUS_PYTHON", "/opt/gpualert/corpus-venv/bin/python")
 
@@ -35,79 +35,6 @@ def case_dir(case_id: str) -> Path:
         shutil.rmtree(d)
     d.mkdir(parents=True)
     return d
-
-
-def _decode(status: int) -> tuple[int | None, int | None, bool]:
-    if os.WIFSIGNALED(status):
-        return None, os.WTERMSIG(status), bool(os.WCOREDUMP(status))
-    return os.WEXITSTATUS(status), None, False
-
-
-class Running:
-    """One child whose output is being copied to a log; `wait()` gives its exit record."""
-
-    def __init__(self, cmd: Sequence[str], log: Path, *, step: str = "run", rank: int = 0,
-                 node: str | None = None, env: dict[str, str] | None = None,
-                 cwd: str | Path | None = None, stdin_data: bytes | None = None,
-                 preexec=None) -> None:
-        self.log, self.step, self.rank, self.node = Path(log), step, rank, node
-        full_env = dict(os.environ)
-        full_env.pop("PYTHONFAULTHANDLER", None)
-        full_env.update(env or {})
-        self.proc = subprocess.Popen(
-            list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-            env=full_env, cwd=cwd, start_new_session=True, preexec_fn=preexec)
-        if stdin_data is not None:
-            self.proc.stdin.write(stdin_data)
-            self.proc.stdin.close()
-        self.status: int | None = None
-        self.end_time: float | None = None
-        self._copier = threading.Thread(target=self._copy, daemon=True)
-        self._copier.start()
-
-    def _copy(self) -> None:
-        fd = self.proc.stdout.fileno()
-        # Unbuffered: each chunk lands (and bumps the mtime) when the child writes it.
-        with open(self.log, "wb", buffering=0) as out:
-            while chunk := os.read(fd, 65536):
-                out.write(chunk)
-
-    def signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-
-    def poll(self) -> bool:
-        if self.status is None:
-            pid, status = os.waitpid(self.proc.pid, os.WNOHANG)
-            if pid:
-                self.status, self.end_time = status, time.time()
-                self.proc.returncode = 0  # keep Popen from reaping it again
-        return self.status is not None
-
-    def wait(self, timeout: float | None = None, kill_signal: int = signal.SIGTERM,
-             kill_after: float = 10.0) -> dict:
-        """Wait for the child; past `timeout` send `kill_signal` to its group, then SIGKILL."""
-        deadline = None if timeout is None else time.time() + timeout
-        sent = None
-        while not self.poll():
-            now = time.time()
-            if deadline is not None and now > deadline and sent is None:
-                self.signal_group(kill_signal)
-                sent = now
-            elif sent is not None and now > sent + kill_after:
-                self.signal_group(signal.SIGKILL)
-            time.sleep(0.05)
-        self._copier.join(timeout=10)
-        return self.record()
-
-    def record(self) -> dict:
-        code, sig, core = _decode(self.status)
-        rec = {"node": self.node, "step": self.step, "rank": self.rank, "pid": self.proc.pid,
-               "exit_code": code, "signal": sig, "core_dumped": core,
-               "end_time": round(self.end_time, 3), "status": self.status}
-        self.log.with_suffix(".exit").write_text(json.dumps(rec) + "\n")
-        return rec
 
 
 def capture(cmd: Sequence[str], d: Path, *, step: str = "run", rank: int = 0,

@@ -26,21 +26,26 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 
 
 def _build_native() -> None:
-    """Compile the native crash helpers, the broken extension, the bad_alloc program."""
+    """Compile the native crash helpers, the broken extension, the bad_alloc program (the one
+    copy of each lives in corpus/gen/progs/native/)."""
     src = PROGS / "native"
     NATIVE.mkdir(parents=True, exist_ok=True)
     cc = ["gcc", "-O0", "-g"]
+    missing = ["-DMISSING=fused_adam_step_v2"]
     steps = [
-        cc + ["-shared", "-fPIC", "-o", NATIVE / "libcrash.so", src / "crash.c"],
-        cc + ["-o", NATIVE / "crashprog", src / "crashprog.c", src / "crash.c"],
-        ["g++", "-O0", "-o", NATIVE / "badalloc", src / "badalloc.cc"],
-        cc + ["-shared", "-fPIC", "-o", NATIVE / "fused_ops.so", src / "fused_ops.c"],
-        cc + ["-shared", "-fPIC", "-o", NATIVE / "libfused_ops.so", src / "fused_ops.c"],
+        cc + ["-DCRASH_NO_MAIN", "-shared", "-fPIC", "-o", NATIVE / "libcrash.so",
+              src / "crash.c"],
+        cc + ["-DCRASH_NO_MAIN", "-o", NATIVE / "crashprog", src / "crashprog.c",
+              src / "crash.c"],
+        ["g++", "-O0", "-o", NATIVE / "badalloc", src / "cxx.cpp"],
+        cc + missing + ["-DPYMOD=fused_ops", "-I/usr/include/python3.11", "-shared", "-fPIC",
+                        "-o", NATIVE / "fused_ops.so", src / "ext.c"],
+        cc + missing + ["-shared", "-fPIC", "-o", NATIVE / "libfused_ops.so", src / "ext.c"],
     ]
     for name in ("libcudart_stub.so.12", "libnccl_shim.so.2", "libtorch_ext.so"):
         steps.append(cc + ["-shared", "-fPIC", f"-Wl,-soname,{name}", "-o", NATIVE / name,
-                           src / "gpulib.c"])
-        steps.append(cc + ["-o", NATIVE / f"needs-{name.split('.')[0]}", src / "needslib.c",
+                           src / "stublib.c"])
+        steps.append(cc + ["-o", NATIVE / f"needs-{name.split('.')[0]}", src / "needlib.c",
                            NATIVE / name])
     for cmd in steps:
         subprocess.run([str(c) for c in cmd], check=True)
@@ -175,7 +180,7 @@ def cases() -> list:
         gib = 6.0 if i % 6 in (3, 4) else 1.5  # torch itself needs address space to import
         jobs.append(_py(f"hostoom-{i:02d}", "host_oom", "host_oom", i, preexec=_limit_as(gib)))
     for i, mb in enumerate((64, 128, 256, 512, 100, 300)):
-        cmd = [str(NATIVE / "badalloc"), str(mb)]
+        cmd = [str(NATIVE / "badalloc"), "blocks", str(mb)]
         jobs.append(_cmd(f"hostoom-badalloc-{i}", "host_oom", cmd, preexec=_limit_as(1.0)))
     for i in range(18):
         jobs.append(_py(f"segv-{i:02d}", "segfault", "segfault", i, work=NATIVE,

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOLDOUT = os.path.dirname(HERE)
-PROGS = os.path.join(HERE, "progs")
+# The failing programs live once, in the corpus generator library (corpus/gen/progs/).
+PROGS = os.path.join(os.path.dirname(HOLDOUT), "gen", "progs")
 PY = "/opt/gpualert/corpus-venv/bin/python"  # Debian python + CPU torch
 SYSPY = "/usr/bin/python3"  # has PyYAML
 WORKROOT = "/tmp/holdout-work"
@@ -216,22 +217,24 @@ def build() -> None:
     nat = os.path.join(PROGS, "native")
     cmds = [
         ["gcc", "-O0", "-o", f"{BIN}/crash", f"{nat}/crash.c"],
-        ["g++", "-O0", "-o", f"{BIN}/thrower", f"{nat}/thrower.cpp"],
+        ["g++", "-O0", "-o", f"{BIN}/thrower", f"{nat}/cxx.cpp"],
         [
             "gcc",
             "-shared",
             "-fPIC",
+            "-DPYMOD=fastops",
+            "-DMISSING=fastops_simd_dot",
             "-I/usr/include/python3.11",
             "-o",
             f"{BIN}/fastops.cpython-311-x86_64-linux-gnu.so",
-            f"{nat}/fastops.c",
+            f"{nat}/ext.c",
         ],
-        ["gcc", "-shared", "-fPIC", "-o", f"{BIN}/libhshared.so", f"{nat}/libhshared.c"],
+        ["gcc", "-shared", "-fPIC", "-o", f"{BIN}/libhshared.so", f"{nat}/stublib.c"],
         [
             "gcc",
             "-o",
             f"{BIN}/libuse",
-            f"{nat}/libuse.c",
+            f"{nat}/needlib.c",
             f"-L{BIN}",
             "-lhshared",
             f"-Wl,-rpath,{BIN}",
@@ -338,7 +341,7 @@ def cases(srv: Servers) -> list[Case]:
         ["fnf_open", "fnf_npload", "fnf_torchload", "fnf_shutil", "fnf_subprocess", "fnf_chdir"]
     ):
         add(f"h-fnf-{i:02d}", "file_not_found", hf(s), expect={"rc": 1, "text": "No such file"})
-    add("h-fnf-06", "file_not_found", [f"{BIN}/crash", "fopen"], expect={"rc": 2})
+    add("h-fnf-06", "file_not_found", [f"{BIN}/crash", "solver-fopen"], expect={"rc": 2})
     add(
         "h-fnf-07",
         "file_not_found",
@@ -432,17 +435,17 @@ def cases(srv: Servers) -> list[Case]:
     add("h-segv-00", "segfault", hf("segv_ctypes_fh"), expect={"sig": 11})
     add("h-segv-01", "segfault", hf("segv_ctypes_quiet"), expect={"sig": 11})
     add("h-segv-02", "segfault", hf("segv_abort"), expect={"sig": 6})
-    add("h-segv-03", "segfault", [f"{BIN}/crash", "null"], expect={"sig": 11})
-    add("h-segv-04", "segfault", [f"{BIN}/crash", "stack"], expect={"sig": 11})
-    add("h-segv-05", "segfault", [f"{BIN}/crash", "abort"], expect={"sig": 6})
-    add("h-segv-06", "segfault", [f"{BIN}/thrower", "runtime"], expect={"sig": 6})
+    add("h-segv-03", "segfault", [f"{BIN}/crash", "solver-null"], expect={"sig": 11})
+    add("h-segv-04", "segfault", [f"{BIN}/crash", "solver-stack"], expect={"sig": 11})
+    add("h-segv-05", "segfault", [f"{BIN}/crash", "solver-abort"], expect={"sig": 6})
+    add("h-segv-06", "segfault", [f"{BIN}/thrower", "graph-runtime"], expect={"sig": 6})
     add(
         "h-segv-07",
         "segfault",
         [
             "bash",
             "-c",
-            f"echo 'running solver'; {BIN}/crash null; rc=$?; "
+            f"echo 'running solver'; {BIN}/crash solver-null; rc=$?; "
             'echo "solver exited rc=$rc"; exit $rc',
         ],
         expect={"rc": 139},
@@ -501,11 +504,11 @@ def cases(srv: Servers) -> list[Case]:
     add(
         "h-oom-04",
         "host_oom",
-        [f"{BIN}/thrower", "alloc"],
+        [f"{BIN}/thrower", "graph-alloc"],
         rlimit_as=2 * G,
         expect={"sig": 6, "text": "bad_alloc"},
     )
-    add("h-oom-05", "host_oom", [f"{BIN}/crash", "malloc"], rlimit_as=1 * G, expect={"rc": 12})
+    add("h-oom-05", "host_oom", [f"{BIN}/crash", "solver-malloc"], rlimit_as=1 * G, expect={"rc": 12})
     # nan_divergence
     for i, s in enumerate(
         ["nan_isfinite", "nan_anomaly", "nan_clip", "nan_numpy", "nan_assert", "nan_exit"]
@@ -540,7 +543,7 @@ def cases(srv: Servers) -> list[Case]:
     add("h-unk-00", "unknown", hf("unk_done"), expect={"rc": 1})
     add("h-unk-01", "unknown", hf("unk_threshold"), expect={"rc": 3})
     add("h-unk-02", "unknown", hf("unk_silent"), expect={"rc": 255})
-    add("h-unk-03", "unknown", [f"{BIN}/crash", "exit42"], expect={"rc": 42})
+    add("h-unk-03", "unknown", [f"{BIN}/crash", "solver-exit42"], expect={"rc": 42})
     add(
         "h-unk-04",
         "unknown",

@@ -1,14 +1,46 @@
-/* Native crashers for segfault cases: each mode fails the way a real bug in a data/sim
- * extension would, after some ordinary-looking progress output. */
+/* The one native crasher of the corpus sets. Every mode does ordinary-looking work, then fails
+ * for real (SIGSEGV, SIGBUS, SIGILL, SIGFPE, abort, an errno, a silent exit).
+ *  - crash_* functions: loaded with ctypes from libcrash.so, or called by crashprog.c;
+ *  - `crash MODE`: the held-out sets' modes (block progress lines: null, assert, bus, ill, fpe,
+ *    silent-exit, spin, loop, enoent, eacces, enospc, mallocnull; solver progress lines:
+ *    solver-null, solver-stack, solver-abort, solver-fopen, solver-malloc, solver-exit42).
+ * Build the library without main: -DCRASH_NO_MAIN. */
 #include <assert.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <errno.h>
 
+int crash_null(const char *dir) { (void)dir; volatile int *p = NULL; return *p; }
+
+static int deep(int n) { volatile char pad[4096]; pad[0] = (char)n; return deep(n + 1) + pad[0]; }
+int crash_stack(const char *dir) { (void)dir; return deep(0); }
+
+int crash_double_free(const char *dir) {
+    (void)dir;
+    char *p = malloc(64);
+    strcpy(p, "batch");
+    free(p);
+    free(p);
+    return 0;
+}
+
+int crash_ill(const char *dir) { (void)dir; __builtin_trap(); }
+
+int crash_bus(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/mapped-%d.bin", dir, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (ftruncate(fd, 4096) != 0) return 1;
+    volatile char *m = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    unlink(path);
+    return m[8192]; /* past the end of the file: SIGBUS */
+}
+
+#ifndef CRASH_NO_MAIN
 struct rec { int n; float *vals; };
 
 static void progress(const char *what, int k) {
@@ -21,9 +53,31 @@ static void progress(const char *what, int k) {
 
 static int count_tokens(const struct rec *r) { assert(r->n > 0); return r->n; }
 
+static int depth(int n) { volatile char pad[4096]; pad[0] = (char)n; return depth(n + 1) + pad[0]; }
+
+/* holdout's solver: three iterations of progress, then the mode's failure */
+static int solver(const char *mode) {
+    for (int i = 0; i < 3; i++) printf("solver: iteration %d residual %.3e\n", i, 1.0 / (i + 1));
+    fflush(stdout);
+    if (!strcmp(mode, "null")) { int *p = NULL; p[7] = 1; }
+    else if (!strcmp(mode, "stack")) return depth(0);
+    else if (!strcmp(mode, "abort")) { fprintf(stderr, "mesh.c:88: invariant broken, aborting\n"); abort(); }
+    else if (!strcmp(mode, "fopen")) {
+        FILE *f = fopen("/scratch/mesh/input_0042.vtk", "r");
+        if (!f) { perror("fopen /scratch/mesh/input_0042.vtk"); return 2; }
+    } else if (!strcmp(mode, "malloc")) {
+        size_t n = (size_t)64 << 30;
+        void *p = malloc(n);
+        if (!p) { perror("malloc(64 GiB) for the halo buffer"); return 12; }
+        memset(p, 1, n);
+    } else if (!strcmp(mode, "exit42")) { printf("converged? no\n"); return 42; }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "null";
     volatile int zero = 0;
+    if (!strncmp(mode, "solver-", 7)) return solver(mode + 7);
     if (!strcmp(mode, "null")) {
         struct rec *table[8] = {0};
         progress("augment", 12);
@@ -92,3 +146,4 @@ int main(int argc, char **argv) {
     }
     return 0;
 }
+#endif

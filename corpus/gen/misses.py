@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """List every case of a corpus the classifier gets wrong, with the line it decided on and the
 last telling line of the failing task's log. Run with the gpualert venv's python:
-/opt/gpualert/venv/bin/python corpus/holdout2/generate/misses.py corpus/holdout2"""
+/opt/gpualert/venv/bin/python corpus/gen/misses.py corpus/holdout2"""
 
 import sys
 from pathlib import Path

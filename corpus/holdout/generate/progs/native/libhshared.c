@@ -1,1 +1,0 @@
-int hshared_answer(void) { return 42; }
