@@ -219,3 +219,38 @@ def test_console_script_entry_takes_slurms_argv(tmp_path, smtp_server):
     assert p.returncode == 0, p.stderr
     [m] = mails(smtp_server)
     assert m["Subject"] == FAILED.format(job=91)
+
+
+def test_real_job_slurm_mail_enriched_with_its_verdict(cluster, workdir, tmp_path, smtp_server):
+    # A real failing job on the cluster with --gpualert and --mail-type=FAIL; the cluster's
+    # EpilogSlurmctld writes the verdict. mailprog is then run with what slurmctld hands
+    # MailProg for that job, against a private sink.
+    import clusterlib
+
+    from gpualert_slurm import slurm
+
+    script = ("#!/bin/bash\n#SBATCH -N1 -o out.%j\n"
+              "python3 -c \"raise MemoryError('CUDA out of memory. Tried to allocate 2.00 "
+              "GiB')\"\n")
+    job = clusterlib.submit(script, "--gpualert", "--mail-type=FAIL", workdir=workdir)
+    st = clusterlib.wait_final(job, root=cluster.root)
+    assert st.state == "FAILED"
+    conf, _ = write_config(tmp_path, smtp_server.port, slurm_mail_wait_s=60)
+    data = json.loads(conf.read_text())
+    data["spool"] = str(cluster.spool)
+    conf.write_text(json.dumps(data))
+    mail_user = slurm.show_job(job).raw["MailUser"]  # --mail-type alone: the user name
+    assert mail_user == cluster.user
+    subject = (f"Slurm Job_id={job} Name=job.sh Failed, Run time 00:00:01, FAILED, "
+               f"ExitCode {st.exit_code.code}")
+    env = {**slurm_env(conf, job), "SLURM_JOB_NAME": "job.sh", "SLURM_JOB_USER": cluster.user,
+           "SLURM_JOB_NODELIST": st.nodelist}
+    p = mailprog(subject, mail_user, env, timeout=90)
+    assert p.returncode == 0, p.stderr
+    verdict = json.loads((cluster.spool / str(job) / "verdict.json").read_text())["verdict"]
+    [m] = mails(smtp_server)
+    assert m["Subject"] == f"{subject} [gpualert: {verdict['class']}]"
+    assert m["X-Sink-Rcpt-To"] == f"{cluster.user}@lab.example.org"
+    body = m.get_content()
+    assert f"Cause: {verdict['class']}" in body and verdict["hint"] in body
+    assert verdict["evidence"][0]["text"][:60] in body
