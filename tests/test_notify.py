@@ -28,7 +28,7 @@ from notifylib import (
 
 from gpualert_slurm.doctor import check_outbox
 from gpualert_slurm.notify import flush, safe_header, submit
-from gpualert_slurm.notify.outbox import Outbox
+from gpualert_slurm.notify.outbox import Outbox, new_id
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -381,3 +381,39 @@ def test_bcc_reaches_the_envelope_but_not_the_headers(tmp_path, smtp_server):
     assert got["Bcc"] is None and b"\nBcc:" not in raw
     assert raw.count(b"ops@lab.example.org") == 1  # only in the sink's envelope line
     assert msg["Bcc"] == "ops@lab.example.org"  # the caller's message is left as it was
+
+
+def test_flush_stops_at_the_first_unanswered_connect(tmp_path):
+    # Three reports wait; the relay accepts TCP and says nothing. One bounded try ends this
+    # run's turn for mail: the flush takes one message's bound, not three.
+    port = free_port()
+    cfg = make_cfg(tmp_path / "spool", port, notify={"tries": 1})
+    for i in range(3):
+        assert submit(report(), cfg=cfg, job_id=str(40 + i)).status == "queued"
+    with silent_listener() as silent:
+        slow = make_cfg(tmp_path / "spool", silent, notify={"tries": 1, "total_timeout_s": 2})
+        t0 = time.monotonic()
+        res = flush(slow, everything=True)
+        took = time.monotonic() - t0
+    assert (res.sent, res.waiting, res.quarantined) == (0, 3, 0), res
+    assert took < 2 + 1, took
+    with Outbox(cfg.outbox).open(create=False) as ob:
+        attempts = sorted(ob.read_state(i)["attempts"] for i in ob.ids())
+    assert attempts == [1, 1, 2]  # only the first was tried again
+
+
+def test_orphan_message_without_state_is_adopted_and_sent(tmp_path, smtp_server):
+    # A crash between writing the .eml and its .json: flush takes the recipients from the
+    # message's own headers instead of losing it.
+    cfg = make_cfg(tmp_path / "spool", smtp_server.port)
+    Outbox(cfg.outbox).open().close()
+    orphan = Path(cfg.outbox) / f"{new_id('44', 'mail')}.eml"
+    orphan.write_bytes(report(subject="orphan").as_bytes(policy=policy.SMTP))
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
+    res = flush(cfg, everything=True)
+    assert res.sent == 1, res
+    [m] = smtp_server.messages()
+    got = read_mail(m)
+    assert got["Subject"] == "orphan" and got["X-Sink-Rcpt-To"] == "alice@lab.example.org"
+    assert outbox_ids(cfg) == [] and not list(Path(cfg.outbox).glob("*.eml"))
