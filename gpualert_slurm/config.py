@@ -344,7 +344,7 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
     for key in ("connect_timeout_s", "send_timeout_s", "slurm_mail_wait_s"):
         if key in m:
             mkw[key] = c.number(f"mail.{key}", m[key], 0 if key == "slurm_mail_wait_s" else 0.1,
-                                110 if key == "slurm_mail_wait_s" else 600)
+                                90 if key == "slurm_mail_wait_s" else 600)
     if "slurm_mail" in m:
         if m["slurm_mail"] not in SLURM_MAIL_MODES:
             raise c.err("mail.slurm_mail", ", ".join(SLURM_MAIL_MODES), m["slurm_mail"])
