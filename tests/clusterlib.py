@@ -159,7 +159,10 @@ def run_as_user(cmd: Sequence[str] | str, cwd: Path | str | None = None, timeout
     pw = pwd.getpwnam(user)
     argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     base = {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "SHELL": pw.pw_shell or "/bin/sh",
-            "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **(env or {})}
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+            # the container cluster's tests point this process's clients at it (dockerlib)
+            **({"SLURM_CONF": os.environ["SLURM_CONF"]} if "SLURM_CONF" in os.environ else {}),
+            **(env or {})}
     prefix = ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in base.items())]
     proc = subprocess.run(prefix + argv, cwd=str(cwd) if cwd else pw.pw_dir,
                           capture_output=True, text=True, timeout=timeout,
