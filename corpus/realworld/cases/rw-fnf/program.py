@@ -1,0 +1,1 @@
+open('/data/imagenet/train/shard-0001.tar', 'rb')

@@ -1,0 +1,1 @@
+import apex_amp_not_installed_here

@@ -1,0 +1,1 @@
+buf = bytearray(1 << 60)
