@@ -156,3 +156,24 @@ def spool_bytes(c: ClusterFacts, job_id: int, name: str, attempt: int = 0) -> by
     base = job_dir(c, job_id) if attempt == 0 else job_dir(c, job_id) / f"attempt-{attempt}"
     f = base / "tasks" / name
     return f.read_bytes() if f.is_file() and not f.is_symlink() else None
+
+
+def submit_pairs(c: ClusterFacts, scripts: dict[str, tuple[Path, Sequence[str]]],
+                 workers: int = 4) -> dict[str, tuple[int, int]]:
+    """submit_pair for many (name -> (script, extra sbatch args)) at once; all or none (a
+    failure cancels what was submitted). Returns name -> (tapped, plain)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out: dict[str, tuple[int, int]] = {}
+
+    def one(item: tuple[str, tuple[Path, Sequence[str]]]) -> None:
+        name, (script, args) = item
+        out[name] = submit_pair(c, script, args)
+
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(one, scripts.items()))
+    except BaseException:
+        cancel_quietly(*(j for pair in out.values() for j in pair))
+        raise
+    return out

@@ -117,7 +117,12 @@ def batch_case(sig: str, how: str) -> Case:
 # Each rank waits for the signal, then bursts into its own file (srun -o rank-%j-%t.out).
 RANK_BURST = 'wait_for {sig}\nburst "rank $SLURM_PROCID"\n'
 RANK_WAIT = 'touch "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n' + RANK_BURST
-RANK_SELF = 'echo "rank $SLURM_PROCID start"\nkill -{sig} 0\n' + RANK_BURST
+# Both ranks (on one node) set their traps before either signals its process group, which
+# may hold the other rank too (whichever is untrapped then would die, at random).
+RANK_SELF = ('touch "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n'
+             'n=0; until [ -e "ready-$SLURM_JOB_ID-0" ] && [ -e "ready-$SLURM_JOB_ID-1" ]; do\n'
+             '    nap 0.1; n=$((n + 1)); [ $n -lt 900 ] || exit 3; done\n'
+             'kill -{sig} 0\n' + RANK_BURST)
 SRUN = 'echo start\nsrun -n2 -o "rank-%j-%t.out" bash rank.sh\necho "srun exit $?"\n'
 
 CASES: list[Case] = [
@@ -139,7 +144,7 @@ CASES: list[Case] = [
          sbatch=("-n2",), scancel=("USR2",), scancel_full=False, ranks=2),
     # A rank that signals its own process group (kill 0 inside an srun task).
     Case("rank-kill0-USR1", SRUN.replace("rank.sh", "rank-self-USR1.sh"),
-         sbatch=("-n2",), ranks=2),
+         sbatch=("-N1", "-n2"), ranks=2),
     # Untrapped: the signal ends the batch shell; the job's end must still be the same.
     Case("untrapped-pgid-USR1",
          'trap - USR1\necho start\nkill -USR1 -- -$$\necho "not reached"\n'),
