@@ -61,6 +61,11 @@ class Result:
     fix: str = ""
     kind: str = ""  # "warn": an optional part is missing; "info": a fact, not a check
 
+    @property
+    def failed(self) -> bool:
+        """Only a FAIL fails the doctor; a warning never does, whatever its `ok`."""
+        return not self.ok and self.kind not in ("warn", "info")
+
     def line(self) -> str:
         if self.kind == "info":
             return f"info {self.check}"
@@ -360,7 +365,7 @@ def main(argv: list[str]) -> int:
     results += spool_usage(cfg)
     for r in results:
         print(r.line(), flush=True)
-    failed = sum(not r.ok for r in results)
+    failed = sum(r.failed for r in results)
     warned = sum(r.kind == "warn" for r in results)
     oks = sum(r.ok and not r.kind for r in results)
     print(f"{oks} ok, {warned} warnings, {failed} failed")

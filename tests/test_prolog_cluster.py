@@ -96,7 +96,7 @@ def test_prolog_then_tap_as_a_real_job_takes_it(cluster: ClusterFacts, workdir: 
     _owned(d / "job.json", 0, 0o644)
     _owned(d / "tasks", uid, 0o700)
     _owned(d / "nodes", uid, 0o700)
-    assert sorted(p.name for p in (d / "nodes").iterdir()) == sorted(
+    assert sorted(p.name for p in (d / "nodes").glob("*.prolog.json")) == sorted(
         f"{n}.prolog.json" for n in st.nodes)
     for n in st.nodes:
         _owned(d / "nodes" / f"{n}.prolog.json", 0, 0o644)
@@ -172,11 +172,11 @@ def test_requeued_job_keeps_attempts_apart(cluster: ClusterFacts, workdir: Path)
     # The Prolog of attempt 1: its own directory, owned by the user, with its node record.
     for sub in (att, att / "nodes", att / "tasks"):
         _owned(sub, uid, 0o700)
-    assert [p.name for p in (att / "nodes").iterdir()] == [f"{second}.prolog.json"]
+    assert [p.name for p in (att / "nodes").glob("*.prolog.json")] == [f"{second}.prolog.json"]
     rec = json.loads((att / "nodes" / f"{second}.prolog.json").read_text())
     assert rec["restart_count"] == 1 and rec["slurm_env"]["SLURM_JOB_RESTART_COUNT"] == "1"
     # Attempt 0's record stays where it was.
-    assert [p.name for p in (d / "nodes").iterdir()] == [f"{first}.prolog.json"]
+    assert [p.name for p in (d / "nodes").glob("*.prolog.json")] == [f"{first}.prolog.json"]
     assert json.loads((d / "nodes" / f"{first}.prolog.json").read_text())["restart_count"] == 0
     job_rec = json.loads((d / "job.json").read_text())
     assert job_rec["restart_count"] == 1 and job_rec["nodes"] == [second]
