@@ -1,7 +1,9 @@
 """`gpualert hook prolog`: on each node, as root, before any task of the job starts.
 
 Makes the pre-launch log guarantee true: <spool>/<jobid>/ exists, owned by the job's user, 0700,
-with job.json and nodes/<node>.prolog.json on disk, before the first task can crash. Bounded by
+with job.json and nodes/<node>.prolog.json on disk, before the first task can crash. A requeued
+job's run N (SLURM_JOB_RESTART_COUNT=N) gets its own attempt-N/ with nodes/ and tasks/
+(docs/CONTRACTS.md, Attempts); job.json stays at the job root and lists every attempt. Bounded by
 hook_timeout_s; returns 0 whatever happens and logs its own faults (see hooks/common.py).
 Everything it reads comes from Slurm's environment (see SLURM-NOTES.md), so a test can run it
 as a plain subprocess with a made-up environment.
