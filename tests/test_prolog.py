@@ -294,10 +294,9 @@ def test_gpu_snapshot_shape():
     from gpualert_slurm.hooks.gpu import gpu_snapshot
 
     snap = gpu_snapshot()
-    if isinstance(snap, str):
-        assert snap.startswith("unavailable: ")
-    else:
-        assert snap["devices"] and all("uuid" in d for d in snap["devices"])
+    assert_nvml_as_expected(snap)
+    if isinstance(snap, dict):
+        assert all("uuid" in d for d in snap["devices"])
 
 
 @pytest.mark.gpu
