@@ -19,7 +19,8 @@ import yaml
 from gpualert_slurm.classify.rules import RuleError, RuleSet, load_rules
 from gpualert_slurm.classify.scan import Event, ScanResult, scan_file
 
-__all__ = ["TaskInput", "JobFacts", "Verdict", "RuleError", "RuleSet", "classify", "load_rules"]
+__all__ = ["TaskInput", "JobFacts", "Verdict", "RuleError", "RuleSet", "classify", "load_rules",
+           "load_precedence"]
 
 SCHEDULER = frozenset({"time_limit", "preempted", "cancelled", "node_failure"})
 INCIDENT_WINDOW = 8  # lines after the first root event that still belong to the same incident
@@ -555,15 +556,29 @@ _STEPS = {name[len("_step_"):]: fn for name, fn in list(globals().items())
           if name.startswith("_step_")}
 
 
-def load_precedence() -> list[str]:
-    """The step ids of precedence.yaml, in order; every id must name a step of _STEPS."""
-    text = resources.files("gpualert_slurm.classify").joinpath("precedence.yaml").read_text()
-    data = yaml.safe_load(text) or {}
-    ids = [s.get("id") if isinstance(s, dict) else s for s in data.get("steps") or []]
+PRECEDENCE_FILE = "gpualert_slurm/classify/precedence.yaml"
+
+
+def load_precedence(text: str | None = None) -> list[str]:
+    """The step ids of precedence.yaml (or of `text`), in order. Raises RuleError naming the
+    file and field when an id names no step, one is repeated, or 'unknown' (the last resort)
+    is missing."""
+    if text is None:
+        text = resources.files("gpualert_slurm.classify").joinpath("precedence.yaml").read_text()
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise RuleError(f"{PRECEDENCE_FILE}: not valid YAML: {e}") from None
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, list):
+        raise RuleError(f"{PRECEDENCE_FILE}: field 'steps' must be a list of {{id, why}}")
+    ids = [s.get("id") if isinstance(s, dict) else s for s in steps]
     bad = [i for i in ids if i not in _STEPS]
-    if bad or "unknown" not in ids:
-        raise RuleError(f"gpualert_slurm/classify/precedence.yaml: field 'steps': unknown "
-                        f"step id(s) {bad} (known: {', '.join(_STEPS)}); 'unknown' must be one")
+    if bad:
+        raise RuleError(f"{PRECEDENCE_FILE}: field 'steps': unknown step id(s) {bad}; known: "
+                        f"{', '.join(_STEPS)}")
+    if len(set(ids)) != len(ids) or "unknown" not in ids:
+        raise RuleError(f"{PRECEDENCE_FILE}: field 'steps': each step once, 'unknown' included")
     return ids
 
 
