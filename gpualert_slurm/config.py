@@ -40,6 +40,7 @@ class MailConfig:
     tls: str = "none"  # none | starttls | ssl
     username: str | None = None
     password_file: str | None = None  # never the password itself in this file
+    ca_file: str | None = None  # CA bundle for the relay's certificate; None: the system's
     connect_timeout_s: float = 5.0
     send_timeout_s: float = 10.0  # per SMTP command
     slurm_mail: str = "enrich"  # what `gpualert mailprog` does with Slurm's own mail
@@ -292,8 +293,8 @@ def _duration(c: _Checker, key: str, value: Any) -> int:
 def _parse_mail(c: _Checker, data: Any) -> MailConfig:
     m = c.mapping("mail", data, (
         "relay", "host", "port", "from", "domain", "users", "allow_domains", "tls", "username",
-        "password_file", "password", "connect_timeout_s", "send_timeout_s", "slurm_mail",
-        "slurm_mail_wait_s",
+        "password_file", "password", "ca_file", "connect_timeout_s", "send_timeout_s",
+        "slurm_mail", "slurm_mail_wait_s",
     ))
     mkw: dict[str, Any] = {}
     if "password" in m:
@@ -341,6 +342,8 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
         mkw["username"] = c.string("mail.username", m["username"], _SMTP_USER_RE,
                                    "a user name without spaces or control characters")
         mkw["password_file"] = _abs_path(c, "mail.password_file", m["password_file"])
+    if m.get("ca_file") is not None:
+        mkw["ca_file"] = _abs_path(c, "mail.ca_file", m["ca_file"])
     for key in ("connect_timeout_s", "send_timeout_s", "slurm_mail_wait_s"):
         if key in m:
             mkw[key] = c.number(f"mail.{key}", m[key], 0 if key == "slurm_mail_wait_s" else 0.1,

@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -87,6 +88,29 @@ def code_relay(port: int | None = None, **kwargs: Any) -> Iterator[tuple[CodeHan
         yield handler, port
     finally:
         ctl.stop()
+
+
+def make_certs(where: Path) -> tuple[Path, ssl.SSLContext]:
+    """A throw-away CA and a server certificate for 127.0.0.1 (openssl): returns the CA file
+    a client must trust, and a server-side SSL context."""
+    where.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = where / "ca.pem", where / "ca.key"
+    srv, srv_key, csr = where / "srv.pem", where / "srv.key", where / "srv.csr"
+    ext = where / "ext.cnf"
+    ext.write_text("basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, text=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out",
+        str(ca), "-days", "2", "-subj", "/CN=gpualert-test-ca")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(srv_key), "-out", str(csr),
+        "-subj", "/CN=127.0.0.1")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-out", str(srv), "-days", "2", "-extfile", str(ext))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(srv), str(srv_key))
+    return ca, ctx
 
 
 @contextlib.contextmanager

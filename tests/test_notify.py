@@ -20,6 +20,7 @@ from notifylib import (
     drip_listener,
     fill,
     free_port,
+    make_certs,
     make_cfg,
     report,
     silent_listener,
@@ -417,3 +418,31 @@ def test_orphan_message_without_state_is_adopted_and_sent(tmp_path, smtp_server)
     got = read_mail(m)
     assert got["Subject"] == "orphan" and got["X-Sink-Rcpt-To"] == "alice@lab.example.org"
     assert outbox_ids(cfg) == [] and not list(Path(cfg.outbox).glob("*.eml"))
+
+
+def test_starttls_with_the_sites_ca(tmp_path):
+    ca, server_ctx = make_certs(tmp_path / "tls")
+    # require_starttls: the relay refuses MAIL before STARTTLS, so "sent" means TLS was used.
+    with code_relay(tls_context=server_ctx, require_starttls=True) as (relay, port):
+        cfg = make_cfg(tmp_path / "spool", port, mail={"tls": "starttls", "ca_file": str(ca)})
+        d = submit(report(), cfg=cfg, job_id="50")
+        assert d.status == "sent", d.reason
+        assert len(relay.received) == 1
+        # Without the site's CA the relay's certificate is not trusted: a config problem.
+        cfg2 = make_cfg(tmp_path / "spool", port, mail={"tls": "starttls"})
+        d2 = submit(report(), cfg=cfg2, job_id="51")
+        assert d2.status == "quarantined" and "certificate not trusted" in d2.reason
+        assert len(relay.received) == 1
+
+
+def test_implicit_tls(tmp_path):
+    ca, server_ctx = make_certs(tmp_path / "tls")
+    with code_relay(ssl_context=server_ctx) as (relay, port):
+        cfg = make_cfg(tmp_path / "spool", port, mail={"tls": "ssl", "ca_file": str(ca)})
+        d = submit(report(), cfg=cfg, job_id="52")
+        assert d.status == "sent", d.reason
+        assert len(relay.received) == 1
+        cfg2 = make_cfg(tmp_path / "spool", port, mail={"tls": "ssl"})
+        d2 = submit(report(), cfg=cfg2, job_id="53")
+        assert d2.status == "quarantined" and "certificate not trusted" in d2.reason
+        assert "mail.ca_file" in d2.reason and len(relay.received) == 1

@@ -82,10 +82,10 @@ def read_secret(path: str, what: str) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=1)
-def _tls_context() -> ssl.SSLContext:
-    """Built once: loading the system's CA certificates costs tens of ms."""
-    return ssl.create_default_context()
+@functools.lru_cache(maxsize=4)
+def _tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """Built once per CA file: loading CA certificates costs tens of ms."""
+    return ssl.create_default_context(cafile=ca_file)
 
 
 def _code_outcome(code: int, text: bytes | str, stage: str) -> Outcome:
@@ -119,12 +119,18 @@ def _send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
             return Outcome(False, f"SMTP password: {why}", permanent=True)
     host, port = mail.relay_host, mail.relay_port
     where = f"relay {host}:{port}"
-    ctx = _tls_context() if mail.tls != "none" else None
+    try:
+        ctx = _tls_context(mail.ca_file) if mail.tls != "none" else None
+    except (OSError, ssl.SSLError) as e:
+        return Outcome(False, f"mail.ca_file {mail.ca_file}: cannot load: {e}", permanent=True)
     cls = _SMTPS if mail.tls == "ssl" else _SMTP
     kwargs = {"context": ctx} if mail.tls == "ssl" else {}
     client = cls(timeout=min(mail.connect_timeout_s, left), **kwargs)
     client.deadline = deadline
     client.op_timeout = mail.send_timeout_s
+    # smtplib names the TLS server (SNI, certificate check) from the host given to __init__,
+    # not to connect(); we connect later, under our own bounds.
+    client._host = host
 
     def cut() -> None:  # the hard bound: unblocks any read or write in progress
         sock = getattr(client, "sock", None)
@@ -141,6 +147,9 @@ def _send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
             client.connect(host, port)
         except smtplib.SMTPConnectError as e:
             return _code_outcome(e.smtp_code, e.smtp_error, "connect")
+        except ssl.SSLCertVerificationError as e:  # tls: ssl; a config matter, not an outage
+            return Outcome(False, f"{where}: TLS certificate not trusted: {e.verify_message} "
+                           "(set mail.ca_file to the CA that signed it)", permanent=True)
         except (OSError, smtplib.SMTPServerDisconnected) as e:
             return Outcome(False, f"{where}: cannot connect: {_os_reason(e, mail)}",
                            unreachable=True)
@@ -180,10 +189,11 @@ def _send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
         return _code_outcome(e.smtp_code, e.smtp_error, stage)
     except ssl.SSLCertVerificationError as e:
         return Outcome(False, f"{where}: TLS certificate not trusted at {stage}: "
-                       f"{e.verify_message}", permanent=True)
+                       f"{e.verify_message} (set mail.ca_file to the CA that signed it)",
+                       permanent=True)
     except smtplib.SMTPServerDisconnected as e:
         return Outcome(False, f"{where}: connection lost at {stage}: {e}")
-    except (OSError, smtplib.SMTPException) as e:
+    except (OSError, smtplib.SMTPException, ValueError) as e:
         return Outcome(False, f"{where}: {stage}: {_os_reason(e, mail)}")
     finally:
         timer.cancel()
