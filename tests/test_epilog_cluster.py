@@ -282,3 +282,80 @@ def test_default_on_monitors_unasked_jobs_and_off_opts_out(cluster, workdir):
     if v["report"].get("outbox"):
         with contextlib.suppress(OSError):
             Path(v["report"]["outbox"]).unlink()
+
+
+# ---- job arrays ------------------------------------------------------------------------------
+
+ARRAY = """#!/bin/bash
+#SBATCH --gpualert=mail=gpatest@localhost
+case $SLURM_ARRAY_TASK_ID in
+  0|1) echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1;;
+  2) python3 -c 'raise ValueError("bad shard")';;
+  *) sleep 2; echo ok;;
+esac
+"""
+
+
+def array_tasks(array_id: int) -> dict[str, tuple[int, str, str]]:
+    """task id -> (its own job id, state, nodes) while slurmctld remembers the array."""
+    out = cl.slurm.run(["squeue", "-h", "-r", "-t", "all", "-j", str(array_id),
+                        "-o", "%F|%K|%A|%T|%N"])
+    rows = [ln.split("|") for ln in out.splitlines()]
+    return {r[1]: (int(r[2]), r[3], r[4]) for r in rows if len(r) == 5 and r[0] == str(array_id)}
+
+
+def all_ended(array_id: int) -> dict | None:
+    t = array_tasks(array_id)
+    return t if t and all(s in cl.slurm.FINAL_STATES for _, s, _ in t.values()) else None
+
+
+def test_array_gets_one_summary_grouped_by_class(cluster, workdir):
+    arr = cl.submit(ARRAY, "--array=0-3", "-J", "arr-sum", workdir=workdir)
+    tasks = cl.wait_until(lambda: all_ended(arr), 120, f"array {arr} to end")
+    cl.wait_until(lambda: mails_for(cluster.maildir, arr), 60, f"the summary of array {arr}")
+    time.sleep(3)  # a second summary, or per-task mails, would have arrived by now
+    mails = mails_for(cluster.maildir, arr)
+    assert len(mails) == 1
+    text = mails[0].read_text(errors="replace")
+    assert (f"Subject: [gpualert] array {arr} (arr-sum): 3 of 4 tasks FAILED: CUDA out of "
+            "memory x2, Python exception x1") in text.replace("\n ", " ")
+    for task, (job, state, _) in tasks.items():
+        assert state == ("COMPLETED" if task == "3" else "FAILED")
+        v = json.loads((cluster.spool / str(job) / "verdict.json").read_text())
+        assert v["array"] == {"job_id": str(arr), "task_id": task}
+        if job != arr:
+            assert not mails_for(cluster.maildir, job)
+        if v["failed"]:
+            assert v["report"]["status"] == "in the array summary"
+
+
+def test_array_cancelled_midway_still_summarised(cluster, workdir):
+    script = "#!/bin/bash\n#SBATCH --gpualert=mail=gpatest@localhost\nsleep 60\n"
+    arr = cl.submit(script, "--array=0-5%2", "-J", "arr-cut", workdir=workdir)
+    cl.wait_until(lambda: sum(s == "RUNNING" for _, s, _ in array_tasks(arr).values()) == 2,
+                  60, f"two tasks of array {arr} running")
+    time.sleep(2)
+    cl.run_as_user(["scancel", str(arr)], check=True)
+    cl.wait_until(lambda: all_ended(arr), 60, f"array {arr} to end")
+    mail = cl.wait_until(lambda: mails_for(cluster.maildir, arr), 60, f"summary of {arr}")[0]
+    text = mail.read_text(errors="replace").replace("\n ", " ")
+    assert f"array {arr} (arr-cut): 2 of 2 tasks FAILED: cancelled x2" in text
+    state = json.loads((cluster.spool / ".gpualert" / "arrays" / f"{arr}.json").read_text())
+    assert state["sent"] and not any(t.get("in_flight") for t in state["tasks"].values())
+
+
+def test_array_cancelled_before_any_task_ran_leaves_nothing(cluster, workdir):
+    arr = cl.submit("#!/bin/bash\n#SBATCH --gpualert=mail=gpatest@localhost\necho hi\n",
+                    "--array=0-5", "--hold", "-J", "arr-never", workdir=workdir)
+    cl.run_as_user(["scancel", str(arr)], check=True)
+    cl.wait_until(lambda: all_ended(arr), 60, f"array {arr} to end")
+    time.sleep(5)
+    assert not mails_for(cluster.maildir, arr)
+    assert not (cluster.spool / str(arr)).exists()
+    outbox = cluster.spool / ".outbox"
+    assert not any(f"X-Gpualert-Job: {arr}" in p.read_text(errors="replace")
+                   for p in outbox.rglob("*") if p.is_file())
+    # nothing kept that anything would come back to: no state, or a finished one
+    st = cluster.spool / ".gpualert" / "arrays" / f"{arr}.json"
+    assert not st.exists() or not any(t.get("in_flight") for t in
+                                      json.loads(st.read_text())["tasks"].values())

@@ -51,7 +51,8 @@ def report_cfg(cfg: Config) -> ReportConfig:
 
 # ---- facts ----------------------------------------------------------------------------------
 
-def slurm_facts(jobid: str, env: dict[str, str]) -> dict[str, Any]:
+def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
+                ) -> dict[str, Any]:
     """Final state, reason and the job's record as slurmctld has it now (COMPLETING): the final
     state is inferred from Reason and the exit code, as sacct will record it."""
     code, sig = exit_code2(env)
@@ -72,6 +73,17 @@ def slurm_facts(jobid: str, env: dict[str, str]) -> dict[str, Any]:
     except slurm.SlurmError as e:
         out["error"] = str(e)
         out["slurm_state"] = "COMPLETED" if not code and not sig else "FAILED"
+    if out["slurm_state"] == "COMPLETED":
+        # scancel leaves exit 0:0 and Reason=None while COMPLETING (seen on 22.05; sacct then
+        # says CANCELLED 0:0): ask accounting, else go by the batch task's signal.
+        try:
+            acct = slurm.accounting(jobid, timeout=SLURM_CALL_S)
+            if acct.final and acct.state != "COMPLETED":
+                out["slurm_state"] = acct.state
+        except slurm.SlurmError:
+            pass
+        if out["slurm_state"] == "COMPLETED" and batch_signal in (9, 15):
+            out["slurm_state"] = "CANCELLED"
     return out
 
 
@@ -306,21 +318,37 @@ def array_task_summary(v: dict[str, Any]) -> dict[str, Any]:
             "ran": True}
 
 
-def remaining_array_tasks(array_id: str, own_job: str) -> set[str] | None:
-    """Job ids of the array's tasks slurmctld still holds, other than this one (None when
-    Slurm cannot be asked: then nobody can tell the array is done, so this one sends)."""
+def remaining_array_tasks(array_id: str) -> set[str] | None:
+    """Task ids of the array whose job epilog is still to come: every task slurmctld still
+    holds (all states), except those that ended without ever getting a node (cancelled while
+    pending: no epilog runs for them). None when Slurm cannot be asked."""
     try:
-        out = slurm.run(["squeue", "-h", "-r", "-j", array_id, "-o", "%A %a %i %T"],
-                        timeout=SLURM_CALL_S)
+        # %F: the array's job id (%A is each task's own on 22.05 with -r); %K: the task id
+        out = slurm.run(["squeue", "-h", "-r", "-t", "all", "-j", array_id,
+                         "-o", "%F|%K|%T|%N"], timeout=SLURM_CALL_S)
     except slurm.SlurmError:
         return None
     left = set()
     for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[0] == array_id:
-            # %i of a running task is its own job id; a pending one prints array_task form.
-            left.add(parts[1])
+        parts = line.split("|")
+        if len(parts) != 4 or parts[0] != array_id:
+            continue
+        task, state, nodes = parts[1], parts[2], parts[3].strip()
+        if state in slurm.FINAL_STATES and nodes in ("", "(null)"):
+            continue  # never ran
+        left.add(task)
     return left
+
+
+def array_begin(cfg: Config, array_id: str, task_id: str, own_job: str) -> None:
+    """Mark this task's epilog as in flight, before the slow part: another task that finishes
+    meanwhile then knows not to send the summary without it."""
+    with Locked(state_dir(cfg, "arrays"), array_id) as lk:
+        tasks = lk.state.setdefault("tasks", {})
+        if task_id not in tasks:
+            tasks[task_id] = {"task_id": task_id, "job_id": own_job, "in_flight": True,
+                              "since": time.time()}
+            lk.save()
 
 
 def array_step(cfg: Config, v: dict[str, Any] | None, array_id: str, task_id: str,
@@ -328,23 +356,29 @@ def array_step(cfg: Config, v: dict[str, Any] | None, array_id: str, task_id: st
     """Record this task in the array's state; return the array summary when this task is the
     last one to end (exactly one task sends it), else None. A task that never ran (no spool
     dir) is recorded as such, so an array cancelled before any task ran ends with no report and
-    nothing left waiting."""
+    nothing left waiting; nothing here is ever retried."""
     with Locked(state_dir(cfg, "arrays"), array_id) as lk:
         tasks = lk.state.setdefault("tasks", {})
         tasks[task_id] = array_task_summary(v) if v else {"task_id": task_id,
                                                            "job_id": own_job, "ran": False}
-        left = remaining_array_tasks(array_id, own_job)
+        left = remaining_array_tasks(array_id)
+        done_ids = {t for t, rec in tasks.items() if not rec.get("in_flight")}
+        # an epilog in flight for longer than any epilog can run has died: don't wait for it
+        stale = {t for t, rec in tasks.items() if rec.get("in_flight")
+                 and time.time() - rec.get("since", 0) > 600}
+        waiting = {t for t, rec in tasks.items() if rec.get("in_flight")} - stale
         if left is not None:
-            left.discard(task_id)
-            left -= set(tasks)
-        done = not left and not lk.state.get("sent")
+            waiting |= left - done_ids - stale
+        waiting.discard(task_id)
+        done = not waiting and not lk.state.get("sent")
         if done:
             lk.state["sent"] = time.time()
         lk.state["updated"] = time.time()
         lk.save()
         if not done:
             return None
-        return {"array_id": array_id, "tasks": dict(tasks)}
+        return {"array_id": array_id,
+                "tasks": {t: r for t, r in tasks.items() if not r.get("in_flight")}}
 
 
 def array_context(summary: dict[str, Any], spool: str) -> dict[str, Any]:
@@ -468,13 +502,19 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         return
     tasks: list[TaskLog] = []
     try:
+        if is_array and rc.arrays == "summary":
+            try:
+                array_begin(cfg, array_id, task_id, jobid)
+            except OSError as e:
+                log.error(f"job {jobid}: array {array_id} state: {e}")
         nodes = slurm.expand_hostlist(env.get("SLURM_JOB_NODELIST", "")) \
             if env.get("SLURM_JOB_NODELIST") else list(js.job.get("nodes") or [])
         # Leave hook_timeout_s for the work after the wait, within the overall bound.
         wait = max(0.0, min(cfg.epilog_wait_s, bound - cfg.hook_timeout_s))
         node_recs = wait_node_verdicts(js, nodes, wait)
-        sf = slurm_facts(jobid, env)
         tasks = open_task_logs(js)
+        batch = next((t for t in tasks if t.step == "batch"), None)
+        sf = slurm_facts(jobid, env, (batch.exit or {}).get("signal") if batch else None)
         # Half of what is left to classify; the rest for artifacts and delivery.
         left = bound - (time.monotonic() - t0)
         v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, time.time(),
