@@ -446,3 +446,33 @@ def test_implicit_tls(tmp_path):
         d2 = submit(report(), cfg=cfg2, job_id="53")
         assert d2.status == "quarantined" and "certificate not trusted" in d2.reason
         assert "mail.ca_file" in d2.reason and len(relay.received) == 1
+
+
+def test_long_outage_quarantines_by_age_even_untried(tmp_path):
+    # The relay stays down: each flush tries only the first message, yet none outlives
+    # notify.max_age, so the outbox cannot grow for ever.
+    cfg = make_cfg(tmp_path / "spool", free_port(), notify={"tries": 1, "max_age": "1h"})
+    for i in range(3):
+        assert submit(report(), cfg=cfg, job_id=str(60 + i)).status == "queued"
+    with Outbox(cfg.outbox).open(create=False) as ob:
+        for entry in ob.ids():
+            st = ob.read_state(entry)
+            st["created"] -= 7200
+            ob.write_state(entry, st)
+    res = flush(cfg, everything=True)
+    assert (res.sent, res.waiting, res.quarantined) == (0, 0, 3), res
+    with Outbox(cfg.outbox).open(create=False) as ob:
+        reasons = [ob.read_state(i, True)["last_error"] for i in ob.ids(True)]
+    assert all("notify.max_age" in r for r in reasons) and len(reasons) == 3
+
+
+def test_doctor_checks_the_password_file(tmp_path):
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret\n")
+    os.chmod(pw, 0o644)
+    cfg = make_cfg(tmp_path / "spool", free_port(),
+                   mail={"username": "gpualert", "password_file": str(pw)})
+    [bad] = [r for r in check_outbox(cfg) if not r.ok]
+    assert bad.check == f"SMTP password file {pw}" and "chmod 600" in bad.problem
+    os.chmod(pw, 0o600)
+    assert all(r.ok for r in check_outbox(cfg))

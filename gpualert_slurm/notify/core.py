@@ -336,7 +336,12 @@ def flush(cfg: Config, *, everything: bool = False, timeout_s: float | None = No
                 res.skipped += 1
                 continue
             if state.get("channel") in down:
-                res.waiting += 1
+                # Not tried this run, but never kept past max_age: a long outage must not
+                # leave the outbox growing with messages nobody will get in time.
+                if now - float(state.get("created", now)) > cfg.notify.max_age_s:
+                    _quarantine_old(ob, entry_id, state, res)
+                else:
+                    res.waiting += 1
                 continue
             with ob.locked(entry_id) as mine_entry:
                 if not mine_entry:
@@ -369,6 +374,21 @@ def flush(cfg: Config, *, everything: bool = False, timeout_s: float | None = No
                     res.errors.append(f"{entry_id}: {e}")
         res.purged = _purge(cfg, ob, res)
     return res
+
+
+def _quarantine_old(ob: Outbox, entry_id: str, state: dict[str, Any],
+                    res: FlushResult) -> None:
+    with ob.locked(entry_id) as mine:
+        if not mine:
+            res.skipped += 1
+            return
+        state.update(last_error=f"older than notify.max_age; last: {state.get('last_error')}",
+                     quarantined_at=time.time())
+        try:
+            ob.quarantine(entry_id, state)
+            res.quarantined += 1
+        except OSError as e:
+            res.errors.append(f"{entry_id}: {e}")
 
 
 def _adopt_orphan(cfg: Config, ob: Outbox, entry_id: str, res: FlushResult) -> None:
