@@ -1,0 +1,187 @@
+"""A requeued job keeps its attempts apart (issue 11, point 4; docs/CONTRACTS.md "Attempts").
+
+Attempt 0 (`SLURM_RESTART_COUNT` unset or 0) logs into `<spool>/<jobid>/tasks/`, attempt N
+into `<spool>/<jobid>/attempt-N/tasks/`; no log or exit record of one attempt holds anything
+of another, and `gpualert classify <jobdir>` judges the last attempt.
+
+Starting a requeued job without waiting: on Slurm 22.05 `scontrol requeue` sets the job's
+EligibleTime to the requeue time + 121 s (credential expiry + 1 s, seen on the test
+cluster), and `requeuehold` + `release` keeps that time (seen: it still started 124 s
+later). `scontrol update jobid=<id> StartTime=now` once the job is PENDING (not while it is
+still COMPLETING, when the requeue itself sets the time afterwards) makes it eligible at
+once: seen starting 1 s after the requeue. `start_requeued_now()` does that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from clusterlib import (
+    ClusterFacts,
+    cluster_lock,
+    diagnostics,
+    make_workdir,
+    node_state,
+    restore_node,
+    wait_final,
+    wait_state,
+    wait_until,
+    write_user_file,
+)
+from spank_jobs import (
+    assert_nodes_not_drained,
+    job_dir,
+    require_plugin,
+    spool_bytes,
+    submit_held,
+    task_files,
+)
+
+from gpualert_slurm import slurm
+from gpualert_slurm.spool import attempt_dir, list_attempts
+
+pytestmark = pytest.mark.cluster
+
+GPUALERT = "/opt/gpualert/venv/bin/gpualert"
+
+# Attempt 0: both ranks print and raise, the batch script notes it and waits to be requeued
+# (by the test, or by a node failure). Attempt 1: both ranks succeed.
+SCRIPT = r"""#!/bin/bash
+#SBATCH -N2 -n2 --ntasks-per-node=1 --requeue --gpualert
+a=${SLURM_RESTART_COUNT:-0}
+echo "batch says attempt $a"
+if [ "$a" = 0 ]; then
+    srun -n2 -o "rank-%j-%t.a0" /usr/bin/python3 -c '
+import os
+print("rank", os.environ["SLURM_PROCID"], "attempt 0 starts", flush=True)
+raise RuntimeError("attempt 0 fails on purpose")'
+    echo "batch says attempt 0 step failed"
+    {wait}
+    exit 1
+fi
+srun -n2 -o "rank-%j-%t.a1" /usr/bin/python3 -c '
+import os
+print("rank", os.environ["SLURM_PROCID"], "attempt 1 succeeds")'
+echo "batch says attempt 1 done"
+"""
+WAIT_FOR_REQUEUE = 'touch "failed-$SLURM_JOB_ID"; sleep 300'
+# For the node failure: a step that keeps running on both nodes until a node dies.
+WAIT_IN_STEP = ('srun -n2 bash -c \'touch "running-$SLURM_JOB_ID-$SLURM_PROCID"; '
+                'exec sleep 300\'')
+
+
+@pytest.fixture(scope="module")
+def c(cluster: ClusterFacts) -> ClusterFacts:
+    return require_plugin(cluster)
+
+
+def start_requeued_now(job_id: int, timeout: float = 90) -> None:
+    """Make a just-requeued job eligible now instead of 121 s later (see the module doc)."""
+    wait_state(job_id, "PENDING", timeout)
+    slurm.update_job(job_id, StartTime="now")
+
+
+def cancel_unless_ended(job_id: int) -> None:
+    """Never leave a test's job (pending with a StartTime, or sleeping) in the shared queue."""
+    with contextlib.suppress(slurm.SlurmError):
+        if not slurm.job_state(job_id).final:
+            slurm.cancel(job_id)
+
+
+def exit_record(c: ClusterFacts, job_id: int, name: str, attempt: int) -> dict[str, object]:
+    raw = spool_bytes(c, job_id, name, attempt)
+    assert raw is not None, f"no {name} for attempt {attempt} of job {job_id}"
+    return json.loads(raw)
+
+
+def assert_attempts_apart(c: ClusterFacts, job_id: int) -> None:
+    """tasks/ holds attempt 0 only, attempt-1/tasks/ attempt 1 only; classify says success."""
+    jd = job_dir(c, job_id)
+    assert list_attempts(str(jd)) == [0, 1], sorted(os.listdir(jd))
+    assert Path(attempt_dir(str(jd), 1)) == jd / "attempt-1"
+    first, second = task_files(c, job_id), {
+        f.name: f.read_bytes() for f in (jd / "attempt-1" / "tasks").iterdir() if f.is_file()}
+    for name in ("batch.0.log", "0.0.log", "0.1.log"):
+        assert name in first, f"attempt 0 has no tasks/{name}: {sorted(first)}"
+        assert name in second, f"attempt 1 has no attempt-1/tasks/{name}: {sorted(second)}"
+        assert b"attempt 1" not in first[name], f"tasks/{name} holds attempt 1's output"
+        assert b"attempt 0" not in second[name], f"attempt-1/tasks/{name} holds attempt 0's"
+    assert b"batch says attempt 0" in first["batch.0.log"]
+    assert b"batch says attempt 1 done" in second["batch.0.log"]
+    for rank in (0, 1):
+        assert f"rank {rank} attempt 1 succeeds".encode() in second[f"0.{rank}.log"]
+        assert b"RuntimeError" not in second[f"0.{rank}.log"]
+        rec = exit_record(c, job_id, f"0.{rank}.exit", 1)
+        assert rec["exit_code"] == 0, rec
+    rec = exit_record(c, job_id, "batch.0.exit", 1)
+    assert rec["exit_code"] == 0, rec
+    proc = subprocess.run([GPUALERT, "classify", "--json", str(jd)], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["class"] == "success", verdict
+
+
+def test_scontrol_requeue_keeps_attempts_apart(c: ClusterFacts) -> None:
+    """Attempt 0's ranks raise, `scontrol requeue`, attempt 1 succeeds: two sets of logs."""
+    d = make_workdir(c, "requeue")
+    script = write_user_file(d / "job.sh", SCRIPT.replace("{wait}", WAIT_FOR_REQUEUE))
+    job = submit_held(c, script)
+    try:
+        wait_until(lambda: (d / f"failed-{job}").exists(), 120,
+                   f"attempt 0 of job {job} to fail its step",
+                   diagnose=lambda: diagnostics(job, c.root))
+        slurm.requeue(job)
+        start_requeued_now(job)
+        st = wait_final(job, 180, c.root)
+    finally:
+        cancel_unless_ended(job)
+    assert (st.state, str(st.exit_code), st.restarts) == ("COMPLETED", "0:0", 1), st
+    first = task_files(c, job)
+    for rank in (0, 1):  # attempt 0's ranks: exactly what each printed to its own file
+        assert first[f"0.{rank}.log"] == (d / f"rank-{job}-{rank}.a0").read_bytes()
+        assert b"RuntimeError: attempt 0 fails on purpose" in first[f"0.{rank}.log"]
+        assert exit_record(c, job, f"0.{rank}.exit", 0)["exit_code"] == 1
+    assert_attempts_apart(c, job)
+    assert_nodes_not_drained(st.nodes)
+
+
+def test_node_failure_requeue_keeps_attempts_apart(c: ClusterFacts) -> None:
+    """Attempt 0 runs a step on two nodes, one node's slurmd is killed, Slurm requeues the job
+    (JobRequeue, --requeue), attempt 1 runs elsewhere and succeeds: two sets of logs."""
+    d = make_workdir(c, "requeue-nodefail")
+    script = write_user_file(d / "job.sh", SCRIPT.replace("{wait}", "true").replace(
+        'echo "batch says attempt 0 step failed"',
+        'echo "batch says attempt 0 step failed"\n    ' + WAIT_IN_STEP))
+    # --exclusive: the node we kill runs nothing of other tests.
+    job = submit_held(c, script, ["--exclusive"])
+    victim = None
+    try:
+        wait_until(lambda: all((d / f"running-{job}-{r}").exists() for r in (0, 1)), 180,
+                   f"attempt 0 of job {job} to run its long step on both nodes",
+                   diagnose=lambda: diagnostics(job, c.root))
+        info = slurm.show_job(job)
+        batch_host = info.raw.get("BatchHost", "")
+        victim = next(n for n in info.nodes if n != batch_host)
+        with cluster_lock(c):  # no concurrent `cluster up` may restart the slurmd meanwhile
+            try:
+                os.kill(int(c.slurmd_pidfile(victim).read_text().strip()), signal.SIGKILL)
+                wait_until(lambda: slurm.show_job(job).restarts >= 1, 150,
+                           f"job {job} to be requeued after {victim}'s slurmd died",
+                           diagnose=lambda: diagnostics(job, c.root))
+            finally:
+                restore_node(c, victim)
+        start_requeued_now(job)
+        st = wait_final(job, 240, c.root)
+    finally:
+        cancel_unless_ended(job)
+        if victim and not node_state(victim).startswith(("idle", "mixed", "alloc")):
+            restore_node(c, victim)
+    assert (st.state, str(st.exit_code), st.restarts) == ("COMPLETED", "0:0", 1), st
+    assert_attempts_apart(c, job)
