@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Build a corpus set from its data file: `build.py SET [--only PREFIX ...] [--jobs N]`.
 
-`sets/SET.yaml` names the set's directory (under corpus/) and lists its cases. Kinds:
-- run (default): one real command captured as the tap does (`cmd`, optional `shell`, `setup`
-  in a fresh temp dir, `user`, `tmpfs`, `rlimit_as_mb`, `env`, `timeout`, `kill_at`,
-  `silence_kill`, `kill_signal`), then the shape `transform` applied to its log;
+`sets/SET.yaml` names the set's directory (under corpus/), the native programs it compiles
+(`native:`), set-wide fixtures (`prepare:`), and lists its cases. Kinds:
+- run (default): real commands captured as the tap does (runner.py lists the fields: what
+  runs, the conditions that make it fail, the checks), then the shape `transform` applied;
 - slurm: a batch script submitted to the test cluster with --gpualert, task logs and exit
   records copied from the spool, the end state from sacct (`script`, `sbatch`, `want`,
   `cancel_after`, `preempt`);
-- synthetic: a GPU-class log composed from documented formats (`synth`, `params`).
+- synthetic: a GPU-class log composed from documented formats (`synth`, `params`);
+- variant: an existing case of the set with a shape `transform` applied to its logs (`base`).
 A really-run case whose run did not end as `expect` says (fail / ok / signal) is dropped and
 reported, never relabelled. labels.jsonl is rewritten sorted by id, keeping cases not rebuilt.
 Runs as root (tmpfs mounts, setpriv, sbatch as the test user).
@@ -241,6 +242,8 @@ def main() -> int:
     runs = [c for c in cases if c.get("kind", "run") == "run" and not a.recollect]
     native = build_native(spec) if runs else None
     subs = {"PY": py, "PROGS": str(PROGS), "NATIVE": str(native or "")}
+    for line in spec.get("prepare", []) if runs else []:  # set-wide fixtures, made once
+        subprocess.run(["bash", "-c", runner.fill(line, subs)], check=True)
     try:
         with ThreadPoolExecutor(max_workers=a.jobs) as pool:
             for lab in pool.map(lambda c: runner.run_case(root, c, subs), runs):

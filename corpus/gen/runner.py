@@ -2,16 +2,19 @@
 
 A case names what runs and the conditions that make it fail by itself:
   cmd (str, split like a shell) or argv (list); shell: bash|sh runs cmd through that shell
-  ranks: N processes, each with {RANK} and a shared {PORT0}; teardown_rank: the stuck rank the
+  ranks: N processes, each with {RANK} and a shared {PORT0} (also in env values); launched: the
+    ranks that start (a rendezvous missing the others); teardown_rank: the stuck rank the
     launcher stops (SIGTERM) once the others have ended
-  server: stall|reset|partial|close|eof, a local endpoint at {PORT} (servers.py)
+  server: stall|reset|partial|close|eof, a local endpoint at {PORT} (servers.py; server_body:
+    the bytes a partial answer sends)
   setup: shell line(s) run as root in a fresh {TMP} first; user: run as that user (chown_tmp:
     hand {TMP} to it, `rootonly*` excepted); tmpfs: size (true = 512K) mounted at
-    {TMP}/<tmpfs_at>; rlimit_as (bytes) / rlimit_as_mb; env ("" unsets); clean_env
+    {TMP}/<tmpfs_at>; rlimit_as (bytes) / rlimit_as_mb; env ("" unsets); clean_env; user_env
+    (HOME and USER of the user); unbuffered (default true: PYTHONUNBUFFERED=1)
   timeout (a run that reaches it is dropped), kill_at + kill_signal, kill_after
     [seconds, signal, self|child], silence_kill (seconds without output), hang (a watchdog that
     stops the job hang+3 s after its last output; the label gets hang_threshold_s/silence_s)
-  expect: fail|ok|signal|<exit code>; expect_text; expect_signal; transform (transforms.py)
+  expect: fail|ok|signal|<exit code>; expect_text (one, or a list: any); expect_signal; transform (transforms.py)
 Placeholders: {PY} {PROGS} {NATIVE} {TMP} {PORT} {PORT0} {RANK}. A run that does not fail as
 the case says is dropped and reported, never relabelled.
 """
@@ -99,8 +102,13 @@ def _env(c: dict, subs: dict[str, str], tmp: Path) -> dict[str, str]:
         env = {"PATH": CLEAN_PATH, "HOME": str(tmp), "LANG": "C.UTF-8",
                "PYTHONPATH": subs["PROGS"], "PYTHONUNBUFFERED": "1"}
     else:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ)
         env.pop("PYTHONFAULTHANDLER", None)
+        if c.get("unbuffered", True):
+            env["PYTHONUNBUFFERED"] = "1"
+    if c.get("user") and c.get("user_env"):
+        pw = pwd.getpwnam(c["user"])
+        env.update(HOME=pw.pw_dir, USER=c["user"])
     env.update({k: fill(str(v), subs) for k, v in (c.get("env") or {}).items()})
     return {k: v for k, v in env.items() if v != ""}  # "" in a case's env unsets it
 
@@ -118,8 +126,11 @@ def _check(c: dict, tasks: list[dict], d: Path) -> str | None:
     if isinstance(want, int) and not isinstance(want, bool) and job["exit_code"] != want:
         return f"exit {job['exit_code']}, wanted {want}"
     text = "".join((d / Path(t["log"]).name).read_text(errors="replace") for t in tasks)
-    if c.get("expect_text") and c["expect_text"].lower() not in text.lower():
-        return f"expected text {c['expect_text']!r} not in the log"
+    want_text = c.get("expect_text")
+    if isinstance(want_text, str):
+        want_text = [want_text]
+    if want_text and not any(w.lower() in text.lower() for w in want_text):
+        return f"expected text {want_text!r} not in the log"
     sig = c.get("expect_signal")
     if sig and job["signal"] != sig and job["exit_code"] != 128 + sig:
         return f"expected signal {sig}, got {job['signal']}/{job['exit_code']}"
@@ -150,7 +161,7 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
             if c.get("user"):
                 shutil.chown(mount, c["user"], c["user"])
         if c.get("server"):
-            server = Server(c["server"])
+            server = Server(c["server"], body=c.get("server_body", 1024))
             subs["PORT"] = str(server.port)
         setup = c.get("setup") or []
         for line in [setup] if isinstance(setup, str) else setup:
@@ -160,12 +171,11 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
             for p in [tmp, *tmp.iterdir()]:
                 if not p.name.startswith("rootonly") and p != mount:
                     shutil.chown(p, c["user"], c["user"])
-        env = _env(c, subs, tmp)
         subs["PORT0"] = str(free_port())
-        for r in range(c.get("ranks", 1)):
-            argv = _argv(c, dict(subs, RANK=str(r)))
-            procs.append(capture.Running(argv, d / f"run.{r}.log", rank=r, env=env, cwd=tmp,
-                                         preexec=_preexec(c)))
+        for r in c.get("launched", range(c.get("ranks", 1))):
+            rsubs = dict(subs, RANK=str(r))
+            procs.append(capture.Running(_argv(c, rsubs), d / f"run.{r}.log", rank=r,
+                                         env=_env(c, rsubs, tmp), cwd=tmp, preexec=_preexec(c)))
         t0 = time.time()
         main = procs[0]
         if "kill_after" in c:
@@ -184,17 +194,18 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
                     break
                 time.sleep(0.2)
         stuck = c.get("teardown_rank")
-        for r, p in enumerate(procs):
+        by_rank = {p.rank: p for p in procs}
+        for r, p in by_rank.items():
             if r == stuck:
                 continue
             p.wait(timeout=c.get("timeout", 180),
                    kill_signal=SIGNALS[c.get("kill_signal", "TERM")],
                    kill_at=c.get("kill_at"), silence_kill=c.get("silence_kill"))
             stopped = stopped or (p.stopped_by == "timeout")
-        if stuck is not None:
+        if stuck in by_rank:
             time.sleep(1)
-            procs[stuck].signal_group(signal.SIGTERM)  # the launcher tears down what is left
-            procs[stuck].wait(timeout=5, kill_signal=signal.SIGKILL)
+            by_rank[stuck].signal_group(signal.SIGTERM)  # the launcher tears down what is left
+            by_rank[stuck].wait(timeout=5, kill_signal=signal.SIGKILL)
     finally:
         for p in procs:
             if not p.poll():

@@ -11,8 +11,8 @@ import threading
 
 
 class Server:
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
+    def __init__(self, mode: str, body: int = 1024) -> None:
+        self.mode, self.body = mode, body
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
@@ -38,7 +38,7 @@ class Server:
                     c.close()
                 elif self.mode == "partial":
                     c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-tar\r\n"
-                              b"Content-Length: 1048576\r\n\r\n" + b"\0" * 1024)
+                              b"Content-Length: 1048576\r\n\r\n" + b"\0" * self.body)
                     c.close()
                 elif self.mode in ("close", "eof"):
                     c.close()

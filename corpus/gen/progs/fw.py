@@ -95,8 +95,7 @@ def tf_checknumerics() -> None:
     y = tf.constant(np.random.rand(64, 1).astype("float32") * 1000)
     for step in range(200):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((m(x) - y) ** 2)
-        loss = tf.debugging.check_numerics(loss, "training loss")
+            loss = tf.debugging.check_numerics(tf.reduce_mean((m(x) - y) ** 2), "training loss")
         grads = tape.gradient(loss, m.trainable_variables)
         opt.apply_gradients(zip(grads, m.trainable_variables))
         print(f"step {step} loss {float(loss):.4g}", flush=True)
