@@ -340,6 +340,7 @@ def test_array_cancelled_midway_still_summarised(cluster, workdir):
     mail = cl.wait_until(lambda: mails_for(cluster.maildir, arr), 60, f"summary of {arr}")[0]
     text = mail.read_text(errors="replace").replace("\n ", " ")
     assert f"array {arr} (arr-cut): 2 of 2 tasks FAILED: cancelled x2" in text
+    assert "2 task(s) reported, 2 failed, 0 completed, 4 never ran." in text
     state = json.loads((cluster.spool / ".gpualert" / "arrays" / f"{arr}.json").read_text())
     assert state["sent"] and not any(t.get("in_flight") for t in state["tasks"].values())
 

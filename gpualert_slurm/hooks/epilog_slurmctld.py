@@ -318,26 +318,28 @@ def array_task_summary(v: dict[str, Any]) -> dict[str, Any]:
             "ran": True}
 
 
-def remaining_array_tasks(array_id: str) -> set[str] | None:
+def remaining_array_tasks(array_id: str) -> tuple[set[str], set[str]] | None:
     """Task ids of the array whose job epilog is still to come: every task slurmctld still
     holds (all states), except those that ended without ever getting a node (cancelled while
-    pending: no epilog runs for them). None when Slurm cannot be asked."""
+    pending: no epilog runs for them), and those never-ran ones. None when Slurm cannot be
+    asked."""
     try:
         # %F: the array's job id (%A is each task's own on 22.05 with -r); %K: the task id
         out = slurm.run(["squeue", "-h", "-r", "-t", "all", "-j", array_id,
                          "-o", "%F|%K|%T|%N"], timeout=SLURM_CALL_S)
     except slurm.SlurmError:
         return None
-    left = set()
+    left, never = set(), set()
     for line in out.splitlines():
         parts = line.split("|")
         if len(parts) != 4 or parts[0] != array_id:
             continue
         task, state, nodes = parts[1], parts[2], parts[3].strip()
         if state in slurm.FINAL_STATES and nodes in ("", "(null)"):
-            continue  # never ran
+            never.add(task)
+            continue
         left.add(task)
-    return left
+    return left, never
 
 
 def array_begin(cfg: Config, array_id: str, task_id: str, own_job: str) -> None:
@@ -361,7 +363,10 @@ def array_step(cfg: Config, v: dict[str, Any] | None, array_id: str, task_id: st
         tasks = lk.state.setdefault("tasks", {})
         tasks[task_id] = array_task_summary(v) if v else {"task_id": task_id,
                                                            "job_id": own_job, "ran": False}
-        left = remaining_array_tasks(array_id)
+        asked = remaining_array_tasks(array_id)
+        left, never = asked if asked is not None else (None, set())
+        for t in never - set(tasks):
+            tasks[t] = {"task_id": t, "ran": False}
         done_ids = {t for t, rec in tasks.items() if not rec.get("in_flight")}
         # an epilog in flight for longer than any epilog can run has died: don't wait for it
         stale = {t for t, rec in tasks.items() if rec.get("in_flight")
