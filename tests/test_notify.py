@@ -476,3 +476,28 @@ def test_doctor_checks_the_password_file(tmp_path):
     assert bad.check == f"SMTP password file {pw}" and "chmod 600" in bad.problem
     os.chmod(pw, 0o600)
     assert all(r.ok for r in check_outbox(cfg))
+
+
+def test_flush_units_verify_and_their_command_runs(tmp_path, smtp_server):
+    units = [REPO / "etc" / "systemd" / f"gpualert-flush.{k}" for k in ("service", "timer")]
+    r = subprocess.run(["systemd-analyze", "verify", *map(str, units)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "OnUnitActiveSec=5min" in units[1].read_text()
+    [exec_start] = [ln.split("=", 1)[1] for ln in units[0].read_text().splitlines()
+                    if ln.startswith("ExecStart=")]
+    argv = exec_start.split()
+    assert argv[:2] == ["/opt/gpualert/venv/bin/gpualert", "flush"]
+    # The unit's own command line (checkout code in place of the installed copy) sends what
+    # waits.
+    port = free_port()
+    cfg = make_cfg(tmp_path / "spool", port)
+    assert submit(report(), cfg=cfg, job_id="70").status == "queued"
+    conf = tmp_path / "c.yaml"
+    conf.write_text(json.dumps({"spool": cfg.spool,
+                                "mail": {"relay": f"127.0.0.1:{smtp_server.port}"}}))
+    p = subprocess.run([sys.executable, "-m", "gpualert_slurm", *argv[1:], "--all"], cwd=REPO,
+                       env=dict(os.environ, GPUALERT_CONFIG=str(conf)), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and "sent 1" in p.stdout, p
+    assert len(smtp_server.messages()) == 1
