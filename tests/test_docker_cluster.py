@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import clusterlib
@@ -52,10 +53,22 @@ srun -N3 -n3 -o 'rank-%t.out' bash -c 'for i in $(seq 3000); do
 """
 
 
-def test_killed_middle_node_ends_job_node_fail_and_keeps_the_other_ranks_logs(
-        docker_cluster: DockerCluster, dwork: Path) -> None:  # noqa: F811
+@dataclass(frozen=True)
+class NodeLoss:
+    job: int
+    lost: str
+    state: slurm.JobState
+    files: dict[str, bytes]   # <spool>/<job>/tasks/*
+    workdir: Path
+
+
+@pytest.fixture(scope="module")
+def node_loss(docker_cluster: DockerCluster) -> NodeLoss:  # noqa: F811
+    """A 3-node, 3-rank job (--gpualert, --no-requeue) whose middle node is killed (docker
+    kill: slurmd, slurmstepd and the rank go at once) while every rank is printing."""
     dc, c = docker_cluster, docker_cluster.facts
     require_plugin(c)
+    dwork = make_workdir(c, "node_loss")
     job = clusterlib.submit(RANKS_SCRIPT, "-N3", "--no-requeue", "--gpualert", "-o", "slurm-%j.out",
                             workdir=dwork)
     lost = "n2"
@@ -74,40 +87,61 @@ def test_killed_middle_node_ends_job_node_fail_and_keeps_the_other_ranks_logs(
         finally:
             clusterlib.cancel_quietly(job)
             dc.restore_node(lost)
+    return NodeLoss(job, lost, st, task_files(c, job), dwork)
 
-    assert st.state == "NODE_FAIL", st
-    assert st.nodes == ("n1", "n2", "n3")
-    files = task_files(c, job)
-    # The surviving ranks (n1, n3): the tap's log holds exactly what Slurm wrote to their own
-    # output files, numbered lines without a gap, and their exit was recorded.
+
+def test_killed_node_ends_the_job_node_fail(node_loss: NodeLoss) -> None:
+    assert node_loss.state.state == "NODE_FAIL", node_loss.state
+    assert node_loss.state.nodes == ("n1", "n2", "n3")
+    step0 = next(s for s in slurm.accounting(node_loss.job).steps if s.step == "0")
+    assert step0.state in ("NODE_FAIL", "CANCELLED", "FAILED"), step0
+
+
+def test_surviving_ranks_logs_are_complete_after_node_loss(node_loss: NodeLoss) -> None:
+    # The ranks on n1 and n3: the tap's log holds exactly what the rank wrote to Slurm's own
+    # output file (less slurmstepd's "CANCELLED ... NODE FAILURE" line, which is not the
+    # rank's), numbered lines without a gap, and their exit was recorded as drained.
+    files = node_loss.files
     for rank in (0, 2):
         log = files.get(f"0.{rank}.log")
         assert log is not None, f"no tap log for rank {rank}: {sorted(files)}"
-        assert log == (dwork / f"rank-{rank}.out").read_bytes(), f"rank {rank}: log != output"
+        slurm_out = (node_loss.workdir / f"rank-{rank}.out").read_bytes()
+        own = b"".join(ln for ln in slurm_out.splitlines(keepends=True)
+                       if not ln.startswith(b"slurmstepd"))
+        assert log == own, f"rank {rank}: the tap's log differs from the rank's output"
         nums = numbered(lines_of(log), rank)
         assert len(nums) >= 20 and nums == list(range(1, len(nums) + 1)), nums[-5:]
-        assert f"0.{rank}.exit" in files, f"rank {rank} has no exit record: {sorted(files)}"
-    # The lost rank: what reached the shared spool before the node died, in order; no exit
+        rec = json.loads(files[f"0.{rank}.exit"])
+        assert rec["log_drained"] is True and rec["log_bytes"] == len(log), rec
+    # The lost rank: what reached the shared spool before its node died, in order; no exit
     # record (its slurmstepd died with the node).
     lost_nums = numbered(lines_of(files.get("0.1.log", b"")), 1)
     assert len(lost_nums) >= 20 and lost_nums == list(range(1, len(lost_nums) + 1))
     assert "0.1.exit" not in files
-    # The job's spool dir is whole: the job record and every node's Prolog record.
-    jd = job_dir(c, job)
-    assert json.loads((jd / "job.json").read_text())
-    assert {p.name for p in (jd / "nodes").glob("*.prolog.json")} >= {
+
+
+def test_spool_dir_is_intact_after_node_loss(docker_cluster: DockerCluster,  # noqa: F811
+                                             node_loss: NodeLoss) -> None:
+    jd = job_dir(docker_cluster.facts, node_loss.job)
+    assert json.loads((jd / "job.json").read_text())["nodes"] == ["n1", "n2", "n3"]
+    assert {p.name for p in (jd / "nodes").glob("*.prolog.json")} == {
         f"{n}.prolog.json" for n in ("n1", "n2", "n3")}
-    # sacct: the job and the step that lost a node.
-    step0 = next(s for s in slurm.accounting(job).steps if s.step == "0")
-    assert step0.state in ("NODE_FAIL", "CANCELLED", "FAILED"), step0
-    if epilog_slurmctld_wired():
-        # The job epilog's verdict names the lost node and its rank.
-        vf = jd / "verdict.json"
-        wait_until(vf.exists, 120, f"{vf} (EpilogSlurmctld is configured)")
-        verdict = json.loads(vf.read_text())
-        v = verdict.get("verdict") or {}
-        assert v.get("root_node") == lost, json.dumps(verdict, indent=1)[:3000]
-        assert v.get("root_rank") == 1, json.dumps(verdict, indent=1)[:3000]
+    assert {f"0.{r}.log" for r in range(3)} | {"batch.0.log"} <= set(node_loss.files)
+
+
+def test_verdict_names_the_lost_node_and_its_rank(docker_cluster: DockerCluster,  # noqa: F811
+                                                  node_loss: NodeLoss) -> None:
+    assert epilog_slurmctld_wired(), "the container cluster runs no EpilogSlurmctld"
+    vf = job_dir(docker_cluster.facts, node_loss.job) / "verdict.json"
+    wait_until(vf.exists, 120, f"{vf}")
+    verdict = json.loads(vf.read_text())
+    v = verdict.get("verdict") or {}
+    shown = json.dumps({k: verdict.get(k) for k in ("verdict", "tasks", "notes")}, indent=1)
+    assert v.get("class") == "node_failure" and v.get("root_node") == node_loss.lost, shown
+    # The lost rank is attributed to the lost node (root_rank, or the task list).
+    ranks_on_lost = {t.get("rank") for t in verdict.get("tasks") or []
+                     if t.get("node") == node_loss.lost and t.get("step") == "0"}
+    assert v.get("root_rank") == 1 or ranks_on_lost == {1}, shown
 
 
 def test_frozen_node_ends_its_job_by_slurmd_timeout(
