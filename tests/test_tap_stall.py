@@ -1,0 +1,222 @@
+"""A hung spool must not slow, stop or fail the job, nor the node (issue 11, point 3).
+
+The job's spool dir is a FUSE passthrough (tests/fuse_stall.py) that the test stalls with
+SIGSTOP, the way a hung NFS/Lustre mount stalls every request. The plugin's spool comes from
+plugstack.conf and is shared by the whole cluster, so only this one job's dir is put on the
+FUSE mount: the job is submitted held, the test mounts the FUSE fs (backing dir owned by the
+job's user, 0700, as the Prolog makes it) at <spool>/<jobid>, then releases the job; the
+Prolog and the tap then find the job dir there.
+
+The job prints a line, waits until the test has stalled the spool, then writes 24 MiB (three
+times the tap's default 8 MiB spool buffer) and ends. Asserted:
+- while the spool is still stalled, the job ends, COMPLETED 0:0, within a bound;
+- its slurm-%j.out is complete and byte-identical to the same job's without the tap;
+- the node is not drained;
+- after the spool is resumed, tap.log has a `gap:` line (size and offsets) and the exit
+  record's `log_gaps`/`log_gap_bytes` say how much is missing, and the log is exactly the
+  job's output less the gaps: what it holds is a prefix of the output at its start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from clusterlib import (
+    REPO,
+    ClusterFacts,
+    chown_to_user,
+    diagnostics,
+    make_workdir,
+    sbatch,
+    wait_final,
+    wait_until,
+    write_user_file,
+)
+from spank_jobs import (
+    assert_nodes_not_drained,
+    assert_same_outcome,
+    job_dir,
+    require_plugin,
+    submit_held,
+)
+
+from gpualert_slurm import slurm
+
+pytestmark = pytest.mark.cluster
+
+PYTHON = "/opt/gpualert/venv/bin/python"
+SIZE = 24 * 1024 * 1024
+END_WITHIN = 120  # the job writes 24 MiB (~1 s at Slurm's speed here) after the stall
+
+GEN = """\
+import os, random, sys
+data = random.Random(int(sys.argv[1])).randbytes(int(sys.argv[2]))
+view = memoryview(data)
+while view:
+    view = view[os.write(1, view[:65536]):]
+"""
+
+SCRIPT = f"""#!/bin/bash
+echo start
+touch "ready-$SLURM_JOB_ID"
+n=0
+until [ -e "stalled-$SLURM_JOB_ID" ]; do sleep 0.1; n=$((n + 1)); [ $n -lt 1800 ] || exit 3; done
+/usr/bin/python3 gen.py 5 {SIZE}
+echo
+echo end
+"""
+
+
+def expected_output() -> bytes:
+    return b"start\n" + random.Random(5).randbytes(SIZE) + b"\nend\n"
+
+
+class StallableMount:
+    """tests/fuse_stall.py over a backing dir, mounted at `mountpoint`; stall()/resume()."""
+
+    def __init__(self, backing: Path, mountpoint: Path) -> None:
+        self.backing, self.mountpoint = backing, mountpoint
+        self.proc = subprocess.Popen(
+            [PYTHON, str(REPO / "tests" / "fuse_stall.py"), str(backing), str(mountpoint)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: os.path.ismount(mountpoint) or self.proc.poll() is not None, 30,
+                       f"the FUSE mount at {mountpoint}", interval=0.1)
+        except AssertionError:
+            self.close()
+            raise
+        if self.proc.poll() is not None:
+            out = self.proc.stdout.read().decode(errors="replace") if self.proc.stdout else ""
+            raise AssertionError(f"fuse_stall.py exited {self.proc.returncode}: {out}")
+
+    def stall(self) -> None:
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        self.resume()
+        subprocess.run(["umount", "-l", str(self.mountpoint)], capture_output=True, timeout=30)
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def c(cluster: ClusterFacts) -> ClusterFacts:
+    return require_plugin(cluster)
+
+
+@pytest.fixture
+def stalled_job_dir(c: ClusterFacts) -> Iterator[tuple[int, StallableMount, Path]]:
+    """A held tapped job whose spool dir is a stallable FUSE mount; yields (job, mount, workdir)
+    with the job released. Always resumes and unmounts, and cancels the job if it is left."""
+    d = make_workdir(c, "tapstall")
+    write_user_file(d / "gen.py", GEN, 0o644)
+    script = write_user_file(d / "job.sh", SCRIPT)
+    job = sbatch(script, "--hold", "--gpualert", user=c.user)
+    mount = None
+    try:
+        backing = c.root / f"stall-backing-{uuid.uuid4().hex[:8]}" / str(job)
+        backing.mkdir(parents=True)
+        chown_to_user(backing, c.user)
+        backing.chmod(0o700)
+        mountpoint = job_dir(c, job)
+        mountpoint.mkdir()
+        mount = StallableMount(backing, mountpoint)
+        slurm.release(job)
+        yield job, mount, d
+    finally:
+        if mount:
+            mount.resume()
+        with contextlib.suppress(slurm.SlurmError):
+            if not slurm.job_state(job).final:
+                slurm.cancel(job)
+        if mount:
+            with contextlib.suppress(AssertionError):
+                wait_final(job, 120, c.root)  # whatever still writes to the mount has ended
+            mount.close()
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def test_stalled_spool_neither_slows_nor_fails_the_job(
+        c: ClusterFacts, stalled_job_dir: tuple[int, StallableMount, Path]) -> None:
+    job, mount, d = stalled_job_dir
+    # The same job without the tap, for its state and output (its own, unstalled job dir).
+    plain = submit_held(c, d / "job.sh", ["--gpualert=off"])
+    try:
+        for j in (job, plain):
+            wait_until(lambda j=j: (d / f"ready-{j}").exists(), 120, f"job {j} to start",
+                       diagnose=lambda j=j: diagnostics(j, c.root))
+        log = mount.mountpoint / "tasks" / "batch.0.log"
+        wait_until(lambda: log.is_file() and log.stat().st_size > 0, 60,
+                   "the tap to log the job's first line on the FUSE spool")
+        mount.stall()
+        t0 = time.monotonic()
+        for j in (job, plain):
+            write_user_file(d / f"stalled-{j}", "", 0o644)
+        st = wait_final(job, END_WITHIN, c.root)  # still stalled
+        took = time.monotonic() - t0
+        st_plain = wait_final(plain, END_WITHIN, c.root)
+        assert_nodes_not_drained(st.nodes)
+    finally:
+        mount.resume()
+        with contextlib.suppress(slurm.SlurmError):
+            slurm.cancel(plain)
+    print(f"job {job} ended {took:.1f} s after the spool stalled")
+    out = (d / f"slurm-{job}.out").read_bytes()
+    assert sha(out) == sha(expected_output()), (
+        f"slurm-%j.out with a stalled spool is not the job's output ({len(out)} bytes)")
+    assert out == (d / f"slurm-{plain}.out").read_bytes()
+    assert (st.state, str(st.exit_code)) == ("COMPLETED", "0:0")
+    assert (st_plain.state, str(st_plain.exit_code)) == ("COMPLETED", "0:0")
+    assert_same_outcome(job, plain)
+
+    # After the spool is resumed: the gap is recorded, and the log holds the output less it.
+    jd = mount.mountpoint
+    taplog = jd / "tap.log"
+    wait_until(lambda: taplog.is_file() and "gap" in taplog.read_text(errors="replace"), 90,
+               f"tap.log of job {job} to record the gap")
+    exit_path = jd / "tasks" / "batch.0.exit"
+    wait_until(exit_path.is_file, 90, f"the exit record of job {job}")
+    rec = json.loads(exit_path.read_text())
+    text = taplog.read_text(errors="replace")
+    gaps = [tuple(int(x) for x in m) for m in re.findall(
+        r"gap: (\d+) bytes not logged at log offset (\d+) \(output offset (\d+)\)", text)]
+    assert gaps, f"tap.log names no gap with its size and offsets:\n{text}"
+    assert rec.get("log_gaps", 0) >= 1 and rec.get("log_gap_bytes", 0) > 0, rec
+    logged = (jd / "tasks" / "batch.0.log").read_bytes()
+    want = expected_output()
+    assert len(logged) + rec["log_gap_bytes"] == len(want), (len(logged), rec)
+    # Rebuild the log from the output and the listed gaps (size, log offset, output offset).
+    if rec["log_gaps"] == len(gaps):
+        rebuilt, pos = b"", 0
+        for size, log_off, out_off in sorted(gaps, key=lambda g: g[2]):
+            rebuilt += want[pos:out_off]
+            assert log_off == len(rebuilt), (
+                f"gap at output offset {out_off}: log offset {log_off}, but {len(rebuilt)} "
+                "bytes were logged before it")
+            pos = out_off + size
+        rebuilt += want[pos:]
+        assert sha(rebuilt) == sha(logged), "the log is not the output less the recorded gaps"
+    assert logged.startswith(b"start\n")
