@@ -14,7 +14,8 @@ flock 9
 
 DEB_PACKAGES=(python3 python3-venv python3-dev gcc make libslurm-dev slurm-wlm-plugins-dev
               slurmctld slurmd slurm-client slurmdbd munge mariadb-server
-              chromium)  # chromium: the report's HTML render test
+              chromium libfuse2)  # chromium: the report's HTML render test; libfuse2: fusepy's
+                                  # library (tests/fuse_stall.py, the stalled-spool test)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -42,9 +43,9 @@ if [ ! -x "$VENV/bin/python" ]; then
     /usr/bin/python3 -m venv "$VENV"
 fi
 stamp=$VENV/.deps-stamp
-if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ scripts/install.sh -nt "$stamp" ]; then
     "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
-    "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py apprise pytest aiosmtpd ruff
+    "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py apprise pytest aiosmtpd ruff fusepy
     touch "$stamp"
 fi
 # Not editable: the hooks and jobs (other users) import the installed copy, never the checkout.
