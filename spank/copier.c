@@ -39,6 +39,7 @@
 #define MAX_GAPS 16                /* gaps listed one by one in tap.log; the rest are totals */
 #define LINGER_MS 3000             /* after EOF, how long to wait for task_exit to ask */
 #define FINAL_FLUSH_MS 60000       /* after EOF, how long the log may take to catch up */
+#define STUCK_MS 1000              /* a writer this long without progress is stuck (hung spool) */
 
 struct gap {
     unsigned long long log_off, stream_off, size;
@@ -60,6 +61,7 @@ struct tap {
     char *ring;
     size_t cap, head, len;
     int eof, writer_idle, writer_done, writer_dead, log_errno;
+    long progress_ms;              /* when the writer last finished a write */
     unsigned long long put;        /* bytes accepted for the log */
     unsigned long long ngaps, gap_bytes, first_gap;
     struct gap gaps[MAX_GAPS];
@@ -72,6 +74,8 @@ struct tap {
     char *tail;
     size_t tail_head, tail_len;
 };
+
+static long now_ms(void);
 
 /* ---------------------------------------------------------------- the spool side */
 
@@ -246,6 +250,7 @@ static void *writer_main(void *arg)
             t->writer_idle = 1;
             pthread_cond_wait(&t->cv, &t->mu);
             t->writer_idle = 0;
+            t->progress_ms = now_ms();     /* idle is not stuck: the clock starts now */
         }
         if (t->len == 0 && t->eof)
             break;
@@ -265,6 +270,7 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&t->mu);
         t->head = (t->head + n) % t->cap;
         t->len -= n;
+        t->progress_ms = now_ms();
         pthread_mutex_unlock(&t->mu);
     }
     /* Never hold mu during spool I/O: the forwarder would wait on a hung mount. */
@@ -338,11 +344,14 @@ static int pump(struct tap *t, int i, char *buf, int drain)
     }
 }
 
-/* Answers task_exit: what was logged, once nothing is pending (or now, if final). */
+/* Answers task_exit: what was logged, once nothing is pending (or now, if final, or if the
+ * writer is stuck on a hung spool: then task_exit need not wait out its whole bound). */
 static void answer(struct tap *t, int final)
 {
     pthread_mutex_lock(&t->mu);
     size_t pending = t->writer_dead ? 0 : t->len;
+    if (pending && !t->writer_idle && now_ms() - t->progress_ms > STUCK_MS)
+        final = 1;
     char line[256];
     int n = snprintf(line, sizeof(line), "drained=%d bytes=%llu gaps=%llu gap_bytes=%llu "
                      "first_gap=%llu log_errno=%d\n", pending == 0, t->bytes[0] + t->bytes[1],
@@ -385,6 +394,7 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
 
     for (int i = 0; i < 2; i++)
         fcntl(t->in[i], F_SETFL, fcntl(t->in[i], F_GETFL) | O_NONBLOCK);
+    t->progress_ms = now_ms();
     if (pthread_create(&writer, NULL, writer_main, t) != 0) {
         t->writer_dead = 1;        /* forward only */
         t->writer_done = 1;
