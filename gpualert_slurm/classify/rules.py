@@ -19,6 +19,12 @@ TEXT_SOURCES = ("log", "kernel")  # scanned files; slurm/exit rules match one li
 SCOPES = ("line", "traceback")
 SITE_RULES_DIR = "/etc/gpualert/rules.d"
 MIN_LITERAL = 3
+_DIGITS = {ord(str(d)): "0" for d in range(10)}
+
+
+def norm_text(s: str) -> str:
+    """Lower-cased, every digit '0': how lines and literals are compared before any regex."""
+    return s.lower().translate(_DIGITS)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
 
 
@@ -50,9 +56,15 @@ class Rule:
     confidence: float | None = None  # cap on the verdict's confidence: weak evidence
     silent: bool = False  # decides even on exit 0 when it ends the log (a NaN abort)
     requires: str | None = None  # id of a rule whose line must come shortly before this one
+    plits: list[tuple[str, ...]] = field(default_factory=list)  # per pattern: one of these
+    # (norm_text'ed) occurs in every line it matches - a cheap test before the regex
 
-    def match(self, line: str) -> re.Match[str] | None:
-        for rx in self.patterns:
+    def match(self, line: str, low: str | None = None) -> re.Match[str] | None:
+        """The first pattern matching `line`; `low` (norm_text(line)) skips, without running
+        it, every pattern whose literals are not in the line."""
+        for i, rx in enumerate(self.patterns):
+            if low is not None and not any(lit in low for lit in self.plits[i]):
+                continue
             m = rx.search(line)
             if m:
                 return m
@@ -66,6 +78,10 @@ class RuleSet:
     prefilter: dict[str, list[str]] = field(default_factory=dict)  # source -> gates
     gate_rules: dict[str, dict[str, list[Rule]]] = field(default_factory=dict)
     digit_gates: dict[str, set[str]] = field(default_factory=dict)  # source -> gates
+    # source -> one regex finding, at every position of a norm_text'ed line, the rule literal
+    # that starts there; and literal -> the rules that literal (or a part of it) belongs to
+    literal_rx: dict[str, re.Pattern[str]] = field(default_factory=dict)
+    literal_rules: dict[str, dict[str, list[Rule]]] = field(default_factory=dict)
 
     def for_source(self, source: str) -> list[Rule]:
         return [r for r in self.rules if r.source == source]
@@ -217,7 +233,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             pats = [pats]
         if not isinstance(pats, list) or not pats:
             raise RuleError(f"{where}: field 'patterns': must be a non-empty list of regexes")
-        compiled, literals, digit_lits = [], [], []
+        compiled, literals, digit_lits, plits = [], [], [], []
         for p in pats:
             if not isinstance(p, str) or not p:
                 raise RuleError(f"{where}: field 'patterns': {p!r} is not a non-empty string")
@@ -234,10 +250,12 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
                     f"{MIN_LITERAL} characters (needed to prefilter lines quickly)"
                 )
             literals.extend(lits)
+            plits.append(tuple(norm_text(x) for x in lits))
             if re.search(r"(?<!\\)\d", p):
                 digit_lits.extend(lits)
         out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
-                        scope, fixed, None if cap is None else float(cap), silent, requires))
+                        scope, fixed, None if cap is None else float(cap), silent, requires,
+                        plits))
     return out
 
 
@@ -292,8 +310,41 @@ def load_rules(
     return rs
 
 
+def _trie(words: list[str]) -> str:
+    """A regex matching any of `words`, as a trie (one branch per next character): Python's
+    re tries the alternatives of a flat alternation one by one at every position."""
+    root: dict = {}
+    for w in words:
+        node = root
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def rx(node: dict) -> str:
+        alts = [re.escape(ch) + rx(sub) for ch, sub in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return rx(root)
+
+
+def _build_literals(rs: RuleSet, source: str) -> None:
+    rules = [r for r in rs.scanned(source) if r.role != "context"]
+    lits = sorted({lit for r in rules for alts in r.plits for lit in alts})
+    table: dict[str, list[Rule]] = {}
+    for lit in lits:
+        # a literal found at a position also stands for the literals inside it (the regex
+        # reports one literal per start position: the longest)
+        table[lit] = [r for r in rules if any(x in lit for alts in r.plits for x in alts)]
+    rs.literal_rules[source] = table
+    rs.literal_rx[source] = re.compile(f"(?=({_trie(lits)}))")
+
+
 def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:
     for source in TEXT_SOURCES:
+        _build_literals(rs, source)
         src_gates = list(gates)
         table: dict[str, list[Rule]] = {}
         for rule in rs.scanned(source):

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpualert_slurm.classify.rules import Rule, RuleSet
+from gpualert_slurm.classify.rules import Rule, RuleSet, norm_text
 
 CHUNK = 2 << 20
 MIN_CHUNK = 64 << 10
@@ -46,30 +46,39 @@ for _c in range(ord("0"), ord("9") + 1):
     _TABLE[_c] = ord("0")
 _TABLE[ord("\r")] = ord("\n")
 NORM = bytes(_TABLE)
-_STR_NORM = {ord(str(d)): "0" for d in range(10)}
 
 # What people's logs wrap around a message (launcher prefixes, timestamps, quoting, markup): the
 # rules match the message itself. Each entry: (regex, label kind or None). A label kind says
 # whose line it is: "task" (srun --label "3: ", OpenMPI "[1,3]<stderr>:"), "rank" (the global
 # rank: torch's "[rank3]:"), "local" (torchrun --tee "[default1]:", a local rank).
-_PREFIXES: list[tuple[re.Pattern[str], str | None]] = [
-    (re.compile(r"^\s*\[rank(\d+)\]:\s?"), "rank"),
-    (re.compile(r"^\s*\[default(\d+)\]:\s?"), "local"),
-    (re.compile(r"^\s*\[\d+,(\d+)\]<std(?:out|err)>:\s?"), "task"),
-    (re.compile(r"^\s*(\d+): "), "task"),
-    (re.compile(r"^[ \t]*(?:>[ \t]?)+"), None),  # e-mail / Markdown quoting
+_PREFIXES: list[tuple[str, str | None]] = [
+    (r"\s*\[rank(\d+)\]:\s?", "rank"),
+    (r"\s*\[default(\d+)\]:\s?", "local"),
+    (r"\s*\[\d+,(\d+)\]<std(?:out|err)>:\s?", "task"),
+    (r"\s*(\d+): ", "task"),
+    (r"[ \t]*(?:>[ \t]?)+", None),  # e-mail / Markdown quoting
     # timestamps: ISO (logging, Slurm), clock-only, syslog, dmesg
-    (re.compile(r"^\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
-                r"(?:\s*[|:-]\s*|\s+)"), None),
-    (re.compile(r"^\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?(?:\s*[|-]\s*|\s+)"), None),
-    (re.compile(r"^[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d\s+"), None),
-    (re.compile(r"^\[\s*\d+\.\d+\]\s*"), None),
-    (re.compile(r"^(?:[\w.-]+\s+)?kernel:\s*(?:\[\s*\d+\.\d+\]\s*)?"), None),
+    (r"\[?\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"
+     r"(?:\s*[|:-]\s*|\s+)", None),
+    (r"\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?(?:\s*[|-]\s*|\s+)", None),
+    (r"[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d\s+", None),
+    (r"\[\s*\d+\.\d+\]\s*", None),
+    (r"(?:[\w.-]+\s+)?kernel:\s*(?:\[\s*\d+\.\d+\]\s*)?", None),
     # pdsh / DeepSpeed / srun-style host prefixes: a name with a digit ("gpu041: ", "n3: ")
-    (re.compile(r"^[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*: (?=\S)"), None),
+    (r"[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*: (?=\S)", None),
     # a tqdm bar the message was glued onto (the bar ends with "\r", not a newline)
-    (re.compile(r"^.*?\d+%\|[^|]*\|[^\[]*\[[^\]]*\]\s*"), None),
+    (r".*?\d+%\|[^|]*\|[^\[]*\[[^\]]*\]\s*", None),
 ]
+# one regex, the alternatives in the order above (the first that matches is removed)
+
+
+def _alternative(i: int, p: str) -> str:
+    num = r"(?P<n" + str(i) + r">\d+)"  # the label's number, named per alternative
+    return "(?P<a" + str(i) + ">" + p.replace(r"(\d+)", num, 1) + ")"
+
+
+_PREFIX_RX = re.compile("|".join(_alternative(i, p) for i, (p, _) in enumerate(_PREFIXES)))
+_PREFIX_KIND = [kind for _, kind in _PREFIXES]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 _MARKUP = re.compile(r"(?<!\*)\*\*(?!\*)|(?<![\w_])__(?=\w)|(?<=\w)__(?![\w_])|^(\s*)`+|`+\s*$")
 MAX_PREFIXES = 8
@@ -97,20 +106,14 @@ def line_view(text: str) -> LineView:
         body = _MARKUP.sub(lambda m: m.group(1) or "", body)
     v = LineView(body)
     for _ in range(MAX_PREFIXES):
-        for rx, kind in _PREFIXES:
-            m = rx.match(v.body)
-            if m and m.end() < len(v.body):
-                if kind is not None:
-                    setattr(v, kind, int(m.group(1)))
-                v.body = v.body[m.end():]
-                break
-        else:
+        m = _PREFIX_RX.match(v.body)
+        if m is None or m.end() >= len(v.body):
             break
+        i = int(m.lastgroup[1:])  # type: ignore[index]
+        if _PREFIX_KIND[i] is not None:
+            setattr(v, _PREFIX_KIND[i], int(m.group(f"n{i}")))
+        v.body = v.body[m.end():]
     return v
-
-
-def norm_text(s: str) -> str:
-    return s.lower().translate(_STR_NORM)
 
 
 @dataclass
@@ -161,8 +164,8 @@ class _Matcher:
 
     def __init__(self, rules: RuleSet, source: str) -> None:
         self.gates = [(norm_text(g).encode(), g) for g in rules.prefilter[source]]
-        self.sgates = [(norm_text(g), g) for g in rules.prefilter[source]]
-        self.gate_rules = rules.gate_rules[source]
+        self.literal_rx = rules.literal_rx[source]
+        self.literal_rules = rules.literal_rules[source]
         self.context = [r for r in rules.scanned(source) if r.role == "context"]
         self.cache: dict[bytes, tuple[Rule, str | None] | None] = {}
         # shapes (digit-normalised lines) known to match nothing: a shape's lines differ only
@@ -184,21 +187,22 @@ class _Matcher:
             got = self.cache[raw]
             return None if got is None else (got[0], got[1], _decode(raw), got[2])
         text = _decode(raw)
-        low = norm_text(text)
+        # the rules whose literals are in the line (one regex); most lines stop here
+        pre = norm_text(text.replace("\\", "/") if "\\" in text else text)
         cands: list[Rule] = []
-        for g, name in self.sgates:
-            if g in low:
-                for r in self.gate_rules[name]:
-                    if r not in cands:
-                        cands.append(r)
+        for m in self.literal_rx.finditer(pre):
+            for r in self.literal_rules[m.group(1)]:
+                if r not in cands:
+                    cands.append(r)
         best: tuple[Rule, str | None, Hit] | None = None
         if cands:
             view = line_view(text)
             body = view.body.lstrip()
+            low = norm_text(body)
             for r in cands + self.context:
                 if best is not None and r.priority <= best[0].priority:
                     continue
-                m = r.match(body)
+                m = r.match(body, low)
                 if m:
                     groups = m.groupdict() if m.re.groupindex else {}
                     det = groups.get("detail") or r.detail
