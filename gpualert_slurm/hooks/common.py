@@ -14,6 +14,7 @@ from gpualert_slurm.config import Config, ConfigError, load_config
 from gpualert_slurm.spool import hooks_log
 
 DEFAULT_TIMEOUT_S = 20.0
+HOOKS_LOG_MAX = 16 << 20   # then the log moves to .1 and starts again: two files at most
 
 
 def shim_bound_s() -> float:
@@ -56,6 +57,11 @@ class HookLog:
                              | os.O_CLOEXEC, 0o600)
                 try:
                     os.write(fd, full.encode(errors="replace"))
+                    if os.fstat(fd).st_size > HOOKS_LOG_MAX:
+                        # Every hook of every job writes here: without a bound it only grows.
+                        # A rename by two hooks at once loses at most the older file's lines.
+                        path = hooks_log(self.spool)
+                        os.replace(path, path + ".1")
                 finally:
                     os.close(fd)
             except OSError:
