@@ -54,6 +54,12 @@ class DockerCluster:
         """Start a killed node's container again (its slurmd registers; ReturnToService=2)."""
         dcluster("start-node", node, timeout=180)
 
+    def restart_node(self, node: str, fuse_spool: bool = False) -> None:
+        """The node's container afresh; fuse_spool: behind its own FUSE layer (stall_spool)."""
+        dcluster("restart-node", node, *(["--fuse-spool"] if fuse_spool else []), timeout=300)
+        wait_until(lambda: node_state(node) in ("idle", "mixed", "allocated"), 120,
+                   f"container node {node} to be usable after its restart")
+
     def pause_node(self, node: str) -> None:
         dcluster("pause-node", node)
 

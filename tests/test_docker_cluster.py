@@ -175,8 +175,8 @@ def test_frozen_node_ends_its_job_by_slurmd_timeout(
 @pytest.mark.parametrize("run", [1, 2])
 def test_every_rank_log_holds_exactly_its_bytes_on_container_nodes(
         docker_cluster: DockerCluster, run: int) -> None:  # noqa: F811
-    """test_tap's 100 MB byte-for-byte test, each node its own container, the spool shared
-    through each node's own FUSE layer. Run 1: Slurm writes each rank's output file too
+    """test_tap's 100 MB byte-for-byte test, each node its own container, the spool a
+    directory every node mounts. Run 1: Slurm writes each rank's output file too
     (compared byte for byte); run 2: all of it through srun into slurm-%j.out."""
     c = require_plugin(docker_cluster.facts)
     d = make_workdir(c, f"dtapbytes{run}")
@@ -253,16 +253,20 @@ def test_stalled_spool_hangs_one_node_only(docker_cluster: DockerCluster) -> Non
     dc = docker_cluster
     spool = dc.facts.spool
     stalled, other = "n2", "n3"
-    dc.stall_spool(stalled)
+    dc.restart_node(stalled, fuse_spool=True)
     try:
-        with pytest.raises(subprocess.TimeoutExpired):
-            dc.exec(stalled, f"ls {spool} >/dev/null", timeout=4)
-        ok = dc.exec(other, f"ls {spool} >/dev/null && echo ok", timeout=10)
-        assert ok.stdout.strip() == "ok", ok.stderr
+        dc.stall_spool(stalled)
+        try:
+            with pytest.raises(subprocess.TimeoutExpired):
+                dc.exec(stalled, f"ls {spool} >/dev/null", timeout=4)
+            ok = dc.exec(other, f"ls {spool} >/dev/null && echo ok", timeout=10)
+            assert ok.stdout.strip() == "ok", ok.stderr
+        finally:
+            dc.unstall_spool(stalled)
+        p = dc.exec(stalled, f"ls {spool} >/dev/null && echo ok", timeout=20)
+        assert p.stdout.strip() == "ok", p.stderr
     finally:
-        dc.unstall_spool(stalled)
-    p = dc.exec(stalled, f"ls {spool} >/dev/null && echo ok", timeout=20)
-    assert p.stdout.strip() == "ok", p.stderr
+        dc.restart_node(stalled)  # back to the plain shared spool
 
 
 def test_cut_net_makes_the_node_unreachable_until_healed(
