@@ -97,19 +97,48 @@ def parse_facts(text: str) -> ClusterFacts:
     )
 
 
-def cluster_cmd(action: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+# A second native cluster beside the shared one, in another configuration: proctrack/pgid
+# (no cgroups), its own root dir, name and ports (+100), /etc/slurm left to the first. Its
+# clients need SLURM_CONF (`using_conf`).
+PGID_CLUSTER_ENV = {
+    "GPUALERT_CLUSTER_DIR": "/var/lib/gpualert-cluster-pgid",
+    "GPUALERT_CLUSTER_NAME": "gpapgid",
+    "GPUALERT_CLUSTER_PORT_OFFSET": "100",
+    "GPUALERT_CLUSTER_PROCTRACK": "pgid",
+}
+
+
+def cluster_cmd(action: str, timeout: float = 300,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the cluster script; `env` adds variables (another cluster: PGID_CLUSTER_ENV)."""
     try:
         return subprocess.run([str(CLUSTER_SCRIPT), action], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL,
+                              env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired as e:
         raise ClusterError(f"`cluster {action}` did not finish within {timeout:g} s") from e
 
 
-def cluster_up(timeout: float = 300) -> ClusterFacts:
+@contextlib.contextmanager
+def using_conf(facts: ClusterFacts) -> Iterator[ClusterFacts]:
+    """This process's Slurm clients (and the test user's: run_as_user passes SLURM_CONF on)
+    talk to the cluster of `facts` while the block runs."""
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(facts.conf)
+    try:
+        yield facts
+    finally:
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
+
+
+def cluster_up(timeout: float = 300, env: dict[str, str] | None = None) -> ClusterFacts:
     """Bring the cluster up (harmless when it is) and return its facts; ClusterError if not."""
     if os.geteuid() != 0:
         raise ClusterError("cluster tests must run as root (they start daemons and switch user)")
-    proc = cluster_cmd("up", timeout)
+    proc = cluster_cmd("up", timeout, env)
     if proc.returncode != 0:
         raise ClusterError(f"`{CLUSTER_SCRIPT} up` failed (exit {proc.returncode}):\n"
                            f"{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}")

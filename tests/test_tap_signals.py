@@ -26,7 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from clusterlib import ClusterFacts, cancel_quietly, make_workdir, wait_until, write_user_file
+from clusterlib import (
+    PGID_CLUSTER_ENV,
+    ClusterError,
+    ClusterFacts,
+    cancel_quietly,
+    cluster_up,
+    make_workdir,
+    using_conf,
+    wait_until,
+    write_user_file,
+)
 from spank_jobs import (
     assert_nodes_not_drained,
     assert_same_outcome,
@@ -187,17 +197,26 @@ def send_signals(s: Submitted) -> None:
         s.sender_error = e
 
 
-# The proctrack plugins the cases run under. "cgroup" is the shared test cluster; a second
-# cluster configuration (proctrack/pgid, issue 11) plugs in here as one more param of `c`.
-PROCTRACK = ("cgroup",)
+# The proctrack plugins the cases run under: the shared test cluster (proctrack/cgroup, where
+# Slurm's own signalling skips processes named slurmstepd) and a second native cluster with
+# proctrack/pgid (clusterlib.PGID_CLUSTER_ENV), where it does not.
+PROCTRACK = ("cgroup", "pgid")
 
 
 @pytest.fixture(scope="module", params=PROCTRACK)
-def c(cluster: ClusterFacts, request: pytest.FixtureRequest) -> ClusterFacts:
-    conf = cluster.conf.read_text()
-    assert f"ProctrackType=proctrack/{request.param}" in conf, (
-        f"the test cluster does not run proctrack/{request.param} ({cluster.conf})")
-    return require_plugin(cluster)
+def c(cluster: ClusterFacts, request: pytest.FixtureRequest) -> Iterator[ClusterFacts]:
+    if request.param == "cgroup":
+        facts = cluster
+    else:
+        try:
+            facts = cluster_up(env=PGID_CLUSTER_ENV)
+        except ClusterError as e:
+            pytest.fail(f"the proctrack/pgid test cluster is not available:\n{e}",
+                        pytrace=False)
+    assert facts.raw.get("proctrack") == request.param, (
+        f"{facts.conf} runs proctrack/{facts.raw.get('proctrack')}, not {request.param}")
+    with using_conf(facts):
+        yield require_plugin(facts)
 
 
 @pytest.fixture(scope="module")
