@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -59,13 +60,11 @@ class Rule:
     plits: list[tuple[str, ...]] = field(default_factory=list)  # per pattern: one of these
     # (norm_text'ed) occurs in every line it matches - a cheap test before the regex
 
-    def match(self, line: str, low: str | None = None) -> re.Match[str] | None:
-        """The first pattern matching `line`; `low` (norm_text(line)) skips, without running
-        it, every pattern whose literals are not in the line."""
-        for i, rx in enumerate(self.patterns):
-            if low is not None and not any(lit in low for lit in self.plits[i]):
-                continue
-            m = rx.search(line)
+    def match(self, line: str, which: Iterable[int] | None = None) -> re.Match[str] | None:
+        """The first pattern matching `line`, of those numbered `which` (all by default: the
+        scanner passes the patterns whose literals are in the line)."""
+        for i in range(len(self.patterns)) if which is None else sorted(which):
+            m = self.patterns[i].search(line)
             if m:
                 return m
         return None
@@ -81,7 +80,8 @@ class RuleSet:
     # source -> one regex finding, at every position of a norm_text'ed line, the rule literal
     # that starts there; and literal -> the rules that literal (or a part of it) belongs to
     literal_rx: dict[str, re.Pattern[str]] = field(default_factory=dict)
-    literal_rules: dict[str, dict[str, list[Rule]]] = field(default_factory=dict)
+    literal_rules: dict[str, dict[str, list[tuple[Rule, tuple[int, ...]]]]] = field(
+        default_factory=dict)  # literal -> (rule, the indexes of its patterns it stands for)
 
     def for_source(self, source: str) -> list[Rule]:
         return [r for r in self.rules if r.source == source]
@@ -333,11 +333,13 @@ def _trie(words: list[str]) -> str:
 def _build_literals(rs: RuleSet, source: str) -> None:
     rules = [r for r in rs.scanned(source) if r.role != "context"]
     lits = sorted({lit for r in rules for alts in r.plits for lit in alts})
-    table: dict[str, list[Rule]] = {}
+    table: dict[str, list[tuple[Rule, tuple[int, ...]]]] = {}
     for lit in lits:
         # a literal found at a position also stands for the literals inside it (the regex
         # reports one literal per start position: the longest)
-        table[lit] = [r for r in rules if any(x in lit for alts in r.plits for x in alts)]
+        table[lit] = [(r, idx) for r in rules
+                      if (idx := tuple(i for i, alts in enumerate(r.plits)
+                                       if any(x in lit for x in alts)))]
     rs.literal_rules[source] = table
     rs.literal_rx[source] = re.compile(f"(?=({_trie(lits)}))")
 
@@ -347,7 +349,9 @@ def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:
         _build_literals(rs, source)
         src_gates = list(gates)
         table: dict[str, list[Rule]] = {}
-        for rule in rs.scanned(source):
+        # context rules are tried on every line some other rule's gate let through: a gate of
+        # their own would only let lines through that nothing can decide
+        for rule in [r for r in rs.scanned(source) if r.role != "context"]:
             for lit in rule.literals:
                 hit = next((g for g in src_gates if g in lit), None)
                 if hit is None:  # not covered by the shipped gates: its literal becomes one
@@ -360,6 +364,7 @@ def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:
         rs.prefilter[source] = used
         rs.digit_gates[source] = {
             next(g for g in used if g in lit)
-            for rule in rs.scanned(source) for lit in rule.digit_literals
+            for rule in rs.scanned(source) if rule.role != "context"
+            for lit in rule.digit_literals
         }
         rs.gate_rules[source] = table

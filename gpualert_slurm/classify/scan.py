@@ -167,6 +167,8 @@ class _Matcher:
         self.literal_rx = rules.literal_rx[source]
         self.literal_rules = rules.literal_rules[source]
         self.context = [r for r in rules.scanned(source) if r.role == "context"]
+        order = {id(r): i for i, r in enumerate(rules.rules)}
+        self.rank = lambda r: (-r.priority, order[id(r)])
         self.cache: dict[bytes, tuple[Rule, str | None] | None] = {}
         # shapes (digit-normalised lines) known to match nothing: a shape's lines differ only
         # in digit values, so this holds for all of them unless a candidate rule has a digit
@@ -189,20 +191,19 @@ class _Matcher:
         text = _decode(raw)
         # the rules whose literals are in the line (one regex); most lines stop here
         pre = norm_text(text.replace("\\", "/") if "\\" in text else text)
-        cands: list[Rule] = []
+        hits: dict[Rule, set[int]] = {}
         for m in self.literal_rx.finditer(pre):
-            for r in self.literal_rules[m.group(1)]:
-                if r not in cands:
-                    cands.append(r)
+            for r, idx in self.literal_rules[m.group(1)]:
+                hits.setdefault(r, set()).update(idx)
         best: tuple[Rule, str | None, Hit] | None = None
-        if cands:
+        if hits:
             view = line_view(text)
             body = view.body.lstrip()
-            low = norm_text(body)
-            for r in cands + self.context:
-                if best is not None and r.priority <= best[0].priority:
-                    continue
-                m = r.match(body, low)
+            # the highest priority wins (on a tie, the rule listed first in rules.yaml)
+            for r in sorted([*hits, *self.context], key=self.rank):
+                if best is not None:
+                    break
+                m = r.match(body, hits.get(r))
                 if m:
                     groups = m.groupdict() if m.re.groupindex else {}
                     det = groups.get("detail") or r.detail
