@@ -165,8 +165,10 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
             subs["PORT"] = str(server.port)
         setup = c.get("setup") or []
         for line in [setup] if isinstance(setup, str) else setup:
-            subprocess.run(["bash", "-c", fill(line, subs)], check=True, cwd=tmp,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if subprocess.run(["bash", "-c", fill(line, subs)], cwd=tmp, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode:
+                print(f"DROP {cid}: setup failed: {line}", file=sys.stderr)
+                return None
         if c.get("user") and c.get("chown_tmp"):
             for p in [tmp, *tmp.iterdir()]:
                 if not p.name.startswith("rootonly") and p != mount:
@@ -216,6 +218,9 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
         if mount:
             subprocess.run(["umount", "-l", str(mount)], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
+    if not procs:
+        shutil.rmtree(d, ignore_errors=True)
+        return None
     recs = [p.record() for p in procs]
     tasks = [capture.task_entry(root, d, rec) for rec in recs]
     failed = [t for t in tasks if t["exit_code"] != 0]

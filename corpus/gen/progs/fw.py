@@ -153,6 +153,14 @@ def tf_ckpt_make() -> None:
     print(tf.train.Checkpoint(w=v).write(ARG))
 
 
+def tf_gpu() -> None:
+    tf = _tf()
+    preamble("tf-gpu", 2)
+    gpus = tf.config.list_physical_devices("GPU")
+    tf.config.experimental.set_memory_growth(gpus[0], True)
+    log.info("memory growth on %s", gpus[0].name)
+
+
 def tf_import() -> None:
     _tf()
     preamble("tf-addons")
@@ -420,12 +428,14 @@ def hf_nan() -> None:
 
     class Guard(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "loss" in logs and math.isnan(logs["loss"]):
-                print(f"NaN loss at step {state.global_step}, stopping training.", flush=True)
-                control.should_training_stop = True
+            for key in ("loss", "grad_norm"):  # the Trainer filters nan losses from its logs
+                if logs and key in logs and not math.isfinite(float(logs[key])):
+                    print(f"{key} is {logs[key]} at step {state.global_step}, stopping training.",
+                          flush=True)
+                    control.should_training_stop = True
 
-    t = _trainer(ARG or "/tmp/hf-nan", learning_rate=1e4, num_train_epochs=20,
-                 max_grad_norm=None)
+    t = _trainer(ARG or "/tmp/hf-nan", learning_rate=1e18, num_train_epochs=20,
+                 max_grad_norm=0.0, optim="sgd")
     t.add_callback(Guard())
     t.train()
     print("exiting", flush=True)
