@@ -5,8 +5,10 @@ PREFIX ?= /opt/gpualert
 VENV   := $(PREFIX)/venv
 PY     := $(VENV)/bin/python
 CLUSTER := docker/slurm-cluster/cluster
+DCLUSTER := docker/slurm-cluster/dcluster
 
-.PHONY: install plugin demo test lint unit bench eval corpus cluster-up cluster-down clean
+.PHONY: install plugin demo test lint unit bench eval corpus cluster-up cluster-down clean \
+        dockerd dcluster-up dcluster-down
 
 install:
 	scripts/install.sh
@@ -21,7 +23,8 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-test: install
+# dockerd: the container cluster's tests (-m docker) build their images and start it themselves.
+test: install dockerd
 	$(VENV)/bin/ruff check .
 	scripts/run-pytest.sh
 
@@ -51,6 +54,16 @@ cluster-up:
 
 cluster-down:
 	$(CLUSTER) down
+
+# The container cluster (one container per node): docker/slurm-cluster/README.md.
+dockerd:
+	$(DCLUSTER) dockerd
+
+dcluster-up: install
+	$(DCLUSTER) up
+
+dcluster-down:
+	$(DCLUSTER) down
 
 clean:
 	$(MAKE) -C spank clean

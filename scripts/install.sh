@@ -14,8 +14,9 @@ flock 9
 
 DEB_PACKAGES=(python3 python3-venv python3-dev gcc make libslurm-dev slurm-wlm-plugins-dev
               slurmctld slurmd slurm-client slurmdbd munge mariadb-server
-              chromium libfuse2)  # chromium: the report's HTML render test; libfuse2: fusepy's
+              chromium libfuse2   # chromium: the report's HTML render test; libfuse2: fusepy's
                                   # library (tests/fuse_stall.py, the stalled-spool test)
+              docker.io debootstrap)  # the container cluster (docker/slurm-cluster/dcluster)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
