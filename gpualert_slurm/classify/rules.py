@@ -331,7 +331,7 @@ def _trie(words: list[str]) -> str:
 
 
 def _build_literals(rs: RuleSet, source: str) -> None:
-    rules = [r for r in rs.scanned(source) if r.role != "context"]
+    rules = rs.scanned(source)
     lits = sorted({lit for r in rules for alts in r.plits for lit in alts})
     table: dict[str, list[tuple[Rule, tuple[int, ...]]]] = {}
     for lit in lits:

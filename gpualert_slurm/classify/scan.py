@@ -165,8 +165,11 @@ class _Matcher:
     def __init__(self, rules: RuleSet, source: str) -> None:
         self.gates = [(norm_text(g).encode(), g) for g in rules.prefilter[source]]
         self.literal_rx = rules.literal_rx[source]
+        # over a chunk's bytes: the first literal of each line is enough to make it a candidate
+        # (without the look-ahead, re skips positions whose byte starts no literal)
+        trie = rules.literal_rx[source].pattern[len("(?=("):-len("))")]
+        self.literal_scan = re.compile(trie.encode("utf-8", "replace"))
         self.literal_rules = rules.literal_rules[source]
-        self.context = [r for r in rules.scanned(source) if r.role == "context"]
         order = {id(r): i for i, r in enumerate(rules.rules)}
         self.rank = lambda r: (-r.priority, order[id(r)])
         self.cache: dict[bytes, tuple[Rule, str | None] | None] = {}
@@ -200,7 +203,7 @@ class _Matcher:
             view = line_view(text)
             body = view.body.lstrip()
             # the highest priority wins (on a tie, the rule listed first in rules.yaml)
-            for r in sorted([*hits, *self.context], key=self.rank):
+            for r in sorted(hits, key=self.rank):
                 if best is not None:
                     break
                 m = r.match(body, hits.get(r))
@@ -413,16 +416,21 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
 
 
 def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> list:
+    """Mostly distinct lines: one pass of the rule-literal regex over the chunk finds the lines
+    worth matching (a line holding only a gate word, "error rate 0.1", is not one)."""
     low = normed[:end].lower()
-    starts: set[int] = set()
-    for g, _ in matcher.gates:
-        p = low.find(g)
-        while p != -1:
-            start = low.rfind(b"\n", 0, p) + 1
-            if p - start < LINE_CAP:
-                starts.add(start)
-            nxt = low.find(b"\n", p)  # the rest of this line is decided already
-            p = low.find(g, nxt) if nxt != -1 else -1
+    if b"\\" in low:
+        low = low.replace(b"\\", b"/")
+    starts: list[int] = []
+    search = matcher.literal_scan.search
+    m = search(low)
+    while m is not None:
+        p = m.start()
+        start = low.rfind(b"\n", 0, p) + 1
+        if p - start < LINE_CAP:
+            starts.append(start)
+        line_end = low.find(b"\n", p)  # the rest of this line is a candidate already
+        m = search(low, line_end + 1) if line_end != -1 else None
     found = []
     for start in starts:
         stop = low.find(b"\n", start)
