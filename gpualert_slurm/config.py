@@ -101,9 +101,30 @@ class NotifyConfig:
 
 @dataclass(frozen=True)
 class RecoveryConfig:
+    """What gpualert does after a failure (gpualert_slurm/recovery/; docs/RECOVERY.md). The
+    built-in rules are gpualert_slurm/recovery/policy.yaml; `rules` here override them."""
+
     mode: str = "monitor"  # monitor: only record what would be done; action: do it
-    actions: tuple[str, ...] = ()
-    max_retries: int = 2
+    partitions: tuple[tuple[str, str], ...] = ()  # partition -> mode, over `mode`
+    # The whitelist: what gpualert may do at all (cancel only when an admin adds it).
+    actions: tuple[str, ...] = ("requeue", "exclude_node", "drain_node", "hold")
+    max_retries: int = 2  # requeues per job; below Slurm 22.05's fixed MaxBatchRequeue=5
+    same_cause_limit: int = 2  # attempts ending with the same signature before it stops
+    rules: tuple[tuple[str, dict[str, Any]], ...] = ()  # class or domain:<d> -> rule override
+    escalate_after: int = 2  # same hardware signature on one node this often: drain it
+    blast_nodes: int = 3  # same signature on this many nodes in the window: not the nodes
+    blast_window_s: int = 3600
+    flag_drains: int = 3  # a node drained this often in flag_window_s: flagged for the admin
+    flag_window_s: int = 86400
+    breaker_share: float = 0.2  # drains in breaker_window_s over this share of a partition
+    breaker_window_s: int = 600
+    attribution: tuple[str, ...] = ()  # argv: verdict JSON on stdin -> amended on stdout
+    attribution_timeout_s: float = 5.0
+    timeout_s: float = 15.0  # bound of one decision with its actions (fail open past it)
+    audit_log: str | None = None  # None: <spool>/.gpualert/recovery/audit.jsonl
+
+    def mode_for(self, partition: str | None) -> str:
+        return dict(self.partitions).get(partition or "", self.mode)
 
 
 @dataclass(frozen=True)
@@ -219,27 +240,108 @@ def parse_config(data: Any, path: str) -> Config:
     kw["mail"] = _parse_mail(c, top.get("mail"))
     kw["notify"] = _parse_notify(c, top.get("notify"))
 
-    r = c.mapping("recovery", top.get("recovery"), ("mode", "actions", "max_retries"))
-    rkw: dict[str, Any] = {}
+    kw["recovery"] = _parse_recovery(c, top.get("recovery"))
+    kw["retention"] = _parse_retention(c, top.get("retention"))
+    kw["report"] = _report_config(c, top.get("report"))
+    return Config(**kw)
+
+
+RULE_KEYS = ("do", "retries", "shadow")
+RECOVERY_MAX_RETRIES = 4  # Slurm 22.05 stops requeueing a batch job after 5 (MaxBatchRequeue)
+
+
+def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
+    r = c.mapping("recovery", value, (
+        "mode", "partitions", "actions", "max_retries", "same_cause_limit", "rules",
+        "escalate_after", "blast_nodes", "blast_window", "flag_drains", "flag_window",
+        "breaker", "attribution", "timeout_s", "audit_log"))
+    kw: dict[str, Any] = {}
+    modes = "monitor or action"
     if "mode" in r:
         if r["mode"] not in ("monitor", "action"):
-            raise c.err("recovery.mode", "monitor or action", r["mode"])
-        rkw["mode"] = r["mode"]
+            raise c.err("recovery.mode", modes, r["mode"])
+        kw["mode"] = r["mode"]
+    if r.get("partitions") is not None:
+        p = r["partitions"]
+        if not isinstance(p, dict) or any(not isinstance(k, str) or not _USER_RE.fullmatch(k)
+                                           or v not in ("monitor", "action")
+                                           for k, v in p.items()):
+            raise c.err("recovery.partitions", f"a mapping of partition names to {modes}", p)
+        kw["partitions"] = tuple(sorted(p.items()))
     if r.get("actions") is not None:
         acts = r["actions"]
         what = f"a list of {', '.join(RECOVERY_ACTIONS)}"
         if not isinstance(acts, list) or any(a not in RECOVERY_ACTIONS for a in acts):
             raise c.err("recovery.actions", what, acts)
-        rkw["actions"] = tuple(acts)
-    if "max_retries" in r:
-        v = r["max_retries"]
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 100:
-            raise c.err("recovery.max_retries", "an integer from 0 to 100", v)
-        rkw["max_retries"] = v
-    kw["recovery"] = RecoveryConfig(**rkw)
-    kw["retention"] = _parse_retention(c, top.get("retention"))
-    kw["report"] = _report_config(c, top.get("report"))
-    return Config(**kw)
+        kw["actions"] = tuple(acts)
+    for key, lo, hi in (("max_retries", 0, RECOVERY_MAX_RETRIES), ("same_cause_limit", 1, 100),
+                        ("escalate_after", 1, 100), ("blast_nodes", 2, 100000),
+                        ("flag_drains", 1, 1000)):
+        if key in r:
+            v = r[key]
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                extra = " (Slurm 22.05 requeues a batch job at most 5 times: MaxBatchRequeue)" \
+                    if key == "max_retries" else ""
+                raise c.err(f"recovery.{key}", f"an integer from {lo} to {hi}{extra}", v)
+            kw[key] = v
+    for key in ("blast_window", "flag_window"):
+        if key in r:
+            kw[f"{key}_s"] = _duration(c, f"recovery.{key}", r[key])
+    if r.get("breaker") is not None:
+        b = c.mapping("recovery.breaker", r["breaker"], ("share", "window"))
+        if "share" in b:
+            kw["breaker_share"] = c.number("recovery.breaker.share", b["share"], 0, 1)
+        if "window" in b:
+            kw["breaker_window_s"] = _duration(c, "recovery.breaker.window", b["window"])
+    if r.get("attribution") is not None:
+        a = c.mapping("recovery.attribution", r["attribution"], ("command", "timeout_s"))
+        cmd = a.get("command")
+        if isinstance(cmd, str):
+            import shlex
+
+            cmd = shlex.split(cmd)
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(x, str) for x in cmd) \
+                or not os.path.isabs(cmd[0]):
+            raise c.err("recovery.attribution.command",
+                        "a command line (or argv list) starting with an absolute path", cmd)
+        kw["attribution"] = tuple(cmd)
+        if "timeout_s" in a:
+            kw["attribution_timeout_s"] = c.number("recovery.attribution.timeout_s",
+                                                   a["timeout_s"], 0.1, 60)
+    if "timeout_s" in r:
+        kw["timeout_s"] = c.number("recovery.timeout_s", r["timeout_s"], 1, 120)
+    if r.get("audit_log") is not None:
+        kw["audit_log"] = _abs_path(c, "recovery.audit_log", r["audit_log"])
+    if r.get("rules") is not None:
+        rules = r["rules"]
+        if not isinstance(rules, dict):
+            raise c.err("recovery.rules", "a mapping of failure classes (or domain:NAME) to "
+                        "{do: [actions], retries: N, shadow: true|false}", rules)
+        out = []
+        for name, spec in rules.items():
+            key = f"recovery.rules.{name}"
+            if not isinstance(name, str) or not re.fullmatch(r"(domain:)?[a-z_]{1,40}", name):
+                raise c.err("recovery.rules", "class ids like gpu_hardware or domain:workload",
+                            name)
+            s = c.mapping(key, spec, RULE_KEYS)
+            rule: dict[str, Any] = {}
+            if "do" in s:
+                do = s["do"] or []
+                if not isinstance(do, list) or any(a not in RECOVERY_ACTIONS for a in do):
+                    raise c.err(f"{key}.do", f"a list of {', '.join(RECOVERY_ACTIONS)}", do)
+                rule["do"] = list(do)
+            if "retries" in s:
+                v = s["retries"]
+                if isinstance(v, bool) or not isinstance(v, int) \
+                        or not 0 <= v <= RECOVERY_MAX_RETRIES:
+                    raise c.err(f"{key}.retries", f"an integer from 0 to {RECOVERY_MAX_RETRIES}",
+                                v)
+                rule["retries"] = v
+            if "shadow" in s:
+                rule["shadow"] = c.boolean(f"{key}.shadow", s["shadow"])
+            out.append((name, rule))
+        kw["rules"] = tuple(out)
+    return RecoveryConfig(**kw)
 
 
 def _report_config(c: _Checker, value: Any) -> ReportConfig:

@@ -589,3 +589,56 @@ def node_states(nodes: Iterable[str] | None = None,
         wanted = set(nodes)
         states = {n: s for n, s in states.items() if n in wanted}
     return states
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as `scontrol show node` reports it."""
+
+    name: str
+    state: str  # Slurm's State= with its flags, e.g. IDLE+DRAIN, DOWN+NOT_RESPONDING
+    reason: str = ""  # Reason= without the trailing " [user@time]"; "" when none
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def flags(self) -> frozenset[str]:
+        return frozenset(self.state.upper().replace("*", "").split("+"))
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining (DRAIN flag): someone asked for no new jobs there."""
+        return "DRAIN" in self.flags
+
+
+def parse_node_record(record: Mapping[str, str]) -> NodeInfo:
+    if not record.get("NodeName"):
+        raise SlurmError(f"scontrol node record without NodeName: {dict(record)!r:.200}")
+    reason = record.get("Reason", "")
+    reason = "" if reason in ("(null)", "None") else re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason)
+    parts = record.get("Partitions", "")
+    return NodeInfo(name=record["NodeName"], state=record.get("State", "UNKNOWN"),
+                    reason=reason.strip(),
+                    partitions=tuple(p for p in parts.split(",") if p and p != "(null)"))
+
+
+def node_info(node: str, timeout: float = DEFAULT_TIMEOUT) -> NodeInfo:
+    """State and reason of one node (`scontrol show node -o NODE`)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", node or ""):
+        raise SlurmError(f"bad node name {node!r}")
+    out = run(["scontrol", "show", "node", "-o", node], timeout=timeout)
+    for line in out.splitlines():
+        rec = parse_scontrol_record(line)
+        if rec.get("NodeName") == node:
+            return parse_node_record(rec)
+    raise SlurmError(f"scontrol show node {node}: no record for this node")
+
+
+def partition_nodes(partition: str, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+    """The nodes of a partition (`sinfo -p`), each once."""
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", partition or ""):
+        raise SlurmError(f"bad partition name {partition!r}")
+    out = run(["sinfo", "-h", "-p", partition, "-o", "%N"], timeout=timeout)
+    names: list[str] = []
+    for line in out.split():
+        names.extend(n for n in expand_hostlist(line) if n not in names)
+    return names

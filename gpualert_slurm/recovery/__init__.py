@@ -1,0 +1,167 @@
+"""Recovery: what gpualert does (or, in monitor mode, would do) after a failed run.
+
+`on_verdict()` is the one entry point, called by the job epilog with the verdict it wrote:
+attribution (the site's command), the facts from Slurm, the policy's decision (policy.py),
+the audit line (fsynced before any action), the actions (actions.py). It is bounded by
+recovery.timeout_s: past it the rest is abandoned, Slurm's normal handling proceeds and the
+audit log says so. It never raises (the epilog must not break for it).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from typing import Any
+
+from gpualert_slurm import slurm
+from gpualert_slurm.config import Config
+
+SLURM_CALL_S = 5.0
+
+
+def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: float
+              ) -> tuple[list[str], list[str]]:
+    """Nodes to blame (and notes): for a node failure the job's nodes Slurm reports down or
+    not responding, else the verdict's root node."""
+    notes: list[str] = []
+    v = verdict.get("verdict") or {}
+    if cls == "node_failure":
+        down = []
+        for n in nodes:
+            if time.monotonic() > deadline:
+                notes.append("node states not all read within the bound")
+                break
+            try:
+                info = slurm.node_info(n, timeout=min(SLURM_CALL_S, deadline - time.monotonic()))
+            except slurm.SlurmError as e:
+                notes.append(f"node {n}: {e}")
+                continue
+            if info.flags & {"DOWN", "NOT_RESPONDING", "FAIL"}:
+                down.append(n)
+        if down:
+            return down, notes
+    root = v.get("root_node")
+    return ([str(root)] if root else []), notes
+
+
+def checkpoint_newest(pattern: str | None, work_dir: str | None, deadline: float
+                      ) -> float | None:
+    """Newest mtime of the files matching the job's checkpoint= glob (relative to its work
+    dir); lstat only: no file is opened, no link followed."""
+    if not pattern:
+        return None
+    base = pattern if os.path.isabs(pattern) else os.path.join(work_dir or "/nonexistent",
+                                                               pattern)
+    newest = None
+    for i, path in enumerate(glob.iglob(base, recursive=True)):
+        if i > 100000 or time.monotonic() > deadline:
+            break
+        try:
+            m = os.lstat(path).st_mtime
+        except OSError:
+            continue
+        newest = m if newest is None else max(newest, m)
+    return newest
+
+
+def _summary(dec: dict[str, Any], outcome: str | None, results: list[dict[str, Any]],
+             audit_file: str) -> dict[str, Any]:
+    return {
+        "id": dec.get("id"), "mode": dec.get("mode"), "rule": dec.get("rule"),
+        "class": dec.get("class"), "shadow": dec.get("shadow"),
+        "recommended": dec.get("recommended"), "planned": dec.get("planned"),
+        "would": dec.get("would"), "not_taken": dec.get("not_taken"),
+        "taken": [{"action": r.get("action"), "target": r.get("target"),
+                   "outcome": r.get("outcome")} for r in results],
+        "retries_left": dec.get("retries_left"), "notes": dec.get("notes"),
+        "attribution": dec.get("attribution"), "outcome": outcome, "audit_log": audit_file,
+    }
+
+
+def on_verdict(cfg: Config, verdict: dict[str, Any], log: Any = None,
+               deadline: float | None = None) -> dict[str, Any] | None:
+    """Decide (and in action mode act) on one run's verdict; the summary for the report, or
+    None for a run that did not fail. Never raises."""
+    try:
+        return _on_verdict(cfg, verdict, log, deadline)
+    except Exception as e:  # fail open: the epilog and Slurm go on as if gpualert were absent
+        if log is not None:
+            log.error(f"job {verdict.get('job_id')}: recovery failed: {e!r}")
+        return {"outcome": "error", "error": repr(e)[:300]}
+
+
+def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
+                deadline: float | None) -> dict[str, Any] | None:
+    from gpualert_slurm.recovery import actions, attribution, policy
+    from gpualert_slurm.recovery.audit import AuditLog, audit_path, breaker_open, decision_state
+
+    if not (verdict.get("failed") or verdict.get("silent_failure")):
+        return None
+    rc = cfg.recovery
+    t0 = time.monotonic()
+    deadline = min(deadline if deadline is not None else t0 + rc.timeout_s, t0 + rc.timeout_s)
+    job = verdict.get("job") or {}
+    opts = verdict.get("options") or {}
+    job_id = str(verdict.get("job_id"))
+    attempt = int(verdict.get("attempt") or 0)
+    audit = AuditLog(audit_path(cfg))
+
+    att_timeout = max(0.1, min(rc.attribution_timeout_s, deadline - time.monotonic() - 1))
+    v2, att = attribution.attribute(rc.attribution, verdict, att_timeout)
+    vv = v2.get("verdict") or {}
+    cls = str(vv.get("class") or "unknown")
+    nodes = [str(n) for n in job.get("nodes") or []]
+    partition = str(job.get("partition") or "").split(",")[0]
+    suspects, notes = _suspects(v2, cls, nodes, deadline)
+    try:
+        psize = len(slurm.partition_nodes(partition, timeout=SLURM_CALL_S)) if partition else 0
+    except slurm.SlurmError as e:
+        psize = 0
+        notes.append(f"partition {partition}: {e}")
+    ck = checkpoint_newest(opts.get("checkpoint"), job.get("work_dir"), deadline)
+
+    with audit.locked(max(0.1, deadline - time.monotonic() - 0.5)) as held:
+        if not held:
+            rec = audit.append({"event": "outcome", "id": f"{job_id}.{attempt}", "job": job_id,
+                                "attempt": attempt, "outcome": "abandoned",
+                                "why": "the audit lock did not come within the bound"})
+            return {"id": rec["id"], "outcome": "abandoned", "why": rec["why"]}
+        records = audit.read()
+        dec_id = f"{job_id}.{attempt}"
+        old, done, outcome = decision_state(records, dec_id)
+        if old is not None and outcome is not None:
+            # the same decision again (the epilog ran twice): recorded, never acted on twice
+            return {**_summary(old, outcome, [], audit.path), "repeat": True}
+        if old is None:
+            facts = policy.JobFacts(
+                job_id=job_id, attempt=attempt, partition=partition, nodes=tuple(nodes),
+                suspects=tuple(suspects), recover=opts.get("recover"),
+                checkpoint=opts.get("checkpoint"), checkpoint_newest=ck, partition_size=psize,
+                breaker_open=breaker_open(records, partition) is not None, time=time.time())
+            d = policy.decide(rc, v2, facts, records)
+            ev = (vv.get("evidence") or [{}])[0]
+            evidence = str(ev.get("text") or vv.get("detail") or "")[:300] \
+                if isinstance(ev, dict) else str(ev)[:300]
+            old = audit.append({
+                "event": "decision", **d.to_json(), "partition": partition, "nodes": nodes,
+                "suspects": suspects, "evidence": evidence,
+                "failed_at": job.get("end_time"), "checkpoint": opts.get("checkpoint"),
+                "attribution": att, "notes": [*d.notes, *notes],
+                "user_recover": opts.get("recover")})
+            if d.trip_breaker:
+                audit.append({"event": "breaker", "partition": partition, "state": "open",
+                              "id": dec_id, "why": next(
+                                  (n["why"] for n in d.not_taken if "breaker" in n["why"]), "")})
+        if not old.get("planned"):
+            rec = audit.append({"event": "outcome", "id": dec_id, "job": job_id,
+                                "attempt": attempt, "outcome": "recorded",
+                                "decided_s": time.monotonic() - t0})
+            return _summary(old, "recorded", [], audit.path)
+        out, results = actions.execute(old, old["planned"], audit, deadline, done)
+        audit.append({"event": "outcome", "id": dec_id, "job": job_id, "attempt": attempt,
+                      "outcome": out, "decided_s": time.monotonic() - t0})
+        if log is not None:
+            log.info(f"job {job_id}: recovery {old.get('rule')}: "
+                     + ", ".join(f"{r['action']} {r['target']}: {r['outcome']}" for r in results))
+        return _summary(old, out, results, audit.path)

@@ -1,0 +1,154 @@
+"""Carrying a decision out with Slurm's own commands (through gpualert_slurm.slurm), each step
+idempotent: Slurm's current state is read first, so a decision carried out twice, or resumed
+after a restart, acts once. Every step is announced in the audit log (fsynced) before it is
+taken, with the state it found, and its result recorded after.
+
+- drain_node: `scontrol update nodename=N state=drain reason="gpualert: <class> <evidence>"`;
+  a node already drained by someone else (NHC:, an admin) keeps its state and reason.
+- requeue [excluding nodes] [held]: requeuehold, merge ExcNodeList (it can only change on a
+  pending job, and a new value replaces the old list), release unless held. A job Slurm has
+  already requeued (node failure) only gets the exclusion merged.
+- cancel: scancel, unless the job already ended.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpualert_slurm import slurm
+from gpualert_slurm.recovery.audit import AuditLog
+
+REASON_PREFIX = "gpualert:"
+SLURM_CALL_S = 5.0
+DONE = ("done", "already done", "kept")
+
+
+class OverBound(Exception):
+    pass
+
+
+def drain_reason(cls: str, evidence: str) -> str:
+    text = " ".join(f"{REASON_PREFIX} {cls} {evidence}".split())
+    # scontrol takes it as one argv element; keep it short for sinfo and without '"'
+    return text.replace('"', "'")[:200]
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0.2:
+        raise OverBound()
+    return min(SLURM_CALL_S, left)
+
+
+def merged_exclusion(current: str, extra: list[str]) -> str:
+    names = slurm.expand_hostlist(current if current not in ("(null)", "None") else "")
+    for n in extra:
+        if n not in names:
+            names.append(n)
+    return ",".join(names)
+
+
+def do_drain(node: str, reason: str, deadline: float, audit: AuditLog,
+             base: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    before = slurm.node_info(node, timeout=_left(deadline))
+    info = {"state": before.state, "reason": before.reason}
+    if before.drained:
+        if before.reason.startswith(REASON_PREFIX):
+            return "already done", {"before": info}
+        return "kept", {"before": info, "why": f"already drained by another tool or an admin "
+                        f"({before.reason or 'no reason'}): its state and reason are kept"}
+    audit.append({**base, "event": "action", "action": "drain_node", "target": node,
+                  "before": info, "reason": reason})
+    slurm.update_node(node, "drain", reason, timeout=_left(deadline))
+    return "done", {"before": info}
+
+
+def do_requeue(job: str, attempt: int, exclude: list[str], hold: bool, deadline: float,
+               audit: AuditLog, base: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    st = slurm.show_job(job, timeout=_left(deadline))
+    before = {"state": st.state, "restarts": st.restarts,
+              "exc_node_list": st.raw.get("ExcNodeList", "")}
+    if st.restarts > attempt:
+        # requeued already (by Slurm for a node failure, or by this decision before a restart)
+        if exclude and st.state == "PENDING":
+            new = merged_exclusion(str(st.raw.get("ExcNodeList", "")), exclude)
+            if new != merged_exclusion(str(st.raw.get("ExcNodeList", "")), []):
+                audit.append({**base, "event": "action", "action": "exclude_node",
+                              "target": ",".join(exclude), "before": before})
+                slurm.update_job(job, timeout=_left(deadline), ExcNodeList=new)
+                return "done", {"before": before, "detail": f"already requeued (restart "
+                                f"{st.restarts}); ExcNodeList={new}"}
+        return "already done", {"before": before}
+    if st.state == "PENDING":
+        return "already done", {"before": before, "detail": "the job is pending already"}
+    audit.append({**base, "event": "action", "action": "requeue", "target": job,
+                  "before": before, "exclude": exclude, "hold": hold})
+    if exclude or hold:
+        slurm.requeue(job, hold=True, timeout=_left(deadline))
+        if exclude:
+            cur = slurm.show_job(job, timeout=_left(deadline)).raw.get("ExcNodeList", "")
+            slurm.update_job(job, timeout=_left(deadline),
+                             ExcNodeList=merged_exclusion(str(cur), exclude))
+        if not hold:
+            slurm.release(job, timeout=_left(deadline))
+    else:
+        slurm.requeue(job, timeout=_left(deadline))
+    return "done", {"before": before}
+
+
+def do_cancel(job: str, deadline: float, audit: AuditLog, base: dict[str, Any]
+              ) -> tuple[str, dict[str, Any]]:
+    st = slurm.show_job(job, timeout=_left(deadline))
+    before = {"state": st.state}
+    if st.final or st.state == "COMPLETING":
+        return "already done", {"before": before, "detail": "the job has ended"}
+    audit.append({**base, "event": "action", "action": "cancel", "target": job,
+                  "before": before})
+    slurm.cancel(job, timeout=_left(deadline))
+    return "done", {"before": before}
+
+
+def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: AuditLog,
+            deadline: float, done: dict[tuple[str, str], str] | None = None,
+            ) -> tuple[str, list[dict[str, Any]]]:
+    """Carry out `planned` (from the decision record); skip steps whose result is already
+    recorded as done. Returns (outcome, results). Past the deadline the rest is abandoned."""
+    done = done or {}
+    base = {"id": decision["id"], "job": decision["job"], "attempt": decision["attempt"],
+            "partition": decision.get("partition", "")}
+    results = []
+    outcome = "completed"
+    for p in planned:
+        action, target = p["action"], str(p["target"])
+        prior = done.get((action, target))
+        if prior in DONE:
+            results.append({"action": action, "target": target, "outcome": prior,
+                            "detail": "recorded earlier"})
+            continue
+        try:
+            if action == "drain_node":
+                ev = decision.get("evidence") or ""
+                res, info = do_drain(target, drain_reason(decision["class"], ev), deadline,
+                                     audit, base)
+            elif action == "requeue":
+                res, info = do_requeue(str(decision["job"]), int(decision["attempt"]),
+                                       list(decision.get("exclude") or []),
+                                       bool(p.get("hold")), deadline, audit, base)
+            elif action == "cancel":
+                res, info = do_cancel(str(decision["job"]), deadline, audit, base)
+            else:
+                res, info = "failed", {"why": f"no executor for {action}"}
+        except OverBound:
+            res, info = "abandoned", {"why": "over recovery.timeout_s: abandoned; Slurm's "
+                                      "normal handling proceeds"}
+            outcome = "abandoned"
+        except slurm.SlurmError as e:
+            res, info = "failed", {"why": str(e)[:400]}
+            outcome = "failed"
+        rec = audit.append({**base, "event": "result", "action": action, "target": target,
+                            "outcome": res, **info})
+        results.append(rec)
+        if res == "abandoned":
+            break
+    return outcome, results

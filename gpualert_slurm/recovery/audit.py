@@ -1,0 +1,133 @@
+"""The recovery audit log: append-only JSON lines, each fsynced before the action it announces,
+and the lock that makes one decision at a time (two job epilogs never decide from the same
+history, so the breaker and the retry counts see every earlier decision).
+
+Events: decision (what the policy said, before anything is done), action (about to act on a
+target, with the node's or job's state before), result (what came of it), outcome (the
+decision's end: completed, recorded, abandoned), breaker (opened or reset), resume (an admin
+resumed a node). The log is root's (0600): evidence lines come from users' logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from gpualert_slurm.config import Config
+
+TAIL_BYTES = 8 * 1024 * 1024  # history read back for decisions: windows are hours, not years
+
+
+def audit_path(cfg: Config) -> str:
+    return cfg.recovery.audit_log or os.path.join(cfg.spool, ".gpualert", "recovery",
+                                                  "audit.jsonl")
+
+
+class AuditLog:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _ensure_dir(self) -> None:
+        d = os.path.dirname(self.path)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+
+    def append(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Write one line and fsync it; returns the record (with its time)."""
+        record = {"time": time.time(), **record}
+        self._ensure_dir()
+        line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return record
+
+    def read(self, tail_bytes: int | None = TAIL_BYTES) -> list[dict[str, Any]]:
+        """The records, oldest first; a torn or foreign line is skipped, never fatal."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return []
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if tail_bytes is not None and size > tail_bytes:
+                f.seek(size - tail_bytes)
+                f.readline()  # a partial first line
+            data = f.read()
+        out = []
+        for line in data.splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+    @contextlib.contextmanager
+    def locked(self, timeout_s: float) -> Iterator[bool]:
+        """Hold the decision lock; yields False (not held) when it did not come within
+        timeout_s, and the caller then fails open."""
+        self._ensure_dir()
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            deadline = time.monotonic() + timeout_s
+            held = False
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.05)
+            yield held
+        finally:
+            os.close(fd)
+
+
+def decision_state(records: list[dict[str, Any]], decision_id: str
+                   ) -> tuple[dict[str, Any] | None, dict[tuple[str, str], str], str | None]:
+    """For one decision id: its decision record, {(action, target): last result outcome},
+    and its outcome (None while unfinished)."""
+    dec, results, outcome = None, {}, None
+    for r in records:
+        if r.get("id") != decision_id:
+            continue
+        ev = r.get("event")
+        if ev == "decision" and dec is None:
+            dec = r
+        elif ev == "result":
+            results[(str(r.get("action")), str(r.get("target")))] = str(r.get("outcome"))
+        elif ev == "outcome":
+            outcome = str(r.get("outcome"))
+    return dec, results, outcome
+
+
+def breaker_open(records: list[dict[str, Any]], partition: str) -> dict[str, Any] | None:
+    """The record that opened the partition's breaker, if no reset came after it."""
+    state = None
+    for r in records:
+        if r.get("event") == "breaker" and r.get("partition") in (partition, "*"):
+            state = r if r.get("state") == "open" else None
+    return state
+
+
+def open_breakers(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    parts = {str(r.get("partition")) for r in records if r.get("event") == "breaker"}
+    out = {}
+    for p in parts - {"*"}:
+        b = breaker_open(records, p)
+        if b is not None:
+            out[p] = b
+    return out

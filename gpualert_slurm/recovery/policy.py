@@ -1,0 +1,290 @@
+"""The recovery policy as a pure function: a verdict, the job's facts and the audit history in,
+a Decision out. No Slurm, no files (except loading the rules data), so every rule is
+unit-tested (tests/test_recovery_policy.py); recovery/__init__.py gathers the facts and
+recovery/actions.py carries the decision out."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any
+
+from gpualert_slurm.config import RecoveryConfig
+
+REQUEUE_ACTIONS = ("requeue", "exclude_node", "hold")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str  # the class id or domain:<d> it was found under ("default": nothing matched)
+    do: tuple[str, ...] = ()
+    retries: int = 0
+    shadow: bool = False
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the decision needs to know about the job beyond its verdict."""
+
+    job_id: str
+    attempt: int  # Slurm's restart count of the run that just ended (0: first run)
+    partition: str = ""
+    nodes: tuple[str, ...] = ()
+    suspects: tuple[str, ...] = ()  # nodes the verdict (or Slurm) blames
+    recover: bool | None = None  # the user's recover= option (None: not given)
+    checkpoint: str | None = None  # the user's checkpoint= glob
+    checkpoint_newest: float | None = None  # newest mtime of its matches now
+    partition_size: int = 0  # nodes in the partition (0: unknown)
+    breaker_open: bool = False  # the partition's drain breaker is open (tripped, not reset)
+    time: float = 0.0
+
+
+@dataclass
+class Decision:
+    id: str
+    job: str
+    attempt: int
+    cls: str
+    domain: str
+    signature: str
+    rule: str
+    mode: str  # monitor | action (after per-partition override)
+    shadow: bool
+    recommended: list[str]  # what the rule asks for (after escalation)
+    planned: list[dict[str, Any]] = field(default_factory=list)  # {"action", "target"}
+    would: list[dict[str, Any]] = field(default_factory=list)  # planned, were it action mode
+    not_taken: list[dict[str, Any]] = field(default_factory=list)  # {"action", "why"}
+    exclude: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    retries_left: int = 0
+    checkpoint_newest: float | None = None
+    trip_breaker: bool = False
+    flagged_nodes: list[str] = field(default_factory=list)
+    acts: bool = False  # True when something will really be done
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["class"] = d.pop("cls")
+        return d
+
+
+@functools.cache
+def builtin_policy() -> dict[str, Any]:
+    import yaml
+
+    text = resources.files("gpualert_slurm.recovery").joinpath("policy.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+@functools.cache
+def class_domains() -> dict[str, str]:
+    import yaml
+
+    text = resources.files("gpualert_slurm.classify").joinpath("classes.yaml").read_text()
+    classes = yaml.safe_load(text)["classes"]
+    return {k: (v or {}).get("domain", "unknown") for k, v in classes.items()}
+
+
+def rules_table(cfg: RecoveryConfig) -> dict[str, Rule]:
+    """The built-in rules with the admin's overrides merged in, key by key."""
+    raw: dict[str, dict[str, Any]] = {k: dict(v) for k, v in builtin_policy()["rules"].items()}
+    for name, over in cfg.rules:
+        raw.setdefault(name, {}).update(over)
+    return {name: Rule(name, tuple(r.get("do") or ()), int(r.get("retries", 0)),
+                       bool(r.get("shadow", False))) for name, r in raw.items()}
+
+
+def check_rule_names(cfg: RecoveryConfig) -> list[str]:
+    """Overrides naming no known class or domain (for `gpualert doctor` and the tests)."""
+    classes = class_domains()
+    domains = set(classes.values())
+    bad = []
+    for name, _ in cfg.rules:
+        dom = name.removeprefix("domain:")
+        if (name.startswith("domain:") and dom not in domains) or (
+                not name.startswith("domain:") and name not in classes):
+            bad.append(name)
+    return bad
+
+
+def find_rule(cfg: RecoveryConfig, cls: str, domain: str) -> Rule:
+    table = rules_table(cfg)
+    return table.get(cls) or table.get(f"domain:{domain}") or Rule("default")
+
+
+_VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d{4,}\b|\d{4}-\d\d-\d\d[T ][\d:.]+|pid[ =:]*\d+",
+                       re.IGNORECASE)
+
+
+def signature(verdict: dict[str, Any]) -> str:
+    """What makes two failures "the same": the class and its first evidence line without the
+    parts that differ every time (addresses, pids, times, long numbers). Xid 79 stays 79."""
+    v = verdict.get("verdict") or {}
+    cls = str(v.get("class") or "unknown")
+    ev = v.get("evidence") or []
+    text = ""
+    if ev and isinstance(ev[0], dict):
+        text = str(ev[0].get("text") or "")
+    text = _VOLATILE.sub("#", text)
+    text = re.sub(r"^\S*:\s*", "", text) if re.match(r"^n?[\w.-]+: ", text) else text
+    return f"{cls}:{' '.join(text.split())[:160]}"
+
+
+def _decisions(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [h for h in history if h.get("event") == "decision"]
+
+
+def drains_in_window(history: list[dict[str, Any]], partition: str, since: float
+                     ) -> set[str]:
+    """Nodes gpualert drained (done) in this partition since `since`."""
+    out: set[str] = set()
+    for h in history:
+        if (h.get("event") == "result" and h.get("action") == "drain_node"
+                and h.get("outcome") == "done" and h.get("partition") == partition
+                and float(h.get("time") or 0) >= since):
+            out.add(str(h.get("target")))
+    return out
+
+
+def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
+           history: list[dict[str, Any]]) -> Decision:
+    """What to do about one failed run. `history`: the audit log's records (any order)."""
+    v = verdict.get("verdict") or {}
+    cls = str(v.get("class") or "unknown")
+    domain = str(v.get("domain") or class_domains().get(cls, "unknown"))
+    sig = signature(verdict)
+    rule = find_rule(cfg, cls, domain)
+    mode = cfg.mode_for(facts.partition)
+    d = Decision(id=f"{facts.job_id}.{facts.attempt}", job=facts.job_id, attempt=facts.attempt,
+                 cls=cls, domain=domain, signature=sig, rule=rule.name, mode=mode,
+                 shadow=rule.shadow, recommended=list(rule.do),
+                 checkpoint_newest=facts.checkpoint_newest)
+    past = _decisions(history)
+    sig_classes = set(builtin_policy().get("signature_classes") or ())
+    suspects = list(facts.suspects)
+
+    # Escalation: the same hardware signature on a suspect node seen before (any job).
+    if cls in sig_classes and suspects:
+        since = facts.time - cfg.flag_window_s
+        for n in suspects:
+            seen = sum(1 for h in past if h.get("signature") == sig
+                       and n in (h.get("suspects") or ()) and h.get("id") != d.id
+                       and float(h.get("time") or 0) >= since)
+            if seen + 1 >= cfg.escalate_after and "drain_node" not in d.recommended:
+                d.recommended = ["drain_node", *d.recommended]
+                if "requeue" in d.recommended and "exclude_node" not in d.recommended:
+                    d.recommended.append("exclude_node")
+                d.notes.append(f"escalated: signature {sig!r} seen {seen + 1} times on {n}: "
+                               "drain for inspection")
+    # Blast radius: the same signature on many nodes lately is not the nodes' fault.
+    if cls in sig_classes:
+        since = facts.time - cfg.blast_window_s
+        nodes = {n for h in past if h.get("signature") == sig
+                 and float(h.get("time") or 0) >= since for n in (h.get("suspects") or ())}
+        nodes |= set(suspects)
+        if len(nodes) >= cfg.blast_nodes:
+            for a in ("drain_node", "exclude_node"):
+                if a in d.recommended:
+                    d.recommended.remove(a)
+                    d.not_taken.append({"action": a, "why": (
+                        f"blast radius: signature seen on {len(nodes)} nodes within "
+                        f"{cfg.blast_window_s} s: a software or workload cause, not the node")})
+
+    # Retry budget (Slurm's restart count is the attempts used, its own requeues included),
+    # the rule's own limit, the same cause repeating, and checkpoint progress.
+    budget = min(cfg.max_retries, rule.retries)
+    d.retries_left = max(0, cfg.max_retries - facts.attempt)
+    stop: str | None = None
+    wants_requeue = "requeue" in d.recommended or "hold" in d.recommended
+    if wants_requeue:
+        same = sum(1 for h in past if h.get("job") == facts.job_id and h.get("signature") == sig
+                   and h.get("id") != d.id) + 1
+        if facts.attempt >= cfg.max_retries:
+            stop = f"retry budget spent: {facts.attempt} of {cfg.max_retries} requeues used"
+        elif facts.attempt >= budget:
+            stop = f"rule {rule.name} allows {budget} requeue(s); {facts.attempt} used"
+        elif same > cfg.same_cause_limit:
+            stop = (f"the same cause ended {same} attempts (recovery.same_cause_limit "
+                    f"{cfg.same_cause_limit})")
+        elif facts.checkpoint and facts.attempt > 0:
+            prev = max((h for h in past if h.get("job") == facts.job_id
+                        and h.get("attempt", -1) < facts.attempt and h.get("id") != d.id),
+                       key=lambda h: h.get("attempt", -1), default=None)
+            before = prev.get("checkpoint_newest") if prev else None
+            now = facts.checkpoint_newest
+            if now is None or (before is not None and now <= before):
+                stop = (f"no checkpoint progress: nothing matching {facts.checkpoint!r} is "
+                        "newer than at the last attempt")
+    if stop:
+        for a in ("requeue", "exclude_node", "hold"):
+            if a in d.recommended:
+                d.not_taken.append({"action": a, "why": stop})
+        d.recommended = [a for a in d.recommended if a not in REQUEUE_ACTIONS]
+        d.notes.append(f"not requeued: {stop}")
+
+    # What would be done -> what will be done.
+    why_not: str | None = None
+    if mode != "action":
+        why_not = (f"monitor mode (partition {facts.partition})" if facts.partition in
+                   dict(cfg.partitions) else "monitor mode")
+    elif rule.shadow:
+        why_not = f"rule {rule.name} is in shadow mode"
+    elif facts.recover is False:
+        why_not = "the user opted out (recover=off)"
+    drains_before = drains_in_window(history, facts.partition, facts.time - cfg.breaker_window_s)
+    allowed_drains = max(1, math.floor(cfg.breaker_share * facts.partition_size)) \
+        if facts.partition_size else 1
+    for a in d.recommended:
+        targets = suspects if a in ("drain_node", "exclude_node") else [facts.job_id]
+        if a in ("drain_node", "exclude_node") and not targets:
+            d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
+            continue
+        if a not in cfg.actions:
+            d.not_taken.append({"action": a, "why": f"{a} is not in recovery.actions"})
+            continue
+        if a == "exclude_node":
+            d.exclude = list(targets)
+            continue  # carried out with the requeue
+        for t in targets:
+            if a == "drain_node":
+                if facts.breaker_open:
+                    d.not_taken.append({"action": a, "target": t, "why": (
+                        f"circuit breaker open for partition {facts.partition}: no new drains "
+                        "until an admin runs `gpualert resume --breaker`")})
+                    continue
+                if t not in drains_before and len(drains_before) + 1 > allowed_drains:
+                    d.trip_breaker = True
+                    d.not_taken.append({"action": a, "target": t, "why": (
+                        f"circuit breaker trips: {len(drains_before) + 1} drains in partition "
+                        f"{facts.partition} within {cfg.breaker_window_s} s, more than "
+                        f"{cfg.breaker_share:.0%} of its {facts.partition_size} nodes")})
+                    continue
+                drains_before = drains_before | {t}
+            d.planned.append({"action": a, "target": t})
+    if "requeue" in [p["action"] for p in d.planned] and "hold" in d.recommended \
+            and "hold" in cfg.actions:
+        d.planned = [p for p in d.planned if p["action"] != "hold"]
+        for p in d.planned:
+            if p["action"] == "requeue":
+                p["hold"] = True
+    if why_not and d.planned:
+        for p in d.planned:
+            d.not_taken.append({**p, "why": why_not})
+        d.would, d.planned = d.planned, []
+    d.acts = bool(d.planned)
+
+    # Nodes drained often lately are flagged for the admin.
+    since = facts.time - cfg.flag_window_s
+    for n in suspects:
+        times = [h for h in history if h.get("event") == "result" and h.get("outcome") == "done"
+                 and h.get("action") == "drain_node" and h.get("target") == n
+                 and float(h.get("time") or 0) >= since]
+        will = any(p["action"] == "drain_node" and p["target"] == n for p in d.planned)
+        if len(times) + will >= cfg.flag_drains:
+            d.flagged_nodes.append(n)
+            d.notes.append(f"node {n} drained {len(times) + will} times within "
+                           f"{cfg.flag_window_s} s: flagged for the admin")
+    return d
