@@ -347,3 +347,13 @@ def test_labels_json_of_realworld_set_is_well_formed():
         assert lab["source"] != "synthetic" or lab["how"], lab["id"]
         for t in lab["tasks"]:
             assert (root / t["log"]).is_file(), lab["id"]
+
+
+def test_time_limit_after_a_labelled_rank_error_in_the_batch_log(tmp_path):
+    """srun --label: rank 1's traceback is labelled, slurmstepd's time-limit line is not."""
+    path = write(tmp_path, "batch.0.log", "0: step 1\n1: step 1\n1: Traceback (most recent call "
+                 "last):\n1:   File \"t.py\", line 3, in <module>\n1: ValueError: bad shard\n"
+                 + LIMIT)
+    v = classify([TaskInput(path, rank=0, node="n1", step="batch", signal=15)],
+                 JobFacts(slurm_state="TIMEOUT"))
+    assert (v.cls, v.root_rank) == ("python_exception", 1)

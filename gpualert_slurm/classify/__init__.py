@@ -432,8 +432,12 @@ def _failed_before_limit(c: _Ctx) -> bool:
     if c.crashed:
         return True
     inc = c.root.incident
-    lim = [e for e in c.root.events if e.cls == c.state_cls and e.role == "root"]
-    return inc is not None and bool(lim) and 0 < lim[0].order - inc.order <= LIMIT_GAP
+    if inc is None:
+        return False
+    # Slurm's line in the same file (a labelled batch log keeps it apart from the rank's lines)
+    lim = [e for e in c.all_events if e.file == inc.file and e.cls == c.state_cls
+           and e.role == "root" and e.order > inc.order]
+    return bool(lim) and lim[0].order - inc.order <= LIMIT_GAP
 
 
 def _step_time_limit_or_cancel(c: _Ctx) -> Verdict | None:
