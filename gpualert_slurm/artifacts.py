@@ -18,6 +18,7 @@ import select
 import signal
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,64 +164,79 @@ def _child_collect(work_dir: str, globs: list[str], budget: int) -> dict[str, An
     return {"taken": taken, "skipped": skipped}
 
 
+class Forked:
+    """fn() started now in a forked child (as uid/gid when given: no supplementary group but
+    gid); result() collects its pickled return value through a pipe, within a bound."""
+
+    def __init__(self, fn: Callable[[], Any], uid: int | None = None,
+                 gid: int | None = None) -> None:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: never returns into the caller's code
+            code = 0
+            try:
+                os.close(r)
+                if uid is not None and gid is not None:
+                    os.setgroups([gid])
+                    os.setgid(gid)
+                    os.setuid(uid)
+                    if os.getuid() != uid or (uid != 0 and os.geteuid() == 0):
+                        raise PermissionError("could not drop privileges")
+                out: Any = ("ok", fn())
+            except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+                out = ("error", f"{type(e).__name__}: {e}")
+                code = 1
+            try:
+                with os.fdopen(w, "wb") as f:
+                    f.write(pickle.dumps(out))
+            finally:
+                os._exit(code)
+        os.close(w)
+        self.pid, self.fd = pid, r
+
+    def cancel(self) -> None:
+        if self.pid:
+            with suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            with suppress(OSError):
+                os.waitpid(self.pid, 0)
+            with suppress(OSError):
+                os.close(self.fd)
+            self.pid = 0
+
+    def result(self, timeout_s: float) -> Any:
+        """The child's return value. TimeoutError past timeout_s (the child is killed);
+        RuntimeError for whatever went wrong in the child."""
+        chunks: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"took more than {timeout_s:g} s")
+                ready, _, _ = select.select([self.fd], [], [], left)
+                if not ready:
+                    continue
+                b = os.read(self.fd, 1 << 20)
+                if not b:
+                    break
+                chunks.append(b)
+        finally:
+            self.cancel()
+        try:
+            # The pickle comes from our own forked code (no one else can write to this pipe).
+            kind, value = pickle.loads(b"".join(chunks))
+        except Exception as e:
+            raise RuntimeError(f"no answer from the child: {e}") from None
+        if kind != "ok":
+            raise RuntimeError(value)
+        return value
+
+
 def run_forked(fn: Callable[[], Any], timeout_s: float, uid: int | None = None,
                gid: int | None = None) -> Any:
-    """fn() in a forked child (as uid/gid when given: no supplementary group but gid), its
-    result pickled back through a pipe. Raises TimeoutError past timeout_s (the child is
-    killed) and RuntimeError for whatever went wrong in the child."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns into the caller's code
-        code = 0
-        try:
-            os.close(r)
-            if uid is not None and gid is not None:
-                os.setgroups([gid])
-                os.setgid(gid)
-                os.setuid(uid)
-                if os.getuid() != uid or (uid != 0 and os.geteuid() == 0):
-                    raise PermissionError("could not drop privileges")
-            out: Any = ("ok", fn())
-        except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
-            out = ("error", f"{type(e).__name__}: {e}")
-            code = 1
-        try:
-            with os.fdopen(w, "wb") as f:
-                f.write(pickle.dumps(out))
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    timed_out = False
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            ready, _, _ = select.select([r], [], [], left)
-            if not ready:
-                continue
-            b = os.read(r, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
-    finally:
-        os.close(r)
-        if timed_out:
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    if timed_out:
-        raise TimeoutError(f"took more than {timeout_s:g} s")
-    try:
-        # The pickle comes from our own forked code (no one else can write to this pipe).
-        kind, value = pickle.loads(b"".join(chunks))
-    except Exception as e:
-        raise RuntimeError(f"no answer from the child: {e}") from None
-    if kind != "ok":
-        raise RuntimeError(value)
-    return value
+    """fn() in a forked child, bounded (see Forked)."""
+    return Forked(fn, uid, gid).result(timeout_s)
 
 
 def collect_as_user(uid: int, gid: int, work_dir: str, globs: list[str], budget: int,

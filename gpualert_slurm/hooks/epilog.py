@@ -227,66 +227,102 @@ def close_task_logs(tasks: list[TaskLog]) -> None:
             os.close(t.fd)
 
 
+class PendingVerdict:
+    """A classification running in a forked child (started at once, so the caller can do
+    other work meanwhile); result() gives (verdict JSON, error or None)."""
+
+    def __init__(self, tasks: list[TaskLog], facts: dict[str, Any],
+                 kernel_lines: list[str]) -> None:
+        self.kpath: str | None = None
+        self.child: Any = None
+        self.error: str | None = None
+        self.names = {t.proc_path: t.path for t in tasks}
+        try:
+            from gpualert_slurm.artifacts import Forked
+            from gpualert_slurm.classify import (
+                JobFacts,
+                RuleError,
+                TaskInput,
+                classify,
+                load_rules,
+            )
+
+            if kernel_lines:
+                kfd, self.kpath = tempfile.mkstemp(prefix="gpualert-kernel-", suffix=".log")
+                with os.fdopen(kfd, "w") as f:
+                    f.write("\n".join(kernel_lines) + "\n")
+                self.names[self.kpath] = "(kernel log)"
+            inputs = []
+            for t in tasks:
+                e = t.exit or {}
+                inputs.append(TaskInput(
+                    path=t.proc_path, rank=t.rank, node=t.node, step=t.step,
+                    exit_code=e.get("exit_code"), signal=e.get("signal") or None,
+                    core_dumped=bool(e.get("core_dumped")), end_time=e.get("end_time")))
+            jf = JobFacts(**{k: facts.get(k) for k in (
+                "exit_code", "signal", "slurm_state", "slurm_reason", "nvml",
+                "hang_threshold_s", "silence_s")}, kernel_log=self.kpath)
+
+            def judge() -> dict[str, Any]:
+                note = None
+                try:
+                    v = classify(inputs, jf)
+                except RuleError as e:  # a broken site rule must not cost the user the report
+                    v = classify(inputs, jf, load_rules(site=False))
+                    note = f"site rules ignored: {e}"
+                out = v.to_json()
+                if note:
+                    out["detail"] = "; ".join(x for x in (out.get("detail"), note) if x)
+                # flags the classifier may add beyond the documented fields (silent failure)
+                for extra in ("silent_failure", "silent"):
+                    if hasattr(v, extra) and extra not in out:
+                        out[extra] = getattr(v, extra)
+                return out
+
+            self.child = Forked(judge)
+        except Exception as e:
+            self.error = f"{type(e).__name__}: {e}"
+
+    def cancel(self) -> None:
+        if self.child is not None:
+            self.child.cancel()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self.kpath:
+            with suppress(OSError):
+                os.unlink(self.kpath)
+            self.kpath = None
+
+    def result(self, timeout_s: float) -> tuple[dict[str, Any], str | None]:
+        try:
+            if self.error:
+                raise RuntimeError(self.error)
+            out = self.child.result(timeout_s)
+            for item in [*out.get("evidence", []), *out.get("cascades", [])]:
+                if isinstance(item, dict) and item.get("file") in self.names:
+                    item["file"] = self.names[item["file"]]
+            out["detail"] = _unproc(out.get("detail") or "", self.names)
+            return out, None
+        except Exception as e:  # the classifier raising or too slow: report anyway
+            return ({"class": "unknown", "domain": "unknown", "confidence": 0.0,
+                     "hint": "gpualert could not classify this job; the logs below are "
+                             "complete.",
+                     "detail": f"classifier error: {type(e).__name__}: {e}", "evidence": [],
+                     "root_rank": None, "root_node": None, "root_step": None,
+                     "cascades": []},
+                    f"{type(e).__name__}: {e}")
+        finally:
+            self._cleanup()
+
+
 def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any], kernel_lines: list[str],
                    timeout_s: float = 60.0) -> tuple[dict[str, Any], str | None]:
     """The classifier's verdict as JSON, with file names mapped back from /proc/self/fd to the
     spool paths, or (an 'unknown' verdict, the error) when the classifier raised or ran past
     timeout_s (a huge log on a busy node): a broken or slow classifier must still leave a
     report. It runs in a forked child, which can be killed at the bound."""
-    kpath = None
-    try:
-        from gpualert_slurm.artifacts import run_forked
-        from gpualert_slurm.classify import JobFacts, RuleError, TaskInput, classify, load_rules
-
-        if kernel_lines:
-            kfd, kpath = tempfile.mkstemp(prefix="gpualert-kernel-", suffix=".log")
-            with os.fdopen(kfd, "w") as f:
-                f.write("\n".join(kernel_lines) + "\n")
-        inputs = []
-        for t in tasks:
-            e = t.exit or {}
-            inputs.append(TaskInput(
-                path=t.proc_path, rank=t.rank, node=t.node, step=t.step,
-                exit_code=e.get("exit_code"), signal=e.get("signal") or None,
-                core_dumped=bool(e.get("core_dumped")), end_time=e.get("end_time")))
-        jf = JobFacts(**{k: facts.get(k) for k in (
-            "exit_code", "signal", "slurm_state", "slurm_reason", "nvml", "hang_threshold_s",
-            "silence_s")}, kernel_log=kpath)
-        def judge() -> dict[str, Any]:
-            note = None
-            try:
-                v = classify(inputs, jf)
-            except RuleError as e:  # a broken site rule must not cost the user the report
-                v = classify(inputs, jf, load_rules(site=False))
-                note = f"site rules ignored: {e}"
-            out = v.to_json()
-            if note:
-                out["detail"] = "; ".join(x for x in (out.get("detail"), note) if x)
-            # flags the classifier may add beyond the documented fields (silent failure)
-            for extra in ("silent_failure", "silent"):
-                if hasattr(v, extra) and extra not in out:
-                    out[extra] = getattr(v, extra)
-            return out
-
-        out = run_forked(judge, timeout_s)
-        names = {t.proc_path: t.path for t in tasks}
-        if kpath:
-            names[kpath] = "(kernel log)"
-        for item in [*out.get("evidence", []), *out.get("cascades", [])]:
-            if isinstance(item, dict) and item.get("file") in names:
-                item["file"] = names[item["file"]]
-        out["detail"] = _unproc(out.get("detail") or "", names)
-        return out, None
-    except Exception as e:  # the classifier raising or too slow: report anyway
-        return ({"class": "unknown", "domain": "unknown", "confidence": 0.0,
-                 "hint": "gpualert could not classify this job; the logs below are complete.",
-                 "detail": f"classifier error: {type(e).__name__}: {e}", "evidence": [],
-                 "root_rank": None, "root_node": None, "root_step": None, "cascades": []},
-                f"{type(e).__name__}: {e}")
-    finally:
-        if kpath:
-            with suppress(OSError):
-                os.unlink(kpath)
+    return PendingVerdict(tasks, facts, kernel_lines).result(timeout_s)
 
 
 def _unproc(text: str, names: dict[str, str]) -> str:
@@ -368,15 +404,21 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
             lo = last_output(mine)
             facts["silence_s"] = t0 - lo if lo else None
             bound = min(cfg.hook_timeout_s, shim_bound_s())
-            verdict, err = classify_tasks(mine, facts, kernel["lines"],
-                                          timeout_s=max(1.0, bound - (time.time() - t0) - 2.0))
+            pending = PendingVerdict(mine, facts, kernel["lines"])
+            name = f"{node_file_name(node)}.verdict.json"
             record = {
                 "version": VERDICT_VERSION, "job_id": jobid, "node": node,
                 "attempt": js.attempt, "time": time.time(), "elapsed_s": time.time() - t0,
-                "tasks": [t.info() for t in mine],
-                "kernel": kernel, "nvml": nvml, "verdict": verdict, "classifier_error": err,
+                "tasks": [t.info() for t in mine], "kernel": kernel, "nvml": nvml,
+                "verdict": None, "classifier_error": None, "stage": "evidence",
             }
-            write_json_atomic(nfd, f"{node_file_name(node)}.verdict.json", record, 0o644)
+            # The evidence first: it is all the job epilog (which waits for it) needs; the
+            # node's own classification follows, for the record.
+            write_json_atomic(nfd, name, record, 0o644)
+            verdict, err = pending.result(max(1.0, bound - (time.time() - t0) - 2.0))
+            record.update(verdict=verdict, classifier_error=err, stage="classified",
+                          elapsed_s=time.time() - t0)
+            write_json_atomic(nfd, name, record, 0o644)
         finally:
             os.close(nfd)
         log.info(f"job {jobid}: node verdict {verdict.get('class')} for {len(mine)} task(s) "

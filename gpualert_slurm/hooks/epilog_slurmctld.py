@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
 from contextlib import suppress
 from typing import Any
@@ -23,6 +24,7 @@ from gpualert_slurm.hooks.common import HookLog, Watchdog, load_config_logged, s
 from gpualert_slurm.hooks.epilog import (
     VERDICT_VERSION,
     JobSpool,
+    PendingVerdict,
     TaskLog,
     classify_tasks,
     close_task_logs,
@@ -146,9 +148,23 @@ def pick_failing(tasks: list[TaskLog], verdict: dict[str, Any]) -> TaskLog | Non
     return next((t for t in tasks if t.step == "batch"), tasks[0] if tasks else None)
 
 
+def classify_facts(cfg: Config, opts: Options, tasks: list[TaskLog], sf: dict[str, Any],
+                   nvml: dict[str, Any], now: float) -> dict[str, Any]:
+    """The JobFacts fields for the classifier (docs/CLASSIFY-API.md)."""
+    rec = sf.get("record") or {}
+    end = _scontrol_time(rec.get("EndTime")) or now
+    lo = last_output(tasks)
+    hang = opts.hang_s if opts.hang_s is not None else cfg.hang_s
+    return {"exit_code": sf["exit_code"], "signal": sf["signal"] or None,
+            "slurm_state": sf["slurm_state"], "slurm_reason": sf["slurm_reason"],
+            "nvml": nvml or None, "hang_threshold_s": float(hang) if hang else None,
+            "silence_s": (end - lo) if lo and end else None}
+
+
 def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
                   tasks: list[TaskLog], node_recs: dict[str, Any], nodes: list[str],
-                  sf: dict[str, Any], now: float, classify_s: float = 60.0) -> dict[str, Any]:
+                  sf: dict[str, Any], now: float, classify_s: float = 60.0,
+                  early: PendingVerdict | None = None) -> dict[str, Any]:
     rec = sf.get("record") or {}
     job = js.job
     kernel: list[str] = []
@@ -173,13 +189,13 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
             gpus[n] = (job.get("gpus") or {}).get(n)
     start = _scontrol_time(rec.get("StartTime")) or job.get("start_time")
     end = _scontrol_time(rec.get("EndTime")) or now
-    lo = last_output(tasks)
-    hang = opts.hang_s if opts.hang_s is not None else cfg.hang_s
-    facts = {"exit_code": sf["exit_code"], "signal": sf["signal"] or None,
-             "slurm_state": sf["slurm_state"], "slurm_reason": sf["slurm_reason"],
-             "nvml": nvml or None, "hang_threshold_s": float(hang) if hang else None,
-             "silence_s": (end - lo) if lo and end else None}
-    verdict, err = classify_tasks(tasks, facts, kernel, timeout_s=classify_s)
+    if kernel or any((x or {}).get("changed") for x in nvml.values()) or early is None:
+        if early is not None:
+            early.cancel()
+        verdict, err = classify_tasks(tasks, classify_facts(cfg, opts, tasks, sf, nvml, now),
+                                      kernel, timeout_s=classify_s)
+    else:
+        verdict, err = early.result(classify_s)
     if err:
         notes.append(f"the classifier failed ({err}); the verdict is 'unknown'")
     failed = (sf["slurm_state"] not in ("COMPLETED", None)) or bool(sf["exit_code"]) \
@@ -457,6 +473,21 @@ def should_send(opts: Options, v: dict[str, Any]) -> bool:
     return bool(v.get("failed") or v.get("silent_failure"))
 
 
+def _warm_up() -> None:
+    """Compile the rules and the templates while scontrol answers (a subprocess: the GIL is
+    free): the classifier's child inherits the rules, the report renders at once."""
+    with suppress(Exception):
+        from gpualert_slurm.classify import load_rules
+
+        load_rules()
+    with suppress(Exception):
+        from gpualert_slurm.report import _env, template_dirs
+
+        env = _env(tuple(template_dirs()))
+        for name in ("report.txt.j2", "report.html.j2"):
+            env.get_template(name)
+
+
 def save_verdict(js: JobSpool, v: dict[str, Any], log: HookLog) -> bool:
     """verdict.json, atomically; a full or broken spool is logged, and the report still goes
     out (the mail carries the same content)."""
@@ -483,6 +514,7 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     if not opts.monitored:
         return
     rc = report_cfg(cfg)
+    os.environ.setdefault("GPUALERT_TEMPLATES", rc.templates)  # report.template_dirs()
     array_id = env.get("SLURM_ARRAY_JOB_ID", "")
     task_id = env.get("SLURM_ARRAY_TASK_ID", "")
     is_array = array_id.isdigit() and task_id.isdigit()
@@ -516,18 +548,26 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
             if env.get("SLURM_JOB_NODELIST") else list(js.job.get("nodes") or [])
         # Leave hook_timeout_s for the work after the wait, within the overall bound.
         wait = max(0.0, min(cfg.epilog_wait_s, bound - cfg.hook_timeout_s))
-        node_recs = wait_node_verdicts(js, nodes, wait)
+        warm = threading.Thread(target=_warm_up, daemon=True)
+        warm.start()
         tasks = open_task_logs(js)
         batch = next((t for t in tasks if t.step == "batch"), None)
         sf = slurm_facts(jobid, env, (batch.exit or {}).get("signal") if batch else None)
+        # Classify while the nodes' evidence comes in; again only if it brings kernel lines
+        # or moved GPU counters (rare), which the classifier must see.
+        now = time.time()
+        warm.join(max(0.0, bound / 4 - (time.monotonic() - t0)))
+        early = PendingVerdict(tasks, classify_facts(cfg, opts, tasks, sf, {}, now), [])
+        node_recs = wait_node_verdicts(js, nodes, wait)
         # Half of what is left to classify; the rest for artifacts and delivery.
         left = bound - (time.monotonic() - t0)
-        v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, time.time(),
-                          classify_s=max(1.0, left / 2))
+        v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, now,
+                          classify_s=max(1.0, left / 2), early=early)
         save_verdict(js, v, log)
         log.info(f"job {jobid}: verdict {v['verdict'].get('class')} "
                  f"(state {sf['slurm_state']}, {len(tasks)} task logs, "
                  f"{len(node_recs)}/{len(nodes)} node verdicts) in {time.monotonic() - t0:.2f} s")
+        _recover(cfg, js, v, log, bound - (time.monotonic() - t0))
         per_task = not is_array or rc.arrays == "per_task"
         if should_send(opts, v) and per_task:
             _send_job(cfg, opts, env, js, tasks, v, log, t0, bound)
@@ -545,6 +585,20 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     finally:
         close_task_logs(tasks)
         js.close()
+
+
+def _recover(cfg: Config, js: JobSpool, v: dict[str, Any], log: HookLog, left: float) -> None:
+    """Hand the verdict to the recovery policy (gpualert_slurm/recovery); what it decided goes
+    into verdict.json's "recovery" for the report. Its failure never touches the epilog."""
+    try:
+        from gpualert_slurm import recovery
+
+        r = recovery.on_verdict(cfg, v, log, time.monotonic() + max(1.0, left / 2))
+        if r is not None:
+            v["recovery"] = r
+            save_verdict(js, v, log)
+    except Exception as e:  # on_verdict promises not to raise; a hook never trusts that
+        log.error(f"job {v.get('job_id')}: recovery: {e!r}")
 
 
 def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,

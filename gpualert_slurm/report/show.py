@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     try:
         cfg = load_config()
+        os.environ.setdefault("GPUALERT_TEMPLATES", cfg.report.templates)
         v = load_verdict(cfg.spool, a.jobid, a.attempt)
     except (ConfigError, ShowError) as e:
         print(e, file=sys.stderr)
