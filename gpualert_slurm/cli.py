@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hook": ("gpualert_slurm.hooks", "entry points for Slurm's Prolog/Epilog (admins)"),
     "flush": ("gpualert_slurm.notify.flushcmd", "send the reports waiting in the outbox (admins)"),
     "mailprog": ("gpualert_slurm.notify.mailprog", "Slurm's MailProg, enriched (admins)"),
+    "status": ("gpualert_slurm.recovery.status", "monitored jobs now, recovery state (admins)"),
+    "history": ("gpualert_slurm.recovery.history", "what recovery decided and did (admins)"),
+    "resume": ("gpualert_slurm.recovery.resume", "resume nodes gpualert drained; reset the "
+               "breaker"),
 }
 
 
