@@ -78,8 +78,11 @@ def variant_case(root: Path, c: dict, base_labels: dict[str, dict]) -> dict | No
     if base is None:
         print(f"DROP {c['id']}: base case {c['base']} not in the set", file=sys.stderr)
         return None
-    d = case_dir(root, c["id"])
     src = root / "cases" / c["base"]
+    if not base["tasks"] or not src.is_dir():
+        print(f"DROP {c['id']}: base case {c['base']} has no logs", file=sys.stderr)
+        return None
+    d = case_dir(root, c["id"])
     for f in sorted(src.iterdir()):
         data = f.read_bytes()
         if f.suffix == ".log" and f.name != "kernel.log":

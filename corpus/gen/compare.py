@@ -3,7 +3,8 @@
 
 Real failures do not repeat byte for byte (pids, addresses, timings), so a case counts as
 reproduced when its class, exit code, signal and task count match and its logs' first lines are
-the same once numbers, temp dirs and program paths are masked. Prints one row per rebuilt case; exits 1 if any differs.
+the same once numbers, temp dirs and program paths are masked. Prints one row per rebuilt
+case; exits 1 if any differs.
 """
 
 from __future__ import annotations

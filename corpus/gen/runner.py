@@ -14,7 +14,8 @@ A case names what runs and the conditions that make it fail by itself:
   timeout (a run that reaches it is dropped), kill_at + kill_signal, kill_after
     [seconds, signal, self|child], silence_kill (seconds without output), hang (a watchdog that
     stops the job hang+3 s after its last output; the label gets hang_threshold_s/silence_s)
-  expect: fail|ok|signal|<exit code>; expect_text (one, or a list: any); expect_signal; transform (transforms.py)
+  expect: fail|ok|signal|<exit code>; expect_text (one, or a list: any); expect_signal;
+  transform (transforms.py)
 Placeholders: {PY} {PROGS} {NATIVE} {TMP} {PORT} {PORT0} {RANK}. A run that does not fail as
 the case says is dropped and reported, never relabelled.
 """
@@ -157,7 +158,7 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
             size = "512K" if c["tmpfs"] is True else c["tmpfs"]
             subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
                            check=True)
-            os.chmod(mount, 0o777 if not c.get("user_via") == "runuser" else 0o755)
+            os.chmod(mount, 0o777 if c.get("user_via") != "runuser" else 0o755)
             if c.get("user"):
                 shutil.chown(mount, c["user"], c["user"])
         if c.get("server"):

@@ -19,17 +19,20 @@ T0 = 1796000000.0
 
 
 def _pre(rng: random.Random, name: str, steps: int, dist: bool = False, rank: int = 0) -> str:
-    out = [f"[{name}] starting run {rng.randrange(1000, 9999)} on {rng.choice(['8xA100-80GB', '4xH100', '8xV100-32GB', '2xA40'])}",
+    gpus = ["8xA100-80GB", "4xH100", "8xV100-32GB", "2xA40"]
+    out = [f"[{name}] starting run {rng.randrange(1000, 9999)} on {rng.choice(gpus)}",
            f"torch {rng.choice(['2.1.2+cu121', '2.3.1+cu121', '2.5.1+cu124', '1.13.1+cu117'])}, "
            f"CUDA available: True, devices: {rng.choice([2, 4, 8])}"]
     if dist:
         host = rng.choice(["gpu-017", "a100-n03", "dgx-12", "node-g4"])
-        out += [f"{host}:{rng.randrange(1000, 99999)}:{rng.randrange(1000, 99999)} [{rank}] NCCL INFO "
-                f"Bootstrap : Using eth0:10.1.{rng.randrange(0, 255)}.{rng.randrange(1, 254)}<0>",
-                f"{host}:{rng.randrange(1000, 99999)}:{rng.randrange(1000, 99999)} [{rank}] NCCL INFO "
-                "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.1.0.5<0>",
-                f"{host}:{rng.randrange(1000, 99999)}:{rng.randrange(1000, 99999)} [{rank}] NCCL INFO "
-                f"comm 0x{rng.randrange(1 << 40):x} rank {rank} nranks 8 cudaDev {rank % 8} - Init COMPLETE"]
+        out += [f"{host}:{rng.randrange(1000, 99999)}:{rng.randrange(1000, 99999)} [{rank}] "
+                f"NCCL INFO Bootstrap : Using eth0:10.1.{rng.randrange(0, 255)}."
+                f"{rng.randrange(1, 254)}<0>",
+                f"{host}:{rng.randrange(1000, 99999)}:{rng.randrange(1000, 99999)} [{rank}] "
+                "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.1.0.5<0>",
+                f"{host}:{rng.randrange(1000, 99999)}:{rng.randrange(1000, 99999)} [{rank}] "
+                f"NCCL INFO comm 0x{rng.randrange(1 << 40):x} rank {rank} nranks 8 cudaDev "
+                f"{rank % 8} - Init COMPLETE"]
     loss = rng.uniform(2, 9)
     for s in range(steps):
         loss *= rng.uniform(0.9, 0.99)
@@ -74,10 +77,11 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
     if style == "torch2":
         msg = (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {_size(rng)}. "
                f"GPU {dev} has a total capacity of 79.15 GiB of which {rng.uniform(10, 900):.2f} "
-               f"MiB is free. Including non-PyTorch memory, this process has 78.{rng.randrange(10, 99)}"
-               f" GiB memory in use. Of the allocated memory {rng.uniform(60, 76):.2f} GiB is "
-               f"allocated by PyTorch, and {rng.uniform(0.1, 3):.2f} GiB is reserved by PyTorch but "
-               "unallocated. If reserved but unallocated memory is large try setting "
+               "MiB is free. Including non-PyTorch memory, this process has "
+               f"78.{rng.randrange(10, 99)} GiB memory in use. Of the allocated memory "
+               f"{rng.uniform(60, 76):.2f} GiB is allocated by PyTorch, and "
+               f"{rng.uniform(0.1, 3):.2f} GiB is reserved by PyTorch but unallocated. If "
+               "reserved but unallocated memory is large try setting "
                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
                "documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html"
                "#environment-variables)")
@@ -90,8 +94,9 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
                "Management and PYTORCH_CUDA_ALLOC_CONF")
     elif style == "tf":
         n = rng.choice([2147483648, 1073741824, 536870912])
-        return (f"2024-05-0{rng.randrange(1, 9)} 11:{rng.randrange(10, 59)}:03.{rng.randrange(100000, 999999)}: W "
-                "tensorflow/core/common_runtime/bfc_allocator.cc:485] Allocator (GPU_0_bfc) ran out "
+        return (f"2024-05-0{rng.randrange(1, 9)} 11:{rng.randrange(10, 59)}:03."
+                f"{rng.randrange(100000, 999999)}: W tensorflow/core/common_runtime/"
+                "bfc_allocator.cc:485] Allocator (GPU_0_bfc) ran out "
                 f"of memory trying to allocate {n / 2**30:.2f}GiB (rounded to {n})requested by op "
                 "MatMul\nIf the cause is memory fragmentation maybe the environment variable "
                 "'TF_GPU_ALLOCATOR=cuda_malloc_async' will improve the situation. \n"
@@ -130,14 +135,15 @@ def cuda_error(rng: random.Random, p: dict) -> str:
 def device_assert(rng: random.Random, p: dict) -> str:
     kind = p.get("kind", "nll")
     asserts = {
-        "nll": ("/opt/pytorch/aten/src/ATen/native/cuda/Loss.cu", "nll_loss_forward_reduce_cuda_kernel_2d",
-                "t >= 0 && t < n_classes"),
+        "nll": ("/opt/pytorch/aten/src/ATen/native/cuda/Loss.cu",
+                "nll_loss_forward_reduce_cuda_kernel_2d", "t >= 0 && t < n_classes"),
         "index": ("/opt/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu", "operator()",
                   "-sizes[i] <= index && index < sizes[i] && \"index out of bounds\""),
         "embed": ("/opt/pytorch/aten/src/ATen/native/cuda/Indexing.cu", "indexSelectLargeIndex",
                   "srcIndex < srcSelectDimSize"),
         "scatter": ("/opt/pytorch/aten/src/ATen/native/cuda/ScatterGatherKernel.cu",
-                    "operator()", "idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\""),
+                    "operator()",
+                    "idx_dim >= 0 && idx_dim < index_size && \"index out of bounds\""),
     }
     f, fn, cond = asserts[kind]
     lines = []
@@ -160,8 +166,9 @@ def cuda_setup(rng: random.Random, p: dict) -> str:
                "https://pytorch.org to install a PyTorch version that has been compiled with your "
                "version of the CUDA driver.")
     elif kind == "no_kernel":
-        msg = ("RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
-               "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        msg = ("RuntimeError: CUDA error: no kernel image is available for execution on the "
+               "device\nCUDA kernel errors might be asynchronously reported at some other API "
+               "call, so the "
                "stacktrace below might be incorrect.\nFor debugging consider passing "
                "CUDA_LAUNCH_BLOCKING=1")
     else:
@@ -177,8 +184,9 @@ def nccl(rng: random.Random, p: dict, rank: int = 0) -> str:
     host = rng.choice(["gpu-017", "a100-n03", "dgx-12", "node-g4"])
     pid = rng.randrange(1000, 99999)
     warn = {
-        "system": f"\n{host}:{pid}:{pid + 7} [{rank}] misc/socket.cc:538 NCCL WARN socketStartConnect: "
-                  "Connect to 10.1.0.7<43213> failed : Software caused connection abort",
+        "system": f"\n{host}:{pid}:{pid + 7} [{rank}] misc/socket.cc:538 NCCL WARN "
+                  "socketStartConnect: Connect to 10.1.0.7<43213> failed : Software caused "
+                  "connection abort",
         "ib": f"\n{host}:{pid}:{pid + 9} [{rank}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got "
               "completion from peer 10.1.0.9<52311> with status=12 opcode=0 len=0 vendor err 129 "
               "(Recv) localGid ::ffff:10.1.0.5 remoteGids::ffff:10.1.0.9 hca mlx5_2",
@@ -207,8 +215,9 @@ def nccl(rng: random.Random, p: dict, rank: int = 0) -> str:
 
 def watchdog(rng: random.Random, rank: int) -> str:
     seq = rng.randrange(100, 90000)
-    return (f"[rank{rank}]:[E{rng.randrange(1000, 1231)} 0{rng.randrange(1, 9)}:{rng.randrange(10, 59)}:"
-            f"{rng.randrange(10, 59)}.{rng.randrange(10**8, 10**9)} ProcessGroupNCCL.cpp:616] [Rank "
+    return (f"[rank{rank}]:[E{rng.randrange(1000, 1231)} 0{rng.randrange(1, 9)}:"
+            f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}.{rng.randrange(10**8, 10**9)} "
+            "ProcessGroupNCCL.cpp:616] [Rank "
             f"{rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
             "OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000) ran for "
             f"{600000 + rng.randrange(1, 900)} milliseconds before timing out.\n"
@@ -230,7 +239,8 @@ def xid(rng: random.Random, p: dict) -> tuple[str, str]:
                  "76 (GSP_RM_CONTROL) (0x20801348 0x4)."}[num]
     stamp = f"[{rng.uniform(1e5, 9e5):.6f}]"
     if num == 79:
-        kern = (f"{stamp} NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, {text}\n"
+        kern = (f"{stamp} NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, "
+                f"{text}\n"
                 f"{stamp} NVRM: GPU 0000:{bus}:00.0: GPU has fallen off the bus.\n")
         job = ("RuntimeError: CUDA error: unspecified launch failure\nCUDA kernel errors might be "
                "asynchronously reported at some other API call, so the stacktrace below might be "
@@ -335,8 +345,9 @@ def build(root: Path, d: Path, c: dict) -> dict:
         bad = p.get("node", "n3")
         text = (_pre(rng, name, rng.randrange(3, 9)) +
                 f"srun: error: Node failure on {bad}\n"
-                f"slurmstepd: error: *** JOB {jid} ON n1 CANCELLED AT 2026-02-1{rng.randrange(0, 9)}"
-                f"T0{rng.randrange(0, 9)}:1{rng.randrange(0, 9)}:44 DUE TO NODE FAILURE, SEE "
+                f"slurmstepd: error: *** JOB {jid} ON n1 CANCELLED AT "
+                f"2026-02-1{rng.randrange(0, 9)}T0{rng.randrange(0, 9)}:1{rng.randrange(0, 9)}:44 "
+                "DUE TO NODE FAILURE, SEE "
                 "SLURMCTLD LOG FOR DETAILS ***\n")
         if p.get("style") == "ray":
             text = (_pre(rng, name, 4) + "(raylet) The node with node id: "

@@ -58,7 +58,8 @@ def host_prefix(data: bytes, rng: random.Random) -> bytes:
 
 
 def timestamp(data: bytes, rng: random.Random) -> bytes:
-    fmt = rng.choice([b"[2026-03-%02d %02d:%02d:%02d,%03d] ", b"2026-03-%02dT%02d:%02d:%02d.%03dZ "])
+    fmt = rng.choice([b"[2026-03-%02d %02d:%02d:%02d,%03d] ",
+                      b"2026-03-%02dT%02d:%02d:%02d.%03dZ "])
     day, h, m = rng.randrange(1, 28), rng.randrange(0, 24), rng.randrange(0, 60)
 
     def stamp(i: int) -> bytes:

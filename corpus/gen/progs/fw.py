@@ -97,7 +97,7 @@ def tf_checknumerics() -> None:
         with tf.GradientTape() as tape:
             loss = tf.debugging.check_numerics(tf.reduce_mean((m(x) - y) ** 2), "training loss")
         grads = tape.gradient(loss, m.trainable_variables)
-        opt.apply_gradients(zip(grads, m.trainable_variables))
+        opt.apply_gradients(zip(grads, m.trainable_variables, strict=True))
         print(f"step {step} loss {float(loss):.4g}", flush=True)
 
 
@@ -555,8 +555,8 @@ def submitit_exc() -> None:
 def ds_import() -> None:
     preamble("ds", 2)
     import deepspeed
-    from deepspeed.ops.adam import DeepSpeedCPUAdam
     import torch
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
     p = [torch.nn.Parameter(torch.randn(4, 4))]
     print(deepspeed.__version__, DeepSpeedCPUAdam(p))
 
