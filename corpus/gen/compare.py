@@ -20,8 +20,9 @@ from corpus.gen.build import load_set  # noqa: E402
 
 NUM = re.compile(r"0x[0-9a-f]+|\d+(\.\d+)?")
 # what moves between runs or layouts: temp dirs, where the program lives (generate/progs/ before
-# the fold, gen/progs/ now), timestamps and pids (numbers)
-PATHS = [(re.compile(r"/tmp/[^\s'\":]*"), "/tmp/T"), (re.compile(r"/\S*?/progs/"), "progs/")]
+# the fold, gen/progs/ now), which venv runs it, timestamps and pids (numbers)
+PATHS = [(re.compile(r"/tmp/[^\s'\":]*"), "/tmp/T"), (re.compile(r"/\S*?/progs/"), "progs/"),
+         (re.compile(r"/opt/gpualert[-/]corpus-venv"), "VENV")]
 
 
 def labels(root: Path) -> dict[str, dict]:
