@@ -167,11 +167,17 @@ static void ask_copier(const struct task_id *id, const struct timespec *deadline
     struct sockaddr_un sa;
     socklen_t salen;
     drain_socket_name(id, &sa, &salen);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a connect to a listener whose backlog the job filled would otherwise
+     * block slurmstepd (root) for as long as the job likes. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return;
-    if (connect(fd, (struct sockaddr *)&sa, salen) != 0)
-        goto out;                  /* no copier: never tapped, or already finished */
+    while (connect(fd, (struct sockaddr *)&sa, salen) != 0) {
+        if (errno != EAGAIN || ms_until(deadline) <= 0)
+            goto out;              /* no copier: never tapped, or already finished */
+        struct timespec nap = {0, 2000000};
+        nanosleep(&nap, NULL);
+    }
     /* Anyone can bind an abstract name: only the job's user's copier is listened to. */
     struct ucred cred;
     socklen_t clen = sizeof(cred);
