@@ -200,7 +200,7 @@ static void ask_copier(const struct task_id *id, const struct timespec *deadline
         if (r <= 0)
             continue;
         ssize_t n = read(fd, line + got, sizeof(line) - 1 - got);
-        if (n < 0 && errno == EINTR)
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0)
             break;
