@@ -276,6 +276,12 @@ def _task(root: Path, d: Path, name: str, rank: int, code: int | None, sig: int 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one synthetic case into `d`; return its label."""
     cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
+    if tmpl in ("tuning_single", "tuning_cascade"):  # the tuning corpus's GPU composer
+        from corpus.gen import synthetic_gpu
+        lab = synthetic_gpu.build(root, c)
+        if lab["id"] != cid:
+            raise ValueError(f"synthetic case {cid} builds {lab['id']}")
+        return lab
     rng = random.Random(cid)
     tr = c.get("transform")
     name = c.get("name", "job")

@@ -1,11 +1,11 @@
 """Regenerate the corpus: run every family's generator, write labels.jsonl sorted by id.
 
-usage: all.py [--only FAMILY ...] [--synthetic] [--no-slurm] [--workers N]
+usage: all.py [--only FAMILY ...] [--no-slurm] [--workers N]
 
 Each family owns the case ids that start with its prefixes: running it deletes those cases and
 builds them again. Cases of families not run this time keep their labels, so one family can be
-redone alone. Synthetic GPU cases are kept unless --synthetic asks to rebuild them; Slurm cases
-are built only when the test cluster answers (`cluster status`), unless --no-slurm.
+redone alone. Slurm cases are built only when the test cluster answers (`cluster status`),
+unless --no-slurm. The other families are cases of corpus/gen/sets/corpus.yaml now.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from collections import Counter
 from common import CASES, LABELS
 
 # Order matters only for speed: the slow Slurm waits come last.
-# local, torchcases, storage and hang are data now (corpus/gen/sets/corpus.yaml, built by
-# corpus/gen/build.py after this script); these three are still code.
-FAMILIES = ["dist", "synthetic_gpu", "slurm"]
+# local, torchcases, storage, hang and the synthetic GPU cases are data now
+# (corpus/gen/sets/corpus.yaml, built by corpus/gen/build.py after this script); these two
+# families are still code.
+FAMILIES = ["dist", "slurm"]
 
 
 def load_labels() -> list[dict]:
@@ -123,16 +124,10 @@ def run_family(name: str, labels: list[dict], workers: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=FAMILIES, help="families to rebuild")
-    ap.add_argument("--synthetic", action="store_true", help="rebuild the synthetic GPU cases")
     ap.add_argument("--no-slurm", action="store_true", help="do not run the Slurm family")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    families = args.only or [f for f in FAMILIES
-                             if not (f == "synthetic_gpu" and not args.synthetic)
-                             and not (f == "slurm" and args.no_slurm)]
-    if args.only is None and not args.synthetic and not any(
-            lab["source"] == "synthetic" for lab in load_labels()):
-        families.insert(0, "synthetic_gpu")  # none yet: build them once
+    families = args.only or [f for f in FAMILIES if not (f == "slurm" and args.no_slurm)]
     CASES.mkdir(parents=True, exist_ok=True)
     labels = load_labels()
     for name in families:

@@ -12,9 +12,21 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
+from pathlib import Path
 
-from common import CORPUS, case_dir, label
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from corpus.gen.capture import label  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent  # the set's directory; build.py sets it
+
+
+def case_dir(case_id: str) -> Path:
+    """The case's directory, made fresh by the caller (corpus/gen/build.py)."""
+    d = ROOT / "cases" / case_id
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 PREFIXES = ("syn-",)
 NODES = [f"gpu-n{i:03d}" for i in range(1, 40)]
@@ -524,7 +536,7 @@ def m_hw(r: random.Random, node: str, t0: float) -> tuple[list[str], str, list[s
 def _write(d, name: str, lines: list[str], rec: dict) -> dict:
     (d / f"{name}.log").write_text("\n".join(lines) + "\n")
     (d / f"{name}.exit").write_text(json.dumps(rec) + "\n")
-    return {"log": str((d / f"{name}.log").relative_to(CORPUS)), "rank": rec["rank"],
+    return {"log": str((d / f"{name}.log").relative_to(ROOT)), "rank": rec["rank"],
             "node": rec["node"], "step": rec["step"], "exit_code": rec["exit_code"],
             "signal": rec["signal"], "core_dumped": rec["core_dumped"],
             "end_time": rec["end_time"]}
@@ -546,7 +558,7 @@ def single_case(i: int, cls: str, maker) -> dict:
     if cls == "gpu_hardware":
         body, how, kern = maker(r, node, t_end - 1)
         (d / "kernel.log").write_text("\n".join(kern) + "\n")
-        kernel = str((d / "kernel.log").relative_to(CORPUS))
+        kernel = str((d / "kernel.log").relative_to(ROOT))
     elif cls == "nccl_error":
         body, how = maker(r, node, 0)
     else:
@@ -591,7 +603,7 @@ def cascade_case(i: int) -> dict:
         elif rank == root and kind == "gpu_hardware":
             body, how, kern = m_hw(r, node, t0 - 2)
             (d / "kernel.log").write_text("\n".join(kern) + "\n")
-            kernel = str((d / "kernel.log").relative_to(CORPUS))
+            kernel = str((d / "kernel.log").relative_to(ROOT))
             code, sig, end = 1, None, t0
         elif rank == root and kind == "cuda_oom":
             body, how = m_cuda_oom(r)
@@ -619,12 +631,16 @@ def cascade_case(i: int) -> dict:
                  slurm_state="FAILED", slurm_reason="NonZeroExitCode", kernel_log=kernel)
 
 
-def generate(workers: int = 2) -> list[dict]:
-    labs = []
-    makers = {"cuda_oom": m_cuda_oom, "cuda_error": m_cuda_error,
-              "cuda_device_assert": m_device_assert, "cuda_setup": m_cuda_setup,
-              "nccl_error": m_nccl, "gpu_hardware": m_hw}
-    for cls, maker in makers.items():
-        labs += [single_case(i, cls, maker) for i in range(30)]
-    labs += [cascade_case(i) for i in range(25)]
-    return labs
+MAKERS = {"cuda_oom": m_cuda_oom, "cuda_error": m_cuda_error,
+          "cuda_device_assert": m_device_assert, "cuda_setup": m_cuda_setup,
+          "nccl_error": m_nccl, "gpu_hardware": m_hw}
+
+
+def build(root: Path, c: dict) -> dict:
+    """One case of a set file: `synth: tuning_single` (params cls, i) or `tuning_cascade` (i)."""
+    global ROOT
+    ROOT = root
+    p = c["params"]
+    if c["synth"] == "tuning_single":
+        return single_case(p["i"], p["cls"], MAKERS[p["cls"]])
+    return cascade_case(p["i"])
