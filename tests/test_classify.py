@@ -125,8 +125,9 @@ def test_every_class_has_a_domain_and_hint_and_rules_reach_most_classes():
     # the rest are decided by facts: silence, exit status, Slurm state
     assert table - by_text == {"hang", "killed", "success", "unknown"}
     by_facts = {r.cls for r in rs.rules if r.source in ("slurm", "exit")}
+    # (the shell's exit codes 126 and 127: not executable, not found)
     assert by_facts == {"time_limit", "preempted", "cancelled", "node_failure", "host_oom",
-                        "segfault", "killed"}
+                        "segfault", "killed", "permission_denied", "file_not_found"}
 
 
 def test_first_root_cause_wins_over_later_symptoms():

@@ -68,6 +68,10 @@ def write(tmp_path: Path, name: str, text: str | bytes) -> str:
      "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026 DUE TO TIME LIMIT ***", {}),
     ("sqlite3.OperationalError: no such table: m", "sqlite3.OperationalError: no such table: m",
      {}),
+    ("  File \"/x/torch/__init__.py\", line 3, in __call__",
+     "  File \"/x/torch/__init__.py\", line 3, in __call__", {}),
+    ("    y = x**2 + z", "    y = x**2 + z", {}),
+    ("> **ValueError**: bad", "ValueError: bad", {}),
 ])
 def test_line_view_removes_what_wraps_a_message(line, body, labels):
     v = line_view(line)
@@ -284,12 +288,14 @@ def test_node_failure_names_the_lost_node(tmp_path):
 
 
 def test_global_rank_from_torch_prefixes_when_a_task_runs_several_ranks(tmp_path):
+    """Slurm task 1 runs global ranks 2 and 3 (torchrun per node): rank 3 raised first."""
     tasks = [
         _task(tmp_path, "0.0.log", "[rank0]: step 1\n[rank1]: step 1\n", 0, "n1", "0", sig=15,
               end=21.0),
         _task(tmp_path, "0.1.log", "[rank2]: step 1\n[rank3]: Traceback (most recent call "
               "last):\n[rank3]:   File \"t.py\", line 9, in <module>\n[rank3]: IndexError: index"
-              " 4 is out of bounds\n", 1, "n2", "0", code=1, end=20.0),
+              " 4 is out of bounds\n[rank2]: RuntimeError: [gloo/transport/tcp/pair.cc:534] "
+              "Connection closed by peer [10.0.0.2]:29500\n", 1, "n2", "0", code=1, end=20.0),
     ]
     v = classify(tasks, JobFacts(exit_code=1))
     assert (v.cls, v.root_rank, v.root_node) == ("python_exception", 3, "n2")
@@ -357,3 +363,22 @@ def test_time_limit_after_a_labelled_rank_error_in_the_batch_log(tmp_path):
     v = classify([TaskInput(path, rank=0, node="n1", step="batch", signal=15)],
                  JobFacts(slurm_state="TIMEOUT"))
     assert (v.cls, v.root_rank) == ("python_exception", 1)
+
+
+def test_cut_off_traceback_and_shell_exit_codes(tmp_path):
+    """A log cut inside a traceback (its exception line lost): an exception, with the class a
+    frame rule gives; the shell's 126/127 and a task's 128+N exit code without other evidence."""
+    t = run_py(tmp_path, "import torch_not_here_xyz", name="a.log")
+    text = Path(t.path).read_text()
+    cut = write(tmp_path, "cut.log", text[:text.rindex("ModuleNotFoundError")])
+    v = classify([TaskInput(cut)], JobFacts(exit_code=1))
+    assert (v.cls, v.step) == ("python_exception", "cut_traceback")
+    frames = write(tmp_path, "dev.log", "Traceback (most recent call last):\n  File \"t.py\", line"
+                   " 3, in <module>\n  File \"/v/torch/_prims_common/__init__.py\", line 931, in "
+                   "check_same_device\n    raise RuntimeError(msg)")
+    assert classify([TaskInput(frames)], JobFacts(exit_code=1)).cls == "device_mismatch"
+    quiet = write(tmp_path, "q.log", STEPS)
+    assert classify([TaskInput(quiet)], JobFacts(exit_code=126)).cls == "permission_denied"
+    assert classify([TaskInput(quiet)], JobFacts(exit_code=127)).cls == "file_not_found"
+    v = classify([TaskInput(quiet, exit_code=139, step="batch")], JobFacts(exit_code=11))
+    assert v.cls == "segfault"

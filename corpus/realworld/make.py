@@ -453,6 +453,8 @@ def synthetic_cases() -> list[dict]:
                  {"0.0.log": STEPS, "0.1.log": "[rank2]: step 1\n[rank3]: Traceback (most "
                   "recent call last):\n[rank3]:   File \"train.py\", line 9, in <module>\n"
                   "[rank3]: IndexError: index 4 is out of bounds for dimension 0 with size 4\n"
+                  "[rank2]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                  "Connection closed by peer [10.0.0.2]:29500\n"
                   "E1129 10:00:00.000 9 torch/distributed/elastic/multiprocessing/api.py:869] "
                   "failed (exitcode: 1) local_rank: 1 (pid: 9) of binary: /usr/bin/python\n"},
                  exit_code=1, root_rank=3, tasks=[

@@ -28,6 +28,7 @@ FRAME_WINDOW = 80  # lines before a generic exception where its traceback's fram
 CHAIN_WINDOW = 1000  # lines from a chain marker to the next exception (its traceback's frames)
 LIMIT_GAP = 50  # lines from a cause to Slurm's time-limit line: the job had failed before it
 SILENT_TAIL = 50  # silent failure evidence within this many lines of a log's end decides
+CUT_TAIL = 3  # a traceback frame within this many lines of a log's end: the log was cut
 MAX_CASCADES = 20
 MAX_EVIDENCE = 8
 
@@ -345,6 +346,10 @@ class _Ctx:
         self.sig_task = self.first_fail if self.first_fail and self.first_fail.signal else None
         if sig is None and self.sig_task is not None:
             sig = self.sig_task.signal
+        code = self.first_fail.exit_code if self.first_fail is not None else None
+        if sig is None and code is not None and 128 < code <= 128 + 64:
+            sig = code - 128  # the task's shell reported its child killed by signal N
+            self.sig_task = self.first_fail
         self.sig = sig
         self.crashed = self.root is not None and self.root.failed_by_itself()
 
@@ -497,6 +502,28 @@ def _step_log_root(c: _Ctx) -> Verdict | None:
     return v
 
 
+def _step_cut_traceback(c: _Ctx) -> Verdict | None:
+    """A log whose last lines are a traceback's frames: the exception line was cut off."""
+    if c.clean:
+        return None
+    for f in sorted(c.findings, key=_Finding.key):
+        evs, scan = f.events, f.scan
+        if not evs or scan is None or not (evs[-1].rule.scope == "traceback" or evs[-1].rule.id
+                                           in ("traceback_frame", "traceback_header")):
+            continue
+        if evs[-1].order < scan.segments - CUT_TAIL:
+            continue
+        head = max((i for i, e in enumerate(evs) if e.rule.id == "traceback_header"),
+                   default=None)
+        frames = evs[head:] if head is not None else evs[-20:]
+        conf = [e for e in frames if e.role == "confirmation" and e.rule.scope == "traceback"]
+        cls = conf[-1].cls if conf else "python_exception"
+        ev = [_ev(e) for e in ([conf[-1]] if conf else []) + frames[-2:]]
+        return c.make(cls, 0.5 if conf else 0.4, "the log ends inside a traceback (its "
+                      "exception line was cut off)", ev, f)
+    return None
+
+
 def _step_oom_evidence(c: _Ctx) -> Verdict | None:
     oom = [e for e in c.kevents + c.all_events
            if e.cls == "host_oom" and e.role in ("root", "confirmation")]
@@ -526,12 +553,12 @@ def _step_signal(c: _Ctx) -> Verdict | None:
     code = "" if c.job.exit_code is None else c.job.exit_code
     hit = c.rs.match_fact("exit", f"exit_code={code} signal={c.sig or ''} "
                           f"core_dumped={int(core_dumped)}")
-    if not (c.sig and hit):
+    if not hit:
         return None
     core = " (core dumped)" if core_dumped else ""
-    return c.make(hit[0].cls, 0.75, f"terminated by signal {c.sig}{core}, no other evidence",
-                  [{"file": "(exit status)", "line": None, "text": f"signal {c.sig}{core}"}],
-                  who)
+    how = f"signal {c.sig}{core}" if c.sig else f"exit code {code}"
+    return c.make(hit[0].cls, 0.75 if c.sig else 0.6, f"terminated by {how}, no other evidence",
+                  [{"file": "(exit status)", "line": None, "text": how}], who or c.first_fail)
 
 
 def _step_cascade(c: _Ctx) -> Verdict | None:
@@ -610,8 +637,16 @@ def _locate(c: _Ctx, v: Verdict, at: _Finding | TaskInput | None) -> None:
     if isinstance(at, _Finding) and not at.from_batch and at.incident is not None:
         inc = at.incident
         elastic = _elastic_root(at.events)
-        v.root_rank = inc.rank_label if inc.rank_label is not None else (
-            elastic[0] if elastic and elastic[0] is not None else at.rank)
+        # torch's [rankN] is the global rank; it says more than the Slurm task's rank when the
+        # task runs several ranks (torchrun per node: its log holds several labels)
+        labels = {e.rank_label for e in at.events if e.rank_label is not None}
+        local = any(e.local_label is not None for e in at.events)
+        if inc.rank_label is not None and (len(labels) > 1 or local or at.rank is None):
+            v.root_rank = inc.rank_label
+        elif elastic and elastic[0] is not None:
+            v.root_rank = elastic[0]
+        else:
+            v.root_rank = at.rank
         v.root_node, v.root_step = at.task.node, at.task.step
         return
     if isinstance(at, TaskInput) and at.step != "batch":

@@ -80,7 +80,9 @@ def _alternative(i: int, p: str) -> str:
 _PREFIX_RX = re.compile("|".join(_alternative(i, p) for i, (p, _) in enumerate(_PREFIXES)))
 _PREFIX_KIND = [kind for _, kind in _PREFIXES]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
-_MARKUP = re.compile(r"(?<!\*)\*\*(?!\*)|(?<![\w_])__(?=\w)|(?<=\w)__(?![\w_])|^(\s*)`+|`+\s*$")
+# Markdown bold and code marks around a message; not "x**2", not Python's __dunders__
+_MARKUP = re.compile(r"^(\s*)(?:\*\*(?!\*)|`+)|(?<!\*)(?:\*\*|`+)\s*$|(?<=\s)\*\*(?=[^\s*])"
+                     r"|(?<=[^\s*])\*\*(?=[\s:,.])")
 MAX_PREFIXES = 8
 
 
@@ -102,7 +104,7 @@ def line_view(text: str) -> LineView:
     body = _ANSI.sub("", text) if ("\x1b" in text or "\x08" in text) else text
     if "\\" in body:  # Windows paths: rules are written with "/"
         body = body.replace("\\", "/")
-    if "**" in body or "`" in body or "__" in body:
+    if "**" in body or "`" in body:
         body = _MARKUP.sub(lambda m: m.group(1) or "", body)
     v = LineView(body)
     for _ in range(MAX_PREFIXES):
@@ -126,6 +128,7 @@ class Event:
     order: int  # position in the file (segment index), for time order within one log
     task_label: int | None = None  # srun --label / OpenMPI tag: the Slurm task
     rank_label: int | None = None  # torch's [rankN]: the global rank
+    local_label: int | None = None  # torchrun --tee's [defaultN]: a local rank
     indented: bool = False
     ref_rank: int | None = None  # a rank / node the line names (srun's "n2: task 1: ...")
     ref_node: str | None = None
@@ -452,7 +455,7 @@ def _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, p
         lineno = None if line_base is None else line_base + lines + 1
         v = hit.view
         col.add(Event(path, lineno, text[:500], rule, detail, order + seg, v.task, v.rank,
-                      v.indented, hit.ref_rank, hit.ref_node))
+                      v.local, v.indented, hit.ref_rank, hit.ref_node))
     if count:
         lines += buf.count(b"\n", at, end) if has_cr else nseg - seg
     return lines, order + nseg
