@@ -4,7 +4,9 @@ A case names what runs and the conditions that make it fail by itself:
   cmd (str, split like a shell) or argv (list); shell: bash|sh runs cmd through that shell
   ranks: N processes, each with {RANK} and a shared {PORT0} (also in env values); launched: the
     ranks that start (a rendezvous missing the others); teardown_rank: the stuck rank the
-    launcher stops (SIGTERM) once the others have ended
+    launcher stops (SIGTERM) once the others have ended; launcher_grace: seconds the others get
+    after the first failure before a torchrun-like SIGTERM; rank_rlimit_as {rank: bytes};
+    node (the exit records' node); job_exit: worst (the label's exit code is the highest)
   server: stall|reset|partial|close|eof, a local endpoint at {PORT} (servers.py; server_body:
     the bytes a partial answer sends)
   setup: shell line(s) run as root in a fresh {TMP} first (tmp_mode: its octal mode; cwd: run the
@@ -15,7 +17,8 @@ A case names what runs and the conditions that make it fail by itself:
   timeout (a run that reaches it is dropped), kill_at + kill_signal, kill_after
     [seconds, signal, self|child], silence_kill (seconds without output), hang (a watchdog that
     stops the job hang+3 s after its last output; the label gets hang_threshold_s/silence_s)
-  expect: fail|ok|signal|any|<exit code>; expect_text (one, or a list: any); expect_signal;
+  expect: fail|ok|signal|any|root_first (multi-rank: root_stuck or the root fails first)|<exit
+    code>; expect_text (one, or a list: any); expect_signal;
   drop_exit (exit codes meaning the failure did not happen);
   transform (transforms.py)
 Placeholders: {PY} {PROGS} {NATIVE} {TMP} {PORT} {PORT0} {RANK}. A run that does not fail as
@@ -140,6 +143,44 @@ def _check(c: dict, tasks: list[dict], d: Path) -> str | None:
     return None
 
 
+def _launcher(procs: list[capture.Running], grace: float, bound: float = 240) -> None:
+    """Like torchrun: once a rank has failed, give the others `grace` seconds, then SIGTERM the
+    survivors (SIGKILL 3 s later)."""
+    t0, first_fail = time.time(), None
+    while not all(p.poll() for p in procs):
+        for p in procs:
+            if p.poll() and p.status != 0 and first_fail is None:
+                first_fail = time.time()
+        if (first_fail is not None and time.time() > first_fail + grace) or \
+                time.time() > t0 + bound:
+            for p in procs:
+                if not p.poll():
+                    p.signal_group(signal.SIGTERM)
+            time.sleep(3)
+            for p in procs:
+                if not p.poll():
+                    p.signal_group(signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _root_first(c: dict, tasks: list[dict]) -> str | None:
+    """A multi-rank run went the way its label says: the root rank failed first (a stuck root
+    was stopped by the launcher while the others failed), a rendezvous failed on every rank."""
+    by = {t["rank"]: t for t in tasks}
+    root = c.get("root_rank")
+    if c["class"] == "success":
+        return None if all(t["exit_code"] == 0 for t in tasks) else "a rank failed"
+    if root is None:
+        return None if all(t["exit_code"] != 0 for t in tasks) else "a rank did not fail"
+    others = [t for r, t in by.items() if r != root]
+    if c.get("root_stuck"):
+        ok = by[root]["signal"] is not None and all(t["exit_code"] == 1 for t in others)
+        return None if ok else "the stuck rank was not the one stopped"
+    failed = [t for t in tasks if t["exit_code"] != 0 and t["end_time"] is not None]
+    ok = by[root]["exit_code"] != 0 and min(failed, key=lambda t: t["end_time"]) is by[root]
+    return None if ok else "the root rank did not fail first"
+
+
 def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
     """Run case `c` into root/cases/<id>/ and return its label, or None (dropped, reported)."""
     cid = c["id"]
@@ -180,8 +221,10 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
         cwd = fill(c["cwd"], subs) if c.get("cwd") else tmp
         for r in c.get("launched", range(c.get("ranks", 1))):
             rsubs = dict(subs, RANK=str(r))
+            rc = dict(c, rlimit_as=(c.get("rank_rlimit_as") or {}).get(r, c.get("rlimit_as")))
             procs.append(capture.Running(_argv(c, rsubs), d / f"run.{r}.log", rank=r,
-                                         env=_env(c, rsubs, tmp), cwd=cwd, preexec=_preexec(c)))
+                                         node=c.get("node"), env=_env(c, rsubs, tmp), cwd=cwd,
+                                         preexec=_preexec(rc)))
         t0 = time.time()
         main = procs[0]
         if "kill_after" in c:
@@ -199,6 +242,8 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
                     os.kill(main.proc.pid, signal.SIGTERM)  # the watchdog ends the silent job
                     break
                 time.sleep(0.2)
+        if c.get("launcher_grace") is not None:
+            _launcher(procs, c["launcher_grace"])
         stuck = c.get("teardown_rank")
         by_rank = {p.rank: p for p in procs}
         for r, p in by_rank.items():
@@ -228,12 +273,18 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
     recs = [p.record() for p in procs]
     tasks = [capture.task_entry(root, d, rec) for rec in recs]
     failed = [t for t in tasks if t["exit_code"] != 0]
-    # the job's status: that of the task that failed first (later ones were torn down)
+    # the job's status: that of the task that failed first (later ones were torn down), or with
+    # job_exit: worst, the highest exit code (as a launcher that returns the worst one reports)
     job = min(failed, key=lambda t: t["end_time"]) if failed else tasks[0]
+    if c.get("job_exit") == "worst" and failed:
+        worst = max((t["exit_code"] or 0 for t in tasks), default=0)
+        job = dict(job, exit_code=worst, signal=None if worst else job["signal"])
     silence = None
     if c.get("hang_threshold_s") is not None or c.get("hang"):
         silence = round(job["end_time"] - (d / "run.0.log").stat().st_mtime, 3)
     why = "ran into the build timeout" if stopped else _check(c, tasks, d)
+    if not why and c.get("expect") == "root_first":
+        why = _root_first(c, tasks)
     if not why and job["exit_code"] in c.get("drop_exit", ()):
         why = f"exit {job['exit_code']}: the failure did not happen"
     if why:

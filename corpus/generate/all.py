@@ -22,10 +22,10 @@ from collections import Counter
 from common import CASES, LABELS
 
 # Order matters only for speed: the slow Slurm waits come last.
-# local, torchcases, storage, hang and the synthetic GPU cases are data now
-# (corpus/gen/sets/corpus.yaml, built by corpus/gen/build.py after this script); these two
-# families are still code.
-FAMILIES = ["dist", "slurm"]
+# local, torchcases, storage, hang, dist and the synthetic GPU cases are data now
+# (corpus/gen/sets/corpus.yaml, built by corpus/gen/build.py after this script); the Slurm
+# family (it stops a node's daemons for node failures) is still code.
+FAMILIES = ["slurm"]
 
 
 def load_labels() -> list[dict]:
