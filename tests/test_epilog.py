@@ -186,3 +186,19 @@ def test_kernel_lines_in_the_job_window():
     start = parse_iso_line(lines[1])[0] - 60
     got = filter_kernel_lines(lines, start, start + 120)
     assert got == [lines[1], lines[3]]
+
+
+def test_node_record_at_its_evidence_stage_is_enough(site):
+    # The node Epilog writes its evidence before its own classification: the job epilog may
+    # read that first record, without a node verdict in it.
+    spool, cfg, env = job_with_two_ranks(site)
+    for n in ("n1", "n2"):
+        rec = {"version": 1, "node": n, "stage": "evidence", "verdict": None, "tasks": [],
+               "kernel": {"source": None, "lines": [], "absent": "test"},
+               "nvml": {"absent": "test", "changed": []}}
+        p = spool / JOB / "nodes" / f"{n}.verdict.json"
+        p.write_text(json.dumps(rec))
+    r = hook("epilog-slurmctld", dict(env, SLURM_JOB_EXIT_CODE2="1:0"))
+    assert r.returncode == 0 and "unexpected error" not in r.stderr, r.stderr
+    v = json.loads((spool / JOB / "verdict.json").read_text())
+    assert v["verdict"]["class"] == "cuda_oom" and v["nodes"]["n1"]["stage"] == "evidence"

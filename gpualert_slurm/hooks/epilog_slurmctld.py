@@ -161,6 +161,15 @@ def classify_facts(cfg: Config, opts: Options, tasks: list[TaskLog], sf: dict[st
             "silence_s": (end - lo) if lo and end else None}
 
 
+def _node_summary(rec: Any) -> dict[str, Any]:
+    """What verdict.json keeps of a node's record (which may still be at its evidence stage,
+    without the node's own verdict)."""
+    if not isinstance(rec, dict):
+        return {"verdict": None, "kernel": None}
+    return {"verdict": (rec.get("verdict") or {}).get("class"), "kernel": rec.get("kernel"),
+            "stage": rec.get("stage"), "error": rec.get("error")}
+
+
 def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
                   tasks: list[TaskLog], node_recs: dict[str, Any], nodes: list[str],
                   sf: dict[str, Any], now: float, classify_s: float = 60.0,
@@ -242,11 +251,7 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
         "verdict": verdict,
         "classifier_error": err,
         "tasks": [t.info() for t in tasks],
-        "nodes": {n: {"verdict": (node_recs.get(n) or {}).get("verdict", {}).get("class")
-                      if isinstance(node_recs.get(n), dict) else None,
-                      "kernel": (node_recs.get(n) or {}).get("kernel")
-                      if isinstance(node_recs.get(n), dict) else None}
-                  for n in nodes},
+        "nodes": {n: _node_summary(node_recs.get(n)) for n in nodes},
         "last_lines": last_lines(failing) if failing is not None else None,
         "notes": notes,
         "time": now,
