@@ -382,3 +382,19 @@ def test_cut_off_traceback_and_shell_exit_codes(tmp_path):
     assert classify([TaskInput(quiet)], JobFacts(exit_code=127)).cls == "file_not_found"
     v = classify([TaskInput(quiet, exit_code=139, step="batch")], JobFacts(exit_code=11))
     assert v.cls == "segfault"
+
+
+def test_srun_naming_the_first_task_beats_a_peer_error_in_its_own_log(tmp_path):
+    """Rank 1 is OOM-killed first (exit record: SIGKILL at t=10); rank 0 then fails in NCCL
+    (its own log, t=20). srun's task line and the records make rank 1 the root."""
+    tasks = [
+        _task(tmp_path, "batch.0.log", "srun: error: n2: task 1: Out Of Memory\nsrun: error: "
+              "n1: task 0: Exited with exit code 1\n", 0, "n1", "batch", code=1, end=30.0),
+        _task(tmp_path, "0.0.log", STEPS + "torch.distributed.DistBackendError: NCCL error in: "
+              "ProcessGroupNCCL.cpp:1970, unhandled system error\n", 0, "n1", "0", code=1,
+              end=20.0),
+        _task(tmp_path, "0.1.log", STEPS, 1, "n2", "0", sig=9, end=10.0),
+    ]
+    v = classify(tasks, JobFacts(exit_code=1))
+    assert (v.cls, v.root_rank, v.root_node) == ("host_oom", 1, "n2")
+    assert any(c["cls"] == "nccl_error" and c["rank"] == 0 for c in v.cascades)

@@ -100,6 +100,7 @@ class _Finding:
     first_root: Event | None = None
     from_batch: bool = False
     scan: ScanResult | None = None
+    named: bool = False  # srun's lines naming this task, from the batch log
 
     def key(self) -> tuple:
         end = self.task.end_time if self.task.end_time is not None else math.inf
@@ -221,18 +222,24 @@ def _findings(tasks: list[TaskInput], scans: list[ScanResult | None]) -> list[_F
         if t.step == "batch":
             # the batch log carries srun's forwarded output of every rank: split it by label
             # (an unlabelled line is no rank's: the batch task is not a rank of the job)
-            groups: dict[int | None, list[Event]] = {}
+            # srun's own lines about a task ("srun: error: n2: task 1: Out Of Memory") are that
+            # task's: they take its place in time (its exit record's end)
+            groups: dict[tuple[bool, int | None], list[Event]] = {}
             for e in s.events:
-                groups.setdefault(e.label_rank, []).append(e)
-            for rank, evs in groups.items():
-                batch.append(_Finding(t, rank, evs, from_batch=True, scan=s))
+                named = e.ref_rank is not None
+                groups.setdefault((named, e.ref_rank if named else e.label_rank), []).append(e)
+            for (named, rank), evs in groups.items():
+                owner = _task_of(tasks, rank) if named else None
+                batch.append(_Finding(owner or t, rank, evs, from_batch=True, scan=s,
+                                      named=owner is not None))
         else:
             per_task.append(_Finding(t, t.rank, s.events, scan=s))
     for f in per_task + batch:
         f.incident, f.first_root = _incident(f.events)
-    # per-rank step logs are the better witness; the batch log is the fallback
+    # per-rank step logs are the better witness; the batch log is the fallback, except for
+    # what srun says about a task
     if any(f.incident for f in per_task):
-        return per_task + [b for b in batch if not b.incident]
+        return per_task + [b for b in batch if not b.incident or b.named]
     return per_task + batch
 
 
