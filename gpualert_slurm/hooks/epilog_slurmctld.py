@@ -543,6 +543,7 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         log.error(f"job {jobid}: {e}; no report")
         return
     tasks: list[TaskLog] = []
+    v: dict[str, Any] | None = None
     try:
         if is_array and rc.arrays == "summary":
             try:
@@ -587,9 +588,36 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
                 s = None
             if s is not None:
                 _send_array(cfg, opts, env, s, log)
+    except Exception as e:  # a bug of ours: the user still hears that the job failed
+        log.error(f"job {jobid}: unexpected error: {e!r}")
+        if v is None or "report" not in v:
+            _fallback_report(cfg, opts, env, js, tasks, e, log, t0, bound)
     finally:
         close_task_logs(tasks)
         js.close()
+
+
+def _fallback_report(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
+                     tasks: list[TaskLog], err: Exception, log: HookLog, t0: float,
+                     bound: float) -> None:
+    """The least report: Slurm's exit code, the logs, and what went wrong in gpualert."""
+    code, sig = exit_code2(env)
+    v = {"version": VERDICT_VERSION, "job_id": env["SLURM_JOB_ID"], "attempt": js.attempt,
+         "attempt_path": js.attempt_path, "logs_dir": os.path.join(js.attempt_path, "tasks"),
+         "job": {"name": env.get("SLURM_JOB_NAME"), "user": env.get("SLURM_JOB_USER"),
+                 "nodelist": env.get("SLURM_JOB_NODELIST"), "exit_code": code, "signal": sig,
+                 "work_dir": env.get("SLURM_JOB_WORK_DIR")},
+         "failed": bool(code or sig), "silent_failure": False,
+         "verdict": {"class": "unknown", "domain": "unknown", "confidence": 0.0,
+                     "hint": "gpualert could not analyse this job; its logs are complete.",
+                     "detail": f"gpualert error: {type(err).__name__}: {err}"},
+         "tasks": [], "notes": [f"gpualert error while writing this report: {err!r}"]}
+    try:
+        save_verdict(js, v, log)
+        if should_send(opts, v):
+            _send_job(cfg, opts, env, js, tasks, v, log, t0, bound)
+    except Exception as e:
+        log.error(f"job {v['job_id']}: fallback report failed too: {e!r}")
 
 
 def _recover(cfg: Config, js: JobSpool, v: dict[str, Any], log: HookLog, left: float) -> None:
