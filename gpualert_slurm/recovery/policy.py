@@ -119,9 +119,10 @@ _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d{4,}\b|\d{4}-\d\d-\d\d[T ][\d:.]+|pi
                        re.IGNORECASE)
 
 
-def signature(verdict: dict[str, Any]) -> str:
+def signature(verdict: dict[str, Any], nodes: tuple[str, ...] = ()) -> str:
     """What makes two failures "the same": the class and its first evidence line without the
-    parts that differ every time (addresses, pids, times, long numbers). Xid 79 stays 79."""
+    parts that differ every time (addresses, pids, times, long numbers, the "node: " prefix of
+    kernel lines). Xid 79 stays 79."""
     v = verdict.get("verdict") or {}
     cls = str(v.get("class") or "unknown")
     ev = v.get("evidence") or []
@@ -129,7 +130,8 @@ def signature(verdict: dict[str, Any]) -> str:
     if ev and isinstance(ev[0], dict):
         text = str(ev[0].get("text") or "")
     text = _VOLATILE.sub("#", text)
-    text = re.sub(r"^\S*:\s*", "", text) if re.match(r"^n?[\w.-]+: ", text) else text
+    for n in nodes:
+        text = text.removeprefix(f"{n}: ")
     return f"{cls}:{' '.join(text.split())[:160]}"
 
 
@@ -155,7 +157,7 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
     v = verdict.get("verdict") or {}
     cls = str(v.get("class") or "unknown")
     domain = str(v.get("domain") or class_domains().get(cls, "unknown"))
-    sig = signature(verdict)
+    sig = signature(verdict, facts.nodes)
     rule = find_rule(cfg, cls, domain)
     mode = cfg.mode_for(facts.partition)
     d = Decision(id=f"{facts.job_id}.{facts.attempt}", job=facts.job_id, attempt=facts.attempt,
