@@ -398,3 +398,27 @@ def test_srun_naming_the_first_task_beats_a_peer_error_in_its_own_log(tmp_path):
     v = classify(tasks, JobFacts(exit_code=1))
     assert (v.cls, v.root_rank, v.root_node) == ("host_oom", 1, "n2")
     assert any(c["cls"] == "nccl_error" and c["rank"] == 0 for c in v.cascades)
+
+
+@pytest.mark.parametrize("text,cls", [
+    ("epoch 3 train_loss: nan val_loss: nan\n", "nan_divergence"),
+    ("loss: tensor(nan, device='cuda:0', grad_fn=<AddBackward0>)\n", "nan_divergence"),
+    ("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding.\n",
+     "nan_divergence"),
+    ("tensorflow.python.framework.errors_impl.InternalError: Failed copying input tensor from "
+     "/job:localhost/replica:0/task:0/device:CPU:0 to /job:localhost/replica:0/task:0/device:"
+     "GPU:0 in order to run _EagerConst: Dst tensor is not initialized.\n", "cuda_oom"),
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n",
+     "host_oom"),
+    ("RuntimeError: Socket Timeout\n", "collective_timeout"),
+    ("zsh: segmentation fault  python train.py\n", "segfault"),
+    ("slurmstepd: error: Exceeded job memory limit\nKilled\n", "host_oom"),
+    # TensorFlow's CUDA library probe on a CPU node is a warning; the real error decides
+    ("2023-01-01 10:00:00.1: W tensorflow/stream_executor/platform/default/dso_loader.cc:64] "
+     "Could not load dynamic library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot "
+     "open shared object file: No such file or directory\nKeyError: 'label'\n",
+     "python_exception"),
+])
+def test_framework_wordings(tmp_path, text, cls):
+    path = write(tmp_path, "0.0.log", STEPS + text)
+    assert classify([TaskInput(path)], JobFacts(exit_code=1)).cls == cls
