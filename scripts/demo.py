@@ -21,7 +21,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "docker" / "slurm-cluster" / "cluster"
-GPUALERT = Path(os.environ.get("GPUALERT_VENV", "/opt/gpualert/venv")) / "bin" / "gpualert"
 
 try:  # the installed copy (what the hooks run); the checkout when run from a bare clone
     from gpualert_slurm import slurm
@@ -104,27 +103,37 @@ def plugin_available(user: str, cwd: Path) -> bool:
     return "--gpualert" in proc.stdout
 
 
-def classify(spool_dir: Path, st: slurm.JobState) -> str:
-    """The classifier's verdict on the job's task logs, or '-' when there is none."""
-    logs = sorted((spool_dir / "tasks").glob("*.log")) if spool_dir.is_dir() else []
-    if not logs or not GPUALERT.exists():
-        return "-"
-    argv = [str(GPUALERT), "classify", "--json", "--slurm-state", st.state,
-            "--exit-code", str(st.exit_code.code)]
-    if st.exit_code.signal:
-        argv += ["--signal", str(st.exit_code.signal)]
-    if st.reason and st.reason != "None":
-        argv += ["--slurm-reason", st.reason]
-    argv += [str(p) for p in logs]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        verdict = json.loads(proc.stdout) if proc.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
-        verdict = None
-    if not isinstance(verdict, dict) or "class" not in verdict:
-        return "-"
-    rank = verdict.get("root_rank")
-    return f"{verdict['class']}" + (f" (rank {rank})" if rank is not None else "")
+def report(spool_dir: Path, maildir: Path, job_id: int, timeout: float = 60) -> tuple[str, str]:
+    """(diagnosis, where the report is) from the verdict.json the job epilog wrote."""
+    path = spool_dir / "verdict.json"
+    deadline = time.monotonic() + timeout
+    v = None
+    while time.monotonic() < deadline:
+        try:
+            v = json.loads(path.read_text())
+            if "report" in v or not (v.get("failed") or v.get("silent_failure")):
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    if not isinstance(v, dict):
+        return "-", "no verdict.json (is EpilogSlurmctld set? see `gpualert doctor`)"
+    verdict = v.get("verdict") or {}
+    diag = str(verdict.get("class"))
+    if verdict.get("root_rank") is not None:
+        diag += f" (rank {verdict['root_rank']}"
+        diag += f" on {verdict['root_node']})" if verdict.get("root_node") else ")"
+    rep = v.get("report")
+    if not rep:
+        return diag, f"no mail (notify=fail, job did not fail); `gpualert show {job_id}`"
+    where = f"mail {rep.get('status')}"
+    pat = re.compile(rb"^X-Gpualert-Job: " + str(job_id).encode() + rb"\r?$", re.M)
+    mails = [p for p in sorted(maildir.glob("*.eml")) if pat.search(p.read_bytes())]
+    if mails:
+        where += f": {mails[0]}"
+    elif rep.get("outbox"):
+        where += f": {rep['outbox']}"
+    return diag, where + f"; `gpualert show {job_id}`"
 
 
 def main() -> int:
@@ -137,7 +146,7 @@ def main() -> int:
     pw = pwd.getpwnam(user)
     os.chown(workdir, pw.pw_uid, pw.pw_gid)
     with_plugin = plugin_available(user, workdir)
-    extra = ["--gpualert"] if with_plugin else []
+    extra = [f"--gpualert=mail={user}@localhost"] if with_plugin else []
     print(f"demo: work dir {workdir}, jobs run as {user}")
     print("demo: submitting with --gpualert" if with_plugin else
           "demo: the gpualert SPANK plugin is not installed (sbatch has no --gpualert): "
@@ -165,18 +174,17 @@ def main() -> int:
         results.append((ex, job_id, st))
 
     print()
-    print(f"{'JOB':>6}  {'NAME':<13} {'SLURM STATE':<14} {'EXIT':<6} {'DIAGNOSIS':<28} SPOOL")
+    print(f"{'JOB':>6}  {'NAME':<13} {'SLURM STATE':<14} {'EXIT':<6} {'DIAGNOSIS':<31} REPORT")
     failed = False
     for ex, job_id, st in results:
         if st is None:
             failed = True
-            print(f"{job_id:>6}  {ex.name:<13} {'(no end seen)':<14} {'-':<6} {'-':<28} -")
+            print(f"{job_id:>6}  {ex.name:<13} {'(no end seen)':<14} {'-':<6} {'-':<31} -")
             continue
-        spool_dir = spool / str(job_id)
-        diagnosis = classify(spool_dir, st)
-        where = str(spool_dir) if spool_dir.is_dir() else "-"
+        diagnosis, where = report(spool / str(job_id), Path(f["maildir"]), job_id) \
+            if with_plugin else ("-", "-")
         print(f"{job_id:>6}  {ex.name:<13} {st.state:<14} {str(st.exit_code):<6} "
-              f"{diagnosis:<28} {where}")
+              f"{diagnosis:<31} {where}")
     print(f"\nJob output files: {workdir}")
     if with_plugin:
         print(f"gpualert spool (one dir a job, owned by {user}): {spool}")
