@@ -125,7 +125,7 @@ def report(spool_dir: Path, maildir: Path, job_id: int, timeout: float = 60) -> 
         diag += f" on {verdict['root_node']})" if verdict.get("root_node") else ")"
     rep = v.get("report")
     if not rep:
-        return diag, f"no mail (notify=fail, job did not fail); `gpualert show {job_id}`"
+        return diag, "no mail (notify=fail, job did not fail)"
     where = f"mail {rep.get('status')}"
     pat = re.compile(rb"^X-Gpualert-Job: " + str(job_id).encode() + rb"\r?$", re.M)
     mails = [p for p in sorted(maildir.glob("*.eml")) if pat.search(p.read_bytes())]
@@ -133,7 +133,7 @@ def report(spool_dir: Path, maildir: Path, job_id: int, timeout: float = 60) -> 
         where += f": {mails[0]}"
     elif rep.get("outbox"):
         where += f": {rep['outbox']}"
-    return diag, where + f"; `gpualert show {job_id}`"
+    return diag, where
 
 
 def main() -> int:
@@ -186,6 +186,8 @@ def main() -> int:
         print(f"{job_id:>6}  {ex.name:<13} {st.state:<14} {str(st.exit_code):<6} "
               f"{diagnosis:<31} {where}")
     print(f"\nJob output files: {workdir}")
+    print(f"Any job's report in a terminal: GPUALERT_CONFIG={f['gpualert_config']} "
+          f"{Path(os.environ.get('GPUALERT_VENV', '/opt/gpualert/venv'))}/bin/gpualert show JOBID")
     if with_plugin:
         print(f"gpualert spool (one dir a job, owned by {user}): {spool}")
     return 1 if failed else 0
