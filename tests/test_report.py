@@ -284,3 +284,29 @@ def test_broken_site_rules_still_classify(tmp_path, smtp_server, workdir, monkey
     assert v["verdict"]["class"] == "cuda_oom"
     assert "site rules ignored" in v["verdict"]["detail"]
     assert v["report"]["status"] == "sent"
+
+
+def test_array_per_task_mode_names_the_parent_and_caps_per_array(tmp_path, smtp_server,
+                                                                 workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}",
+                          "report:\n  arrays: per_task\n  max_per_array: 1\n")
+    arr = {"SLURM_ARRAY_JOB_ID": "987650500"}
+    v1, _ = run_job(spool, cfg, workdir, jobid="987650501", SLURM_ARRAY_TASK_ID="1",
+                    SLURM_JOB_NAME="sweep", **arr)
+    v2, _ = run_job(spool, cfg, workdir, jobid="987650502", SLURM_ARRAY_TASK_ID="2", **arr)
+    assert v1["report"]["status"] == "sent"
+    assert v2["report"]["status"] == "not sent" and "per array" in v2["report"]["reason"]
+    (m,) = [parse(p) for p in smtp_server.messages()]
+    assert m["Subject"].startswith("[gpualert] FAILED job 987650500_1 (sweep): CUDA out of")
+
+
+def test_per_user_cap_per_hour(tmp_path, smtp_server, workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}",
+                          "report:\n  max_per_user_hour: 1\n")
+    v1, _ = run_job(spool, cfg, workdir, jobid="987650601")
+    v2, _ = run_job(spool, cfg, workdir, jobid="987650602")
+    assert v1["report"]["status"] == "sent"
+    assert v2["report"]["status"] == "not sent" and "per user per hour" in v2["report"]["reason"]
+    assert len(smtp_server.messages()) == 1
+    # the report is not lost for the user: it is in verdict.json, `gpualert show` prints it
+    assert v2["verdict"]["class"] == "cuda_oom"
