@@ -360,3 +360,24 @@ def test_array_cancelled_before_any_task_ran_leaves_nothing(cluster, workdir):
     st = cluster.spool / ".gpualert" / "arrays" / f"{arr}.json"
     assert not st.exists() or not any(t.get("in_flight") for t in
                                       json.loads(st.read_text())["tasks"].values())
+
+
+def test_classifier_raising_still_reports(cluster, workdir, tmp_path):
+    # Broken site rules make the classifier raise; only the job epilog sees them here (its
+    # hook copy exports GPUALERT_RULES_DIR for the few seconds of this test).
+    rules = cluster.root / "etc" / "broken-rules.d"
+    rules.mkdir(exist_ok=True)
+    (rules / "bad.yaml").write_text("rules:\n  - id: broken\n    class: no_such_class\n")
+    hook = cluster.root / "etc" / "hooks" / "gpualert-epilog-slurmctld"
+    text = hook.read_text()
+    first, rest = text.split("\n", 1)
+    try:
+        with swapped(hook, f"{first}\nexport GPUALERT_RULES_DIR={rules}\n{rest}", cluster):
+            job, st, v = one_failing_job(cluster, workdir, "bad-rules")
+    finally:
+        (rules / "bad.yaml").unlink()
+        rules.rmdir()
+    assert_untouched(st)
+    assert v["verdict"]["class"] == "cuda_oom" and "site rules ignored" in v["verdict"]["detail"]
+    assert v["report"]["status"] == "sent"
+    assert epilog_seconds(cluster, job) < BOUND_S
