@@ -381,3 +381,29 @@ def test_classifier_raising_still_reports(cluster, workdir, tmp_path):
     assert v["verdict"]["class"] == "cuda_oom" and "site rules ignored" in v["verdict"]["detail"]
     assert v["report"]["status"] == "sent"
     assert epilog_seconds(cluster, job) < BOUND_S
+
+
+def test_symlink_attack_on_artifact_globs(cluster, workdir):
+    # The job plants links to root-only files where its artifact glob looks; the report,
+    # built as root, must attach none of them.
+    script = ("#!/bin/bash\n#SBATCH --gpualert=mail=gpatest@localhost,artifacts=out/*\n"
+              "mkdir -p out\nln -s /etc/shadow out/metrics.txt\n"
+              f"ln -s {cluster.root}/etc/.dbpass out/db.txt\n"
+              "echo fine > out/ok.txt\n"
+              "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2\n"
+              "exit 1\n")
+    job = cl.submit(script, "-J", "symlinks", workdir=workdir)
+    st = cl.wait_final(job, 120, cluster.root)
+    assert_untouched(st)
+    v = verdict(cluster, job)
+    assert [a["name"] for a in v["artifacts"]["attached"] if a["kind"] == "artifact"] == \
+        ["out/ok.txt"]
+    refused = {x["name"]: x["reason"] for x in v["artifacts"]["left_out"]}
+    assert "refused" in refused["out/metrics.txt"] and "refused" in refused["out/db.txt"]
+    from test_report import decoded
+
+    raw = decoded(cl.wait_until(lambda: mails_for(cluster.maildir, job), 30, "the mail")[0])
+    assert b"fine\n" in raw  # decoding works: the allowed file's content is found
+    shadow_root = Path("/etc/shadow").read_bytes().split(b"\n", 1)[0]
+    assert shadow_root not in raw
+    assert (cluster.root / "etc" / ".dbpass").read_bytes().strip() not in raw
