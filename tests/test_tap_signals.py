@@ -11,6 +11,11 @@ Signals reach the job every way a job can get them: the job's own `kill 0` and
 waits (bounded, silently) for its signal before printing a burst larger than a pipe buffer,
 so a copier killed by the signal shows as lost output or SIGPIPE.
 
+Every case runs under proctrack/cgroup (the shared test cluster) and proctrack/pgid (a second
+native cluster beside it, clusterlib.PGID_CLUSTER_ENV: own root dir, name and ports). Under
+cgroup, Slurm's own signals skip processes named slurmstepd (so a copier forked from
+slurmstepd hides from `scancel`); under pgid they do not.
+
 All pairs are submitted at once by one module fixture (jobs of a few seconds; the
 `--signal=...@N` ones wait up to ~30 s for slurmctld's periodic time-limit check), and each
 case is checked by its own test.
@@ -53,24 +58,26 @@ pytestmark = pytest.mark.cluster
 
 SIGNALS = ("USR1", "USR2", "ALRM", "HUP", "CONT", "STOP+CONT")
 
-# Bash prelude of every job script and rank script. `on` prints the first arrival of each
-# signal only (a repeated CONT must not change the output). `nap` sleeps in a child that
-# ignores the signals: a sleep killed by one would make bash print "User defined signal 1"
-# or not, depending on timing. `wait_for` waits without printing (bounded: a signal that
-# never comes fails the job with exit 3, in both runs alike). `burst` prints 3000 lines
-# (~130 KB, two pipe buffers) on stdout, then one on stderr after a pause (the tap carries the
-# two streams in two pipes, so only a pause makes their order in the file certain).
+# Bash prelude of every job script and rank script. The traps only record; `wait_for` prints
+# "got SIG" once the awaited signal came, so the output does not depend on when signals
+# arrive (Slurm adds a SIGCONT to some signals, seen under proctrack/pgid). `nap` sleeps in a
+# child that ignores the signals: a sleep killed by one would make bash print "User defined
+# signal 1" or not, depending on timing. `wait_for` is bounded: a signal that never comes
+# fails the job with exit 3, in both runs alike. `burst` prints 3000 lines (~130 KB, two pipe
+# buffers) on stdout, then one on stderr after a pause (the tap carries the two streams in
+# two pipes, so only a pause makes their order in the file certain).
 PRELUDE = r"""#!/bin/bash
 got=
-on() { case "$got" in *" $1"*) ;; *) echo "got $1";; esac; got="$got $1"; }
+on() { got="$got $1"; }
 for s in USR1 USR2 ALRM HUP CONT; do trap "on $s" "$s"; done
 nap() { (trap '' USR1 USR2 ALRM HUP; exec sleep "$1"); }
-wait_for() {
+wait_for() {  # wait_for SIG [most seconds, 90 by default]
     local n=0
     until [[ "$got" == *" $1"* ]]; do
         nap 0.1; n=$((n + 1))
-        if [ $n -ge 900 ]; then echo "no $1 within 90 s"; exit 3; fi
+        if [ $n -ge $((${2:-90} * 10)) ]; then echo "no $1 within ${2:-90} s"; exit 3; fi
     done
+    echo "got $1"
 }
 burst() {
     local i
@@ -81,11 +88,15 @@ burst() {
 """
 
 # Sends CONT to the process group $1 every second until the file $2 exists (at most 60 s):
-# started with setsid, so the STOP the script then sends to its own group misses it.
+# started with setsid, so the STOP the script then sends to its own group misses it. The
+# script waits until the helper is in its own session ($2.helper), else the STOP may catch
+# it still in the script's group (seen: both stopped for good).
 CONT_HELPER = r"""
 cont_later() {
-    setsid bash -c 'for i in $(seq 60); do
+    setsid bash -c 'touch "$2.helper"; for i in $(seq 60); do
         sleep 1; [ -e "$2" ] && exit; kill -CONT -- -"$1"; done' _ "$1" "$2" &
+    local n=0
+    until [ -e "$2.helper" ]; do nap 0.05; n=$((n + 1)); [ $n -lt 1200 ] || exit 3; done
 }
 """
 
@@ -126,7 +137,8 @@ def batch_case(sig: str, how: str) -> Case:
 
 # Each rank waits for the signal, then bursts into its own file (srun -o rank-%j-%t.out).
 RANK_BURST = 'wait_for {sig}\nburst "rank $SLURM_PROCID"\n'
-RANK_WAIT = 'touch "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n' + RANK_BURST
+RANK_WAIT = ('touch "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n'
+             'wait_for {sig} 170\nburst "rank $SLURM_PROCID"\n')
 # Both ranks (on one node) set their traps before either signals its process group, which
 # may hold the other rank too (whichever is untrapped then would die, at random).
 RANK_SELF = ('touch "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n'
@@ -145,9 +157,11 @@ CASES: list[Case] = [
     *(Case(f"sbatch-signal-B-{sig}",
            f'echo start\nwait_for {sig}\nburst batch\n',
            sbatch=("--time=2", f"--signal=B:{sig}@115")) for sig in ("USR1", "HUP")),
-    # --signal=SIG@N: every srun step (not the batch shell).
+    # --signal=SIG@N: every srun step (not the batch shell). Sent once, at the first check
+    # after the job has run 30 s: a signal due earlier can come before srun has launched the
+    # step, and then reaches no task at all (seen under load).
     *(Case(f"sbatch-signal-steps-{sig}", SRUN.replace("rank.sh", f"rank-wait-{sig}.sh"),
-           sbatch=("-n2", "--time=2", f"--signal={sig}@115"), ranks=2)
+           sbatch=("-n2", "--time=3", f"--signal={sig}@150"), ranks=2, timeout=330)
       for sig in ("USR1", "USR2")),
     # scancel -s (no --full): the srun step's tasks.
     Case("scancel-steps-USR2", SRUN.replace("rank.sh", "rank-wait-USR2.sh"),
