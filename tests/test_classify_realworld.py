@@ -422,3 +422,29 @@ def test_srun_naming_the_first_task_beats_a_peer_error_in_its_own_log(tmp_path):
 def test_framework_wordings(tmp_path, text, cls):
     path = write(tmp_path, "0.0.log", STEPS + text)
     assert classify([TaskInput(path)], JobFacts(exit_code=1)).cls == cls
+
+
+def test_rules_own_literals_are_in_every_corpus_line_their_patterns_match():
+    """A rule's `literals` replace the ones read off its patterns: a line its patterns match but
+    that holds none of them would be skipped unseen. Checked on every line of the corpora."""
+    from gpualert_slurm.classify.rules import norm_text
+    from gpualert_slurm.classify.scan import clean_text
+
+    rules = [r for r in load_rules().rules if r.own_literals]
+    assert {r.id for r in rules} >= {"python_exception", "error_message", "warning_raised"}
+    root = Path(__file__).resolve().parent.parent / "corpus"
+    logs = [p for d in ("cases", "holdout/cases", "holdout2/cases", "realworld/cases")
+            for p in (root / d).rglob("*.log")]
+    assert len(logs) > 1000
+    checked = 0
+    for path in logs:
+        for raw in path.read_bytes().replace(b"\r", b"\n").split(b"\n"):
+            text = raw.decode("utf-8", "replace").rstrip()
+            cleaned = clean_text(text)
+            body = line_view(cleaned, cleaned=True).body.lstrip()
+            pre = norm_text(cleaned) + "\n"
+            for r in rules:
+                if r.match(body):
+                    checked += 1
+                    assert any(lit in pre for lit in r.plits[0]), (r.id, str(path), text)
+    assert checked > 500

@@ -59,6 +59,7 @@ class Rule:
     requires: str | None = None  # id of a rule whose line must come shortly before this one
     plits: list[tuple[str, ...]] = field(default_factory=list)  # per pattern: one of these
     # (norm_text'ed) occurs in every line it matches - a cheap test before the regex
+    own_literals: bool = False  # plits given in the rule's `literals`, not read off patterns
 
     def match(self, line: str, which: Iterable[int] | None = None) -> re.Match[str] | None:
         """The first pattern matching `line`, of those numbered `which` (all by default: the
@@ -191,7 +192,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             raise RuleError(f"{where}: field 'id': duplicate id in this file")
         seen.add(rid)
         unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns", "scope",
-                          "detail", "confidence", "silent", "requires"}
+                          "detail", "confidence", "silent", "requires", "literals"}
         if unknown:
             raise RuleError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         cls = r.get("class")
@@ -253,9 +254,20 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             plits.append(tuple(norm_text(x) for x in lits))
             if re.search(r"(?<!\\)\d", p):
                 digit_lits.extend(lits)
+        given = r.get("literals")
+        if given is not None:
+            # the rule's own, more specific literals (one of them is in every line it matches;
+            # "\n" stands for the line's end): fewer lines reach its regexes
+            if not isinstance(given, list) or not given or not all(
+                    isinstance(x, str) and len(x.rstrip("\n")) >= MIN_LITERAL for x in given):
+                raise RuleError(f"{where}: field 'literals': must be a list of strings of at "
+                                f"least {MIN_LITERAL} characters")
+            literals = [x.lower() for x in given]
+            plits = [tuple(norm_text(x) for x in given)] * len(compiled)
+            digit_lits = [x for x in literals if any(c.isdigit() for c in x)]
         out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
                         scope, fixed, None if cap is None else float(cap), silent, requires,
-                        plits))
+                        plits, given is not None))
     return out
 
 

@@ -100,13 +100,18 @@ class LineView:
         return self.body[:1].isspace()
 
 
-def line_view(text: str) -> LineView:
+def clean_text(text: str) -> str:
+    """A line without terminal colour codes and Markdown marks, with "/" paths."""
     body = _ANSI.sub("", text) if ("\x1b" in text or "\x08" in text) else text
     if "\\" in body:  # Windows paths: rules are written with "/"
         body = body.replace("\\", "/")
     if "**" in body or "`" in body:
         body = _MARKUP.sub(lambda m: m.group(1) or "", body)
-    v = LineView(body)
+    return body
+
+
+def line_view(text: str, cleaned: bool = False) -> LineView:
+    v = LineView(text if cleaned else clean_text(text))
     for _ in range(MAX_PREFIXES):
         m = _PREFIX_RX.match(v.body)
         if m is None or m.end() >= len(v.body):
@@ -196,14 +201,16 @@ class _Matcher:
             return None if got is None else (got[0], got[1], _decode(raw), got[2])
         text = _decode(raw)
         # the rules whose literals are in the line (one regex); most lines stop here
-        pre = norm_text(text.replace("\\", "/") if "\\" in text else text)
+        # "\n": the line's end, which some literals hold ("error\n": an exception line)
+        cleaned = clean_text(text)
+        pre = norm_text(cleaned) + "\n"
         hits: dict[Rule, set[int]] = {}
         for m in self.literal_rx.finditer(pre):
             for r, idx in self.literal_rules[m.group(1)]:
                 hits.setdefault(r, set()).update(idx)
         best: tuple[Rule, str | None, Hit] | None = None
         if hits:
-            view = line_view(text)
+            view = line_view(cleaned, cleaned=True)
             body = view.body.lstrip()
             # the highest priority wins (on a tie, the rule listed first in rules.yaml)
             for r in sorted(hits, key=self.rank):
@@ -425,6 +432,12 @@ def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> 
     if b"\\" in low:
         low = low.replace(b"\\", b"/")
     starts: list[int] = []
+    for mark in (b"**", b"`", b"\x1b"):  # marks that can split a literal: line by line
+        p = low.find(mark)
+        while p != -1:
+            starts.append(low.rfind(b"\n", 0, p) + 1)
+            nxt = low.find(b"\n", p)
+            p = low.find(mark, nxt) if nxt != -1 else -1
     search = matcher.literal_scan.search
     m = search(low)
     while m is not None:
@@ -435,7 +448,7 @@ def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> 
         line_end = low.find(b"\n", p)  # the rest of this line is a candidate already
         m = search(low, line_end + 1) if line_end != -1 else None
     found = []
-    for start in starts:
+    for start in set(starts):
         stop = low.find(b"\n", start)
         got = matcher.match(buf[start : min(stop, start + LINE_CAP)])
         if got is not None:
