@@ -329,3 +329,16 @@ def test_per_user_cap_per_hour(tmp_path, smtp_server, workdir):
     assert len(smtp_server.messages()) == 1
     # the report is not lost for the user: it is in verdict.json, `gpualert show` prints it
     assert v2["verdict"]["class"] == "cuda_oom"
+
+
+def test_html_part_escapes_what_the_job_wrote():
+    v = {"job_id": "7", "failed": True, "job": {"name": "<script>alert(1)</script>"},
+         "verdict": {"class": "python_exception", "hint": "h",
+                     "evidence": [{"file": "f.log", "line": 3,
+                                   "text": "ValueError: <img src=x onerror=alert(2)>"}]},
+         "last_lines": {"file": "f.log", "lines": ["</pre><b>bold</b>"]}}
+    html = render(v, "html")
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<img" not in html and "</pre><b>" not in html
+    text = render(v, "text")
+    assert "ValueError: <img src=x onerror=alert(2)>" in text  # plain text stays verbatim
