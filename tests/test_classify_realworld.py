@@ -448,3 +448,14 @@ def test_rules_own_literals_are_in_every_corpus_line_their_patterns_match():
                     checked += 1
                     assert any(lit in pre for lit in r.plits[0]), (r.id, str(path), text)
     assert checked > 500
+
+
+def test_the_end_of_a_file_is_read_even_when_the_tail_runs_out_of_budget(tmp_path):
+    log = tmp_path / "big.log"
+    with open(log, "w") as f:
+        for i in range(400_000):
+            f.write(f"step {i} worker {i % 89} error rate 0.{i % 97:02d} "
+                    f"id={format(i * 2654435761 % (1 << 40), 'x')}\n")
+        f.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    res = scan_file(str(log), load_rules(), budget_s=0.0)
+    assert res.events and res.events[-1].cls == "cuda_oom", res.partial

@@ -13,8 +13,8 @@ Reading policy (reported in the verdict detail as partial reading): a file is re
 start for at most HEAD_BYTES (1 GiB) and at most HEAD_SHARE of BUDGET_S (20 s); then reading
 jumps to the end (where a crash's traceback and Slurm's end-of-job lines are): the last
 TAIL_BYTES (64 MiB), or less when the rest of the budget would not read that much at the speed
-measured so far, and the middle is skipped. The whole scan never takes longer than BUDGET_S
-(plus one chunk). Line
+measured so far, and the middle is skipped. The whole scan takes BUDGET_S plus at most one slow
+chunk and the file's last END_BYTES (256 KiB), which are always read. Line
 numbers after a jump or a budget stop are unknown (null). A line longer than LINE_CAP is matched
 on its first LINE_CAP bytes; the rest is skipped without being buffered. Environment overrides:
 GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S.
@@ -38,6 +38,7 @@ HEAD_BYTES = int(os.environ.get("GPUALERT_SCAN_HEAD_MB", "1024")) << 20
 TAIL_BYTES = int(os.environ.get("GPUALERT_SCAN_TAIL_MB", "64")) << 20
 BUDGET_S = float(os.environ.get("GPUALERT_SCAN_BUDGET_S", "20"))
 HEAD_SHARE = 0.75  # of the budget for the head; the rest reads the end of the file
+END_BYTES = 256 << 10  # the end of a file is always read, budget or not (the crash is there)
 KEEP_EVENTS = 200  # first N and last N matched lines are kept per file
 REPEAT_KEEP = 3  # occurrences of one repeated line shape matched per chunk (+ its last one)
 
@@ -300,8 +301,16 @@ def scan_file(
             # +1 million: events after the jump never join an incident from before it
             order = _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
                                 order_base=order + 1_000_000, deadline=t0 + budget)
-            if f.tell() < res.size:
-                res.partial += "; the budget ran out before the end of the file"
+            if f.tell() < res.size - END_BYTES:
+                # slower than measured (a busy machine): the file's very end is read anyway
+                f.seek(res.size - END_BYTES)
+                order = _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+                                    order_base=order + 1_000_000)
+                res.partial += (f"; the budget ran out in the tail, so only the last "
+                                f"{_mib(END_BYTES)} were read after it")
+            elif f.tell() < res.size:  # no more than END_BYTES left: finish them
+                order = _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+                                    order_base=order)
         res.segments = order
     col.finish()
     return res
