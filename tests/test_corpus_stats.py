@@ -110,3 +110,18 @@ def test_variant_labels_record_shape_and_base():
         base = by_id[base_id]
         assert v["class"] == base["class"] and v["source"] == base["source"]
         assert len(v["tasks"]) == len(base["tasks"])
+
+
+def test_check_files_names_missing_logs_and_stray_dirs(tmp_path):
+    (tmp_path / "cases" / "a").mkdir(parents=True)
+    (tmp_path / "cases" / "stray").mkdir()
+    (tmp_path / "cases" / "a" / "run.0.log").write_text("x\n")
+    task = {"log": "cases/a/run.0.log", "rank": 0, "node": None, "step": "run",
+            "exit_code": 1, "signal": None, "core_dumped": False, "end_time": 1.0}
+    lab = dict.fromkeys(stats.FIELDS)
+    lab.update(id="a", tasks=[task])
+    gone = dict(lab, id="b", tasks=[dict(task, log="cases/b/run.0.log")])
+    bad = stats.check_files(tmp_path, [lab, gone])
+    assert any(b.startswith("b: bad task entry") for b in bad)
+    assert "stray: directory without a label" in bad
+    assert not any(b.startswith("a:") for b in bad)

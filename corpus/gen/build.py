@@ -6,8 +6,7 @@
 - run (default): real commands captured as the tap does (runner.py lists the fields: what
   runs, the conditions that make it fail, the checks), then the shape `transform` applied;
 - slurm: a batch script submitted to the test cluster with --gpualert, task logs and exit
-  records copied from the spool, the end state from sacct (`script`, `sbatch`, `want`,
-  `cancel_after`, `preempt`);
+  records copied from the spool, the end state from sacct (slurmjobs.py lists the fields);
 - synthetic: a GPU-class log composed from documented formats (`synth`, `params`);
 - variant: an existing case of the set with a shape `transform` applied to its logs (`base`).
 A really-run case whose run did not end as `expect` says (fail / ok / signal) is dropped and
@@ -20,25 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from corpus.gen import capture, runner, synthetic, transforms  # noqa: E402
+from corpus.gen import runner, slurmjobs, synthetic, transforms  # noqa: E402
 
 GEN = Path(__file__).resolve().parent
 CORPUS = GEN.parent
 REPO = CORPUS.parent
 PROGS = GEN / "progs"
-CLUSTER = Path("/var/lib/gpualert-cluster")
 
 def load_set(name: str) -> dict:
     data = yaml.safe_load((GEN / "sets" / f"{name}.yaml").read_text())
@@ -105,112 +101,6 @@ def synth_case(root: Path, c: dict) -> dict:
     return synthetic.build(root, d, c)
 
 
-# ---------------------------------------------------------------- Slurm
-
-def _slurm_env() -> dict:
-    return dict(os.environ, SLURM_CONF=str(CLUSTER / "etc/slurm.conf"))
-
-
-def _sacct(jid: int) -> tuple[str, str, str]:
-    out = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "State,ExitCode,Reason", "-j",
-                          str(jid)], env=_slurm_env(), capture_output=True, text=True).stdout
-    line = out.strip().splitlines()[0] if out.strip() else ""
-    s, ec, reason = (line.split("|") + ["", "", ""])[:3]
-    return s, ec, reason
-
-
-def _submit(setname: str, c: dict, py: str) -> int:
-    wd = CLUSTER / "work" / f"{setname}-{c['id']}"
-    shutil.rmtree(wd, ignore_errors=True)
-    wd.mkdir(parents=True)
-    (wd / "job.sbatch").write_text(fill(c["script"], py, str(wd)))
-    for f in PROGS.glob("*.py"):
-        shutil.copy(f, wd / f.name)
-    for f in [wd, *wd.iterdir()]:
-        shutil.chown(f, "gpatest", "gpatest")
-    out = subprocess.run(["runuser", "-u", "gpatest", "--", "sbatch", "--parsable", "--gpualert",
-                          "--no-requeue", "-J", c["id"], "-o", "slurm-%j.out",
-                          *shlex.split(c.get("sbatch", "")), "job.sbatch"],
-                         cwd=wd, env=_slurm_env(), check=True, capture_output=True,
-                         text=True).stdout
-    return int(out.strip().split(";")[0])
-
-
-def _collect(root: Path, c: dict, jid: int) -> dict | None:
-    time.sleep(2)  # let the epilog finish writing
-    st, ec, reason = _sacct(jid)
-    if st.split(" ")[0] != c["want"]:
-        print(f"DROP {c['id']}: job {jid} ended {st} {ec} {reason}, wanted {c['want']}",
-              file=sys.stderr)
-        return None
-    spool = CLUSTER / "spool" / str(jid) / "tasks"
-    d = case_dir(root, c["id"])
-    tasks = []
-    last_out = max((lg.stat().st_mtime for lg in spool.rglob("*.log")), default=None)
-    for lg in sorted(spool.rglob("*.log")):
-        shutil.copy(lg, d / lg.name)
-        step, rank = lg.name[:-4].rsplit(".", 1)
-        rec: dict = {}
-        ex = lg.with_suffix(".exit")
-        if ex.exists():
-            shutil.copy(ex, d / ex.name)
-            rec = json.loads(ex.read_text())
-        tasks.append({"log": str((d / lg.name).relative_to(root)), "rank": int(rank),
-                      "node": rec.get("node"), "step": step, "exit_code": rec.get("exit_code"),
-                      "signal": rec.get("signal"), "core_dumped": bool(rec.get("core_dumped")),
-                      "end_time": rec.get("end_time")})
-    if not tasks:
-        print(f"DROP {c['id']}: no task logs in {spool}", file=sys.stderr)
-        shutil.rmtree(d)
-        return None
-    code, sig = (int(x) for x in ec.split(":"))
-    silence = None
-    ends = [t["end_time"] for t in tasks if t["end_time"]]
-    if c.get("hang_threshold_s") is not None and ends and last_out:
-        silence = round(max(ends) - last_out, 3)
-    extra = f"; scancel after {c['cancel_after']}s" if c.get("cancel_after") else ""
-    if c.get("preempt"):
-        extra += "; preempted by an exclusive urgent job on its node"
-    return capture.label(
-        c["id"], c["class"], tasks, command=f"sbatch --gpualert {c.get('sbatch', '')} "
-        f"<script in sets/*.yaml>{extra}", root_rank=c.get("root_rank"), exit_code=code,
-        signal_=sig or None, slurm_state=st.split(" ")[0],
-        slurm_reason=None if reason in ("", "None") else reason,
-        hang_threshold_s=c.get("hang_threshold_s"), silence_s=silence)
-
-
-def slurm_cases(root: Path, setname: str, cases: list[dict], py: str) -> list[dict]:
-    env = _slurm_env()
-    jids: dict[str, int] = {}
-    pre = [c for c in cases if c.get("preempt")]
-    for c in pre:
-        jids[c["id"]] = _submit(setname, c, py)
-    if pre:
-        t0 = time.time()
-        while time.time() - t0 < 60 and any(_sacct(jids[c["id"]])[0] != "RUNNING" for c in pre):
-            time.sleep(1)
-        time.sleep(8)  # the victims write some output first
-        for node in sorted({c["preempt"] for c in pre}):
-            subprocess.run(["runuser", "-u", "gpatest", "--", "sbatch", "-p", "urgent", "-w",
-                            node, "--exclusive", "-o", "/dev/null", "--wrap", "sleep 5"],
-                           cwd="/tmp", env=env, check=True, capture_output=True)
-    rest = [c for c in cases if not c.get("preempt")]
-    for c in rest:
-        jids[c["id"]] = _submit(setname, c, py)
-    t0 = time.time()
-    for c in sorted((c for c in rest if c.get("cancel_after")), key=lambda c: c["cancel_after"]):
-        time.sleep(max(0.0, t0 + c["cancel_after"] - time.time()))
-        subprocess.run(["runuser", "-u", "gpatest", "--", "scancel", str(jids[c["id"]])],
-                       env=env, check=True)
-    t0 = time.time()
-    while time.time() - t0 < 400:
-        if all(_sacct(j)[0].split(" ")[0] not in ("", "PENDING", "RUNNING", "COMPLETING")
-               for j in jids.values()):
-            break
-        time.sleep(3)
-    return [lab for c in cases if (lab := _collect(root, c, jids[c["id"]]))]
-
-
 # ---------------------------------------------------------------- driver
 
 def main() -> int:
@@ -239,7 +129,8 @@ def main() -> int:
     if a.recollect:
         by_id = {c["id"]: c for c in cases}
         pairs = [x.split(":") for x in a.recollect]
-        labels += [lab for cid, jid in pairs if (lab := _collect(root, by_id[cid], int(jid)))]
+        labels += [lab for cid, jid in pairs if (lab := slurmjobs.collect(
+            root, spec["dir"].replace("/", "-"), by_id[cid], int(jid), case_dir))]
         cases = [by_id[cid] for cid, _ in pairs]
         ids = [c["id"] for c in cases]
     runs = [c for c in cases if c.get("kind", "run") == "run" and not a.recollect]
@@ -256,16 +147,17 @@ def main() -> int:
         if native:
             shutil.rmtree(native, ignore_errors=True)
     labels += [synth_case(root, c) for c in cases if c.get("kind") == "synthetic"]
+    slurm = [c for c in cases if c.get("kind") == "slurm" and not a.recollect]
+    if slurm:
+        labels += slurmjobs.run(root, spec["dir"].replace("/", "-").replace(".", "corpus"), slurm,
+                                lambda text, wd: fill(text, py, wd), case_dir)
     variants = [c for c in cases if c.get("kind") == "variant"]
-    if variants:
+    if variants:  # last: they are made from the cases (re)built above
         lf = root / "labels.jsonl"
         base_labels = {(x := json.loads(line))["id"]: x for line in lf.read_text().splitlines()
                        if line.strip()} if lf.exists() else {}
         base_labels.update({lab["id"]: lab for lab in labels})  # built in this run
         labels += [lab for c in variants if (lab := variant_case(root, c, base_labels))]
-    slurm = [c for c in cases if c.get("kind") == "slurm" and not a.recollect]
-    if slurm:
-        labels += slurm_cases(root, spec["dir"].replace("/", "-"), slurm, py)
     lf = root / "labels.jsonl"
     old = {}
     if lf.exists():
