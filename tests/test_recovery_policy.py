@@ -323,3 +323,12 @@ def test_attribution_amends(tmp_path: Path) -> None:
     assert out["verdict"]["domain"] == "infrastructure"
     same, info2 = attribute(("/bin/cat",), V, timeout_s=5)
     assert info2["status"] == "confirmed" and same == V
+
+
+def test_no_escalation_for_network_errors() -> None:
+    """An NCCL error names the root rank's node, not a faulty one: never escalated to a drain."""
+    ev = "NCCL WARN NET/IB : Got completion from peer with error 12"
+    first = decide(ACTION, verdict("nccl_error", ev), facts(), [])
+    hist = [{"event": "decision", **first.to_json(), "suspects": ["n2"], "time": NOW - 100}]
+    again = decide(ACTION, verdict("nccl_error", ev), facts(job_id="11"), hist)
+    assert not any(a == "drain_node" for a, _ in planned(again))

@@ -42,7 +42,16 @@ def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: flo
         if down:
             return down, notes
     root = v.get("root_node")
-    return ([str(root)] if root else []), notes
+    if root:
+        return [str(root)], notes
+    # No root rank (a batch script alone): the node whose log holds the first evidence, else
+    # the job's only node.
+    ev = (v.get("evidence") or [{}])[0]
+    efile = ev.get("file") if isinstance(ev, dict) else None
+    for t in verdict.get("tasks") or []:
+        if efile and t.get("file") == efile and t.get("node"):
+            return [str(t["node"])], notes
+    return (list(nodes) if len(nodes) == 1 else []), notes
 
 
 def checkpoint_newest(pattern: str | None, work_dir: str | None, deadline: float
@@ -145,6 +154,7 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 if isinstance(ev, dict) else str(ev)[:300]
             old = audit.append({
                 "event": "decision", **d.to_json(), "partition": partition, "nodes": nodes,
+                "user": job.get("user"),
                 "suspects": suspects, "evidence": evidence,
                 "failed_at": job.get("end_time"), "checkpoint": opts.get("checkpoint"),
                 "attribution": att, "notes": [*d.notes, *notes],

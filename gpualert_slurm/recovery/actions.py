@@ -71,7 +71,9 @@ def do_requeue(job: str, attempt: int, exclude: list[str], hold: bool, deadline:
               "exc_node_list": st.raw.get("ExcNodeList", "")}
     if st.restarts > attempt:
         # requeued already (by Slurm for a node failure, or by this decision before a restart)
-        if exclude and st.state == "PENDING":
+        # (a requeued job reads COMPLETING until its old run is cleaned up; it is pending
+        # underneath, and its ExcNodeList can change)
+        if exclude and st.state in ("PENDING", "COMPLETING"):
             new = merged_exclusion(str(st.raw.get("ExcNodeList", "")), exclude)
             if new != merged_exclusion(str(st.raw.get("ExcNodeList", "")), []):
                 audit.append({**base, "event": "action", "action": "exclude_node",
@@ -109,6 +111,25 @@ def do_cancel(job: str, deadline: float, audit: AuditLog, base: dict[str, Any]
     return "done", {"before": before}
 
 
+def _not_this_job(decision: dict[str, Any], deadline: float) -> str | None:
+    """Why Slurm's job of this id is not the one the verdict is about (another cluster's
+    scontrol: SLURM_CONF not set for the hook; the id reused), or None when it is."""
+    try:
+        st = slurm.show_job(str(decision["job"]), timeout=_left(deadline))
+    except OverBound:
+        return "over recovery.timeout_s before anything was done"
+    except slurm.SlurmError as e:
+        return f"Slurm does not know job {decision['job']} ({e}): nothing done (is SLURM_CONF " \
+               "set for the hook?)"
+    user = decision.get("user")
+    nodes = set(decision.get("nodes") or [])
+    if user and st.user and st.user != user:
+        return f"Slurm's job {st.job_id} belongs to {st.user}, not {user}: nothing done"
+    if nodes and st.nodes and not set(st.nodes) <= nodes:
+        return f"Slurm's job {st.job_id} ran on {st.nodelist}, not on the verdict's nodes"
+    return None
+
+
 def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: AuditLog,
             deadline: float, done: dict[tuple[str, str], str] | None = None,
             ) -> tuple[str, list[dict[str, Any]]]:
@@ -117,8 +138,14 @@ def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: Audi
     done = done or {}
     base = {"id": decision["id"], "job": decision["job"], "attempt": decision["attempt"],
             "partition": decision.get("partition", "")}
-    results = []
+    results: list[dict[str, Any]] = []
     outcome = "completed"
+    wrong = _not_this_job(decision, deadline)
+    if wrong:
+        results.append(audit.append({**base, "event": "result", "action": "check",
+                                     "target": str(decision["job"]), "outcome": "failed",
+                                     "why": wrong}))
+        return "failed", results
     for p in planned:
         action, target = p["action"], str(p["target"])
         prior = done.get((action, target))

@@ -169,7 +169,7 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
     suspects = list(facts.suspects)
 
     # Escalation: the same hardware signature on a suspect node seen before (any job).
-    if cls in sig_classes and suspects:
+    if cls in set(builtin_policy().get("escalate_classes") or ()) and suspects:
         since = facts.time - cfg.flag_window_s
         for n in suspects:
             seen = sum(1 for h in past if h.get("signature") == sig

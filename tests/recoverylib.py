@@ -1,0 +1,133 @@
+"""The recovery tests' own native cluster: recovery drains nodes and requeues jobs, which the
+shared cluster's other users must never see. Same script (docker/slurm-cluster/cluster) with
+its own root, name and ports (+200) and proctrack/linuxproc (no cgroups: its node names are
+the shared cluster's, its job ids are not). Its clients need SLURM_CONF, which the fixture sets
+for the whole session; the fixture stops the cluster at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import clusterlib
+import pytest
+import yaml
+
+from gpualert_slurm import slurm
+
+RECOVERY_CLUSTER_ENV = {
+    "GPUALERT_CLUSTER_DIR": "/var/lib/gpualert-cluster-recovery",
+    "GPUALERT_CLUSTER_NAME": "gparecov",
+    "GPUALERT_CLUSTER_PORT_OFFSET": "200",
+    "GPUALERT_CLUSTER_PROCTRACK": "linuxproc",
+}
+
+
+@pytest.fixture(scope="session")
+def recovery_cluster() -> Iterator[clusterlib.ClusterFacts]:
+    try:
+        facts = clusterlib.cluster_up(env=RECOVERY_CLUSTER_ENV)
+    except clusterlib.ClusterError as e:
+        pytest.fail(f"the recovery test cluster is not available:\n{e}", pytrace=False)
+    hooks_know_their_cluster(facts)
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(facts.conf)
+    try:
+        yield facts
+    finally:
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
+        if os.environ.get("GPUALERT_KEEP_RECOVERY_CLUSTER") != "1":
+            clusterlib.cluster_cmd("down", env=RECOVERY_CLUSTER_ENV)
+
+
+def hooks_know_their_cluster(facts: clusterlib.ClusterFacts) -> None:
+    """Slurm does not pass SLURM_CONF to EpilogSlurmctld (seen on 22.05: slurmctld has it, the
+    hook's environment does not), so the hook's scontrol would ask the cluster of /etc/slurm,
+    the shared one. The hook copies of this cluster export it (until `cluster up` does)."""
+    for hook in (facts.root / "etc" / "hooks").iterdir():
+        text = hook.read_text()
+        line = f"export SLURM_CONF={facts.conf}\n"
+        if line in text:
+            continue
+        first, _, rest = text.partition("\n")
+        tmp = hook.with_suffix(".tmp")
+        tmp.write_text(f"{first}\n{line}{rest}")
+        tmp.chmod(0o755)
+        os.replace(tmp, hook)
+
+
+def write_config(facts: clusterlib.ClusterFacts, audit: Path, **recovery: Any) -> None:
+    """This cluster's gpualert config with a recovery section (the hooks read it per job)."""
+    doc = {"spool": str(facts.spool),
+           "mail": {"relay": f"{facts.smtp_host}:{facts.smtp_port}", "from": "gpualert@localhost"},
+           "recovery": {"audit_log": str(audit), **recovery}}
+    tmp = facts.gpualert_config.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(doc))
+    tmp.chmod(0o644)
+    os.replace(tmp, facts.gpualert_config)
+
+
+def audit_records(audit: Path) -> list[dict[str, Any]]:
+    if not audit.exists():
+        return []
+    return [json.loads(line) for line in audit.read_text().splitlines() if line.strip()]
+
+
+def wait_decision(audit: Path, job: int, attempt: int = 0, timeout: float = 90,
+                  outcome: bool = True) -> dict[str, Any]:
+    """The decision record for job.attempt, once its outcome line is written too."""
+    did = f"{job}.{attempt}"
+
+    def find() -> dict[str, Any] | None:
+        recs = audit_records(audit)
+        dec = next((r for r in recs if r.get("event") == "decision" and r.get("id") == did),
+                   None)
+        if dec is None:
+            return None
+        if outcome and not any(r.get("event") == "outcome" and r.get("id") == did
+                               for r in recs):
+            return None
+        return dec
+
+    return clusterlib.wait_until(find, timeout, f"recovery decision {did} in {audit}",
+                                 diagnose=lambda: clusterlib.diagnostics(job, None)
+                                 + "\n" + (audit.read_text()[-3000:] if audit.exists() else
+                                           "(no audit log)"))
+
+
+def start_now_when_pending(job: int, restarts: int, timeout: float = 60) -> None:
+    """A requeued job waits cred_expire + 1 s (121 s) on 22.05; once it is PENDING (no longer
+    COMPLETING) an admin's `scontrol update StartTime=now` lets it start at once."""
+    def pending() -> bool:
+        st = slurm.show_job(job)
+        return st.state == "PENDING" and st.restarts >= restarts and \
+            st.raw.get("Reason") != "JobHeldUser" and "COMPLETING" not in \
+            st.raw.get("JobState", "")
+    clusterlib.wait_until(pending, timeout, f"job {job} pending after requeue {restarts}")
+    slurm.update_job(job, StartTime="now")
+
+
+def node_reason(node: str) -> tuple[str, str]:
+    info = slurm.node_info(node)
+    return info.state, info.reason
+
+
+def resume_node(node: str) -> None:
+    try:
+        if slurm.node_info(node).drained:
+            slurm.update_node(node, "resume")
+    except slurm.SlurmError:
+        pass
+
+
+def wait_node_usable(node: str, timeout: float = 60) -> None:
+    clusterlib.wait_until(lambda: clusterlib.node_state(node) in ("idle", "mixed", "allocated"),
+                          timeout, f"node {node} usable")
+
+

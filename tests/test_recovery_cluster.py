@@ -1,0 +1,315 @@
+"""Recovery end to end on a real Slurm cluster: the job epilog hands each verdict to the policy,
+which records (monitor) or carries out (action) its decision with Slurm's own commands.
+
+Runs on its own native cluster (recoverylib: /var/lib/gpualert-cluster-recovery, ports +200),
+never the shared one: these tests drain nodes and requeue jobs. A requeued job waits
+cred_expire + 1 s (121 s) on 22.05; `scontrol update StartTime=now` once it is PENDING lets it
+start at once (recoverylib.start_now_when_pending)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import clusterlib as cl
+import pytest
+from recoverylib import (
+    audit_records,
+    node_reason,
+    recovery_cluster,  # noqa: F401  (the fixture)
+    resume_node,
+    start_now_when_pending,
+    wait_decision,
+    wait_node_usable,
+    write_config,
+)
+
+from gpualert_slurm import recovery, slurm
+from gpualert_slurm.config import load_config
+
+pytestmark = pytest.mark.cluster
+GPUALERT = "/opt/gpualert/venv/bin/gpualert"
+XID = "NVRM: Xid (PCI:0000:3b:00): {xid}, pid=4242, GPU has fallen off the bus."
+NCCL = ("n1:123:456 [0] NCCL WARN NET/IB : Got completion from peer with error 12\n"
+        "RuntimeError: NCCL communicator was aborted on rank 0. ncclRemoteError: network")
+
+
+@pytest.fixture
+def rc(recovery_cluster: cl.ClusterFacts) -> cl.ClusterFacts:  # noqa: F811
+    """The recovery cluster, all nodes usable, and a fresh audit log for this test."""
+    for n in recovery_cluster.nodes:
+        resume_node(n)
+        wait_node_usable(n)
+    return recovery_cluster
+
+
+@pytest.fixture
+def audit(rc: cl.ClusterFacts, request: pytest.FixtureRequest) -> Path:
+    d = rc.root / "audit"
+    d.mkdir(exist_ok=True)
+    p = d / f"{request.node.name[:80]}-{os.getpid()}.jsonl"
+    p.unlink(missing_ok=True)
+    return p
+
+
+def job_script(body: str, opts: str = "mail=gpatest@localhost") -> str:
+    return f"#!/bin/bash\n#SBATCH --gpualert={opts}\n#SBATCH -o slurm-%j.out\n{body}\n"
+
+
+def cancel(*jobs: int) -> None:
+    for j in jobs:
+        with contextlib.suppress(slurm.SlurmError):
+            if not slurm.job_state(j).final:
+                slurm.cancel(j)
+
+
+def gpualert(*args: str, cfg: cl.ClusterFacts) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([GPUALERT, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GPUALERT_CONFIG": str(cfg.gpualert_config)},
+                          stdin=subprocess.DEVNULL)
+
+
+def results(audit: Path, did: str) -> list[dict]:
+    return [r for r in audit_records(audit) if r.get("event") == "result" and r.get("id") == did]
+
+
+# ---- node loss ------------------------------------------------------------------------------
+
+def _lose_a_node(rc: cl.ClusterFacts, audit: Path) -> tuple[int, str, dict]:
+    """A 2-node job; the slurmd of its non-batch node is killed mid-run. Returns (job, victim,
+    decision)."""
+    d = cl.make_workdir(rc, "nodeloss")
+    job = cl.submit(job_script('srun -N2 -n2 bash -c \'touch "running-$SLURM_PROCID"; '
+                               'exec sleep 300\''), "-N2", "--exclusive", workdir=d)
+    cl.wait_until(lambda: all((d / f"running-{r}").exists() for r in (0, 1)), 120,
+                  f"job {job} running on two nodes", diagnose=lambda: cl.diagnostics(job, rc.root))
+    info = slurm.show_job(job)
+    victim = next(n for n in info.nodes if n != info.raw.get("BatchHost"))
+    os.kill(int(rc.slurmd_pidfile(victim).read_text().strip()), signal.SIGKILL)
+    dec = wait_decision(audit, job, 0, timeout=120)
+    return job, victim, dec
+
+
+def test_node_lost_in_action_mode_is_drained_and_job_requeued_without_it(
+        rc: cl.ClusterFacts, audit: Path) -> None:
+    write_config(rc, audit, mode="action")
+    job, victim = 0, ""
+    try:
+        job, victim, dec = _lose_a_node(rc, audit)
+        assert dec["class"] == "node_failure" and dec["mode"] == "action", dec
+        assert dec["suspects"] == [victim], dec
+        state, reason = node_reason(victim)
+        assert "DRAIN" in state and reason.startswith("gpualert: node_failure"), (state, reason)
+        st = slurm.show_job(job)
+        assert st.restarts == 1 and victim in slurm.expand_hostlist(st.raw["ExcNodeList"]), st.raw
+        outs = {(r["action"], r["outcome"]) for r in results(audit, f"{job}.0")}
+        assert ("drain_node", "done") in outs, outs
+        # the requeued run starts on the other nodes only
+        start_now_when_pending(job, 1)
+        st = cl.wait_state(job, "RUNNING", 60, rc.root)
+        assert victim not in st.nodes, st.nodes
+        hist = gpualert("history", "--job", str(job), cfg=rc).stdout
+        assert f"job {job} attempt 0" in hist and f"drain_node {victim}: done" in hist, hist
+    finally:
+        cancel(job)
+        if victim:
+            cl.restore_node(rc, victim)
+
+
+def test_node_lost_in_monitor_mode_changes_nothing_and_says_what_would_be_done(
+        rc: cl.ClusterFacts, audit: Path) -> None:
+    write_config(rc, audit, mode="monitor")
+    job, victim = 0, ""
+    try:
+        job, victim, dec = _lose_a_node(rc, audit)
+        assert dec["class"] == "node_failure" and dec["mode"] == "monitor"
+        assert dec["planned"] == [] and {(w["action"], w["target"]) for w in dec["would"]} == {
+            ("drain_node", victim), ("requeue", str(job))}
+        assert all(n["why"] == "monitor mode" for n in dec["not_taken"]), dec["not_taken"]
+        state, reason = node_reason(victim)
+        assert not reason.startswith("gpualert:"), (state, reason)
+        st = slurm.show_job(job)
+        assert st.raw.get("ExcNodeList") in ("(null)", ""), st.raw  # Slurm's own requeue only
+        assert not [r for r in audit_records(audit) if r.get("event") == "action"]
+        v = json.loads((rc.spool / str(job) / "verdict.json").read_text())
+        assert v["recovery"]["mode"] == "monitor" and v["recovery"]["would"], v["recovery"]
+    finally:
+        cancel(job)
+        if victim:
+            cl.restore_node(rc, victim)
+
+
+# ---- what is never, or no longer, retried ---------------------------------------------------
+
+def test_python_exception_is_never_requeued(rc: cl.ClusterFacts, audit: Path) -> None:
+    write_config(rc, audit, mode="action")
+    d = cl.make_workdir(rc, "pyexc")
+    job = cl.submit(job_script("python3 -c 'raise ValueError(\"bad input\")'"), workdir=d)
+    try:
+        dec = wait_decision(audit, job)
+        assert dec["class"] == "python_exception" and dec["planned"] == [], dec
+        assert dec["rule"] == "domain:workload"
+        st = cl.wait_final(job, 60, rc.root)
+        assert st.state == "FAILED" and slurm.job_state(job).restarts == 0
+    finally:
+        cancel(job)
+
+
+def test_retry_budget_stops_a_job_failing_the_same_way(rc: cl.ClusterFacts,
+                                                        audit: Path) -> None:
+    write_config(rc, audit, mode="action", max_retries=1,
+                 rules={"nccl_error": {"retries": 3}})
+    d = cl.make_workdir(rc, "budget")
+    job = cl.submit(job_script(f"cat <<'EOF'\n{NCCL}\nEOF\nexit 1"), workdir=d)
+    try:
+        first = wait_decision(audit, job, 0)
+        assert first["class"] == "nccl_error" and first["planned"] == [
+            {"action": "requeue", "target": str(job)}], first
+        start_now_when_pending(job, 1)
+        second = wait_decision(audit, job, 1, timeout=90)
+        assert second["class"] == "nccl_error" and second["planned"] == [], second
+        assert any("retry budget spent: 1 of 1" in n for n in second["notes"]), second
+        st = cl.wait_final(job, 60, rc.root)
+        assert st.state == "FAILED" and slurm.job_state(job).restarts == 1
+    finally:
+        cancel(job)
+
+
+def test_no_checkpoint_progress_stops_the_retries(rc: cl.ClusterFacts, audit: Path) -> None:
+    write_config(rc, audit, mode="action", max_retries=3, rules={"nccl_error": {"retries": 3}})
+    d = cl.make_workdir(rc, "ckpt")
+    body = ('mkdir -p ck\n[ "${SLURM_RESTART_COUNT:-0}" -lt 1 ] && touch ck/step1.pt\n'
+            f"cat <<'EOF'\n{NCCL}\nEOF\nexit 1")
+    job = cl.submit(job_script(body, "checkpoint=ck/*.pt"), workdir=d)
+    try:
+        first = wait_decision(audit, job, 0)
+        assert first["planned"] and first["checkpoint_newest"], first
+        start_now_when_pending(job, 1)
+        second = wait_decision(audit, job, 1, timeout=90)
+        assert second["planned"] == [], second
+        assert any("no checkpoint progress" in n for n in second["notes"]), second
+        cl.wait_final(job, 60, rc.root)
+        assert slurm.job_state(job).restarts == 1
+        v = json.loads((rc.spool / str(job) / "attempt-1" / "verdict.json").read_text())
+        assert any("no checkpoint progress" in n for n in v["recovery"]["notes"])
+    finally:
+        cancel(job)
+
+
+# ---- idempotence ----------------------------------------------------------------------------
+
+def test_the_same_decision_twice_acts_once(rc: cl.ClusterFacts, audit: Path) -> None:
+    """The epilog's decision again (same verdict) acts nothing; a decision interrupted after
+    its actions (no outcome line: a restart mid-way) is resumed without repeating them."""
+    write_config(rc, audit, mode="action")
+    d = cl.make_workdir(rc, "twice")
+    job = cl.submit(job_script(f"cat <<'EOF'\n{NCCL}\nEOF\nexit 1"), workdir=d)
+    try:
+        wait_decision(audit, job, 0)
+        cl.wait_until(lambda: slurm.show_job(job).restarts == 1, 30, "the requeue")
+        v = json.loads((rc.spool / str(job) / "verdict.json").read_text())
+        cfg = load_config(str(rc.gpualert_config))
+        again = recovery.on_verdict(cfg, v)
+        assert again and again.get("repeat") and again["outcome"] == "completed", again
+        # a restart mid-way: the same log without the outcome line
+        recs = [r for r in audit_records(audit)
+                if not (r.get("event") == "outcome" and r.get("id") == f"{job}.0")]
+        audit.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        resumed = recovery.on_verdict(cfg, v)
+        assert resumed and [t["outcome"] for t in resumed["taken"]] == ["done"], resumed
+        acts = [r for r in audit_records(audit) if r.get("event") == "action"]
+        assert len(acts) == 1 and acts[0]["action"] == "requeue", acts
+        assert slurm.show_job(job).restarts == 1
+    finally:
+        cancel(job)
+
+
+# ---- drains: someone else's, and the circuit breaker ----------------------------------------
+
+def _xid_job(rc: cl.ClusterFacts, node: str, xid: int, wait_file: bool = False) -> int:
+    d = cl.make_workdir(rc, f"xid-{node}")
+    gate = 'while [ ! -e go ]; do sleep 0.2; done\n' if wait_file else ""
+    return cl.submit(job_script(f"{gate}echo '{XID.format(xid=xid)}'\nexit 1"), "-w", node,
+                     workdir=d)
+
+
+def test_a_node_drained_by_another_tool_keeps_its_reason(rc: cl.ClusterFacts,
+                                                          audit: Path) -> None:
+    write_config(rc, audit, mode="action", rules={"gpu_hardware": {"do": ["drain_node"]}})
+    d = cl.make_workdir(rc, "nhc")
+    job = cl.submit(job_script("while [ ! -e go ]; do sleep 0.2; done\n"
+                               f"echo '{XID.format(xid=79)}'\nexit 1"), "-w", "n2", workdir=d)
+    try:
+        cl.wait_state(job, "RUNNING", 60, rc.root)
+        slurm.update_node("n2", "drain", "NHC: fan failure")
+        cl.write_user_file(d / "go", "")
+        dec = wait_decision(audit, job)
+        assert dec["class"] == "gpu_hardware" and dec["suspects"] == ["n2"], dec
+        res = results(audit, f"{job}.0")
+        assert [(r["action"], r["outcome"]) for r in res] == [("drain_node", "kept")], res
+        assert res[0]["before"]["reason"] == "NHC: fan failure"
+        assert node_reason("n2")[1] == "NHC: fan failure"
+        r = gpualert("resume", "n2", cfg=rc)
+        assert r.returncode == 1 and "drained by someone else" in r.stderr
+        assert node_reason("n2")[1] == "NHC: fan failure"
+    finally:
+        cancel(job)
+        resume_node("n2")
+
+
+def test_circuit_breaker_stops_a_burst_of_drains(rc: cl.ClusterFacts, audit: Path) -> None:
+    write_config(rc, audit, mode="action", breaker={"share": 0.34, "window": "10m"},
+                 rules={"gpu_hardware": {"do": ["drain_node"]}})
+    jobs = [_xid_job(rc, n, xid) for n, xid in (("n1", 79), ("n2", 48), ("n3", 63))]
+    try:
+        decs = [wait_decision(audit, j) for j in jobs]
+        drained = [r["target"] for r in audit_records(audit) if r.get("event") == "result"
+                   and r.get("action") == "drain_node" and r.get("outcome") == "done"]
+        assert len(drained) == 1, audit.read_text()
+        assert sum(1 for n in rc.nodes if node_reason(n)[1].startswith("gpualert:")) == 1
+        refused = [n for d in decs for n in d["not_taken"] if "circuit breaker" in n["why"]]
+        assert len(refused) == 2, decs
+        assert any(r.get("event") == "breaker" and r.get("state") == "open"
+                   for r in audit_records(audit))
+        st = json.loads(gpualert("status", "--json", cfg=rc).stdout)
+        assert "debug" in st["breakers"], st
+        assert "CIRCUIT BREAKER OPEN" in gpualert("status", cfg=rc).stdout
+        # reset by the admin; gpualert resumes its own drain
+        assert gpualert("resume", "--breaker", cfg=rc).returncode == 0
+        assert json.loads(gpualert("status", "--json", cfg=rc).stdout)["breakers"] == {}
+        r = gpualert("resume", drained[0], cfg=rc)
+        assert r.returncode == 0, r.stderr
+        assert not slurm.node_info(drained[0]).drained
+    finally:
+        cancel(*jobs)
+
+
+# ---- the site's attribution command ---------------------------------------------------------
+
+def test_attribution_command_that_fails_changes_nothing_but_the_audit_line(
+        rc: cl.ClusterFacts, audit: Path) -> None:
+    cmd = rc.root / "audit" / "attr.sh"
+    cmd.write_text("#!/bin/bash\nv=$(cat)\ncase \"$v\" in\n"
+                   "  *attr-hang*) sleep 60 ;;\n  *attr-crash*) kill -SEGV $$ ;;\n"
+                   "  *) echo '{\"verdict\": 42}' ;;\nesac\n")
+    cmd.chmod(0o755)
+    write_config(rc, audit, mode="action",
+                 attribution={"command": str(cmd), "timeout_s": 2})
+    jobs = {}
+    for kind in ("hang", "crash", "garbage"):
+        d = cl.make_workdir(rc, f"attr-{kind}")
+        jobs[kind] = cl.submit(job_script("python3 -c 'raise ValueError(1)'"),
+                               f"--job-name=attr-{kind}", workdir=d)
+    try:
+        want = {"hang": "timeout", "crash": "failed", "garbage": "garbage"}
+        for kind, job in jobs.items():
+            dec = wait_decision(audit, job)
+            assert dec["attribution"]["status"] == want[kind], dec["attribution"]
+            assert dec["class"] == "python_exception" and dec["planned"] == [], dec
+            assert slurm.job_state(job).restarts == 0
+    finally:
+        cancel(*jobs.values())
