@@ -322,7 +322,7 @@ def load_rules(
     return rs
 
 
-def _trie(words: list[str]) -> str:
+def trie(words: list[str]) -> str:
     """A regex matching any of `words`, as a trie (one branch per next character): Python's
     re tries the alternatives of a flat alternation one by one at every position."""
     root: dict = {}
@@ -353,7 +353,7 @@ def _build_literals(rs: RuleSet, source: str) -> None:
                       if (idx := tuple(i for i, alts in enumerate(r.plits)
                                        if any(x in lit for x in alts)))]
     rs.literal_rules[source] = table
-    rs.literal_rx[source] = re.compile(f"(?=({_trie(lits)}))")
+    rs.literal_rx[source] = re.compile(f"(?=({trie(lits)}))")
 
 
 def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpualert_slurm.classify.rules import Rule, RuleSet, norm_text
+from gpualert_slurm.classify.rules import Rule, RuleSet, norm_text, trie
 
 CHUNK = 2 << 20
 MIN_CHUNK = 64 << 10
@@ -174,10 +174,15 @@ class _Matcher:
     def __init__(self, rules: RuleSet, source: str) -> None:
         self.gates = [(norm_text(g).encode(), g) for g in rules.prefilter[source]]
         self.literal_rx = rules.literal_rx[source]
-        # over a chunk's bytes: the first literal of each line is enough to make it a candidate
-        # (without the look-ahead, re skips positions whose byte starts no literal)
-        trie = rules.literal_rx[source].pattern[len("(?=("):-len("))")]
-        self.literal_scan = re.compile(trie.encode("utf-8", "replace"))
+        # over a chunk's bytes: one regex per first character of the literals, so that each has
+        # a literal prefix (re then skips ahead with a fast search, not position by position);
+        # a literal's leading spaces are left off (a candidate line is matched in full later)
+        by_first: dict[str, list[str]] = {}
+        for lit in rules.literal_rules[source]:
+            key = lit.lstrip(" ") or lit
+            by_first.setdefault(key[0], []).append(key)
+        self.literal_scans = [re.compile(trie(sorted(set(v))).encode("utf-8", "replace"))
+                              for v in by_first.values()]
         self.literal_rules = rules.literal_rules[source]
         order = {id(r): i for i, r in enumerate(rules.rules)}
         self.rank = lambda r: (-r.priority, order[id(r)])
@@ -447,15 +452,16 @@ def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> 
             starts.append(low.rfind(b"\n", 0, p) + 1)
             nxt = low.find(b"\n", p)
             p = low.find(mark, nxt) if nxt != -1 else -1
-    search = matcher.literal_scan.search
-    m = search(low)
-    while m is not None:
-        p = m.start()
-        start = low.rfind(b"\n", 0, p) + 1
-        if p - start < LINE_CAP:
-            starts.append(start)
-        line_end = low.find(b"\n", p)  # the rest of this line is a candidate already
-        m = search(low, line_end + 1) if line_end != -1 else None
+    for rx in matcher.literal_scans:
+        search = rx.search
+        m = search(low)
+        while m is not None:
+            p = m.start()
+            start = low.rfind(b"\n", 0, p) + 1
+            if p - start < LINE_CAP:
+                starts.append(start)
+            line_end = low.find(b"\n", p)  # the rest of this line is a candidate already
+            m = search(low, line_end + 1) if line_end != -1 else None
     found = []
     for start in set(starts):
         stop = low.find(b"\n", start)
