@@ -157,11 +157,12 @@ CASES: list[Case] = [
     *(Case(f"sbatch-signal-B-{sig}",
            f'echo start\nwait_for {sig}\nburst batch\n',
            sbatch=("--time=2", f"--signal=B:{sig}@115")) for sig in ("USR1", "HUP")),
-    # --signal=SIG@N: every srun step (not the batch shell). Sent once, at the first check
-    # after the job has run 30 s: a signal due earlier can come before srun has launched the
-    # step, and then reaches no task at all (seen under load).
+    # --signal=SIG@N: every srun step (not the batch shell). slurmctld sends it once, at its
+    # first periodic check (every 30 s) when less than N + 30 s remain: with --time=3 and
+    # @150 that was 9 s after the start, before srun had launched the step under load, and
+    # the signal reached no task at all. --time=4 and @150: at 60-90 s, the step long there.
     *(Case(f"sbatch-signal-steps-{sig}", SRUN.replace("rank.sh", f"rank-wait-{sig}.sh"),
-           sbatch=("-n2", "--time=3", f"--signal={sig}@150"), ranks=2, timeout=330)
+           sbatch=("-n2", "--time=4", f"--signal={sig}@150"), ranks=2, timeout=330)
       for sig in ("USR1", "USR2")),
     # scancel -s (no --full): the srun step's tasks.
     Case("scancel-steps-USR2", SRUN.replace("rank.sh", "rank-wait-USR2.sh"),
