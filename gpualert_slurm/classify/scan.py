@@ -4,10 +4,14 @@ How it stays fast without running every regex on every line: each chunk is norma
 `bytes.translate` (every digit -> '0', CR -> LF) and split into segments; a training log is
 mostly progress lines that differ only in their numbers, so the set of distinct normalised
 segments ("shapes") is tiny. Only the distinct shapes are checked for the prefilter substrings
-("gates", case-insensitive), and only lines holding a gate are decoded and matched against the
-rules that gate can trigger; a shape that matched nothing is remembered as quiet. A chunk of
-mostly distinct lines (random ids) falls back to one substring search per gate - much slower,
-never wrong, and bounded by the time budget below.
+("gates", case-insensitive), and only lines holding a gate are decoded; a shape that matched
+nothing is remembered as quiet. A chunk of mostly distinct lines (random ids, NCCL_DEBUG=INFO
+pointers) is searched instead for the rules' own literals (one literal-prefixed regex per first
+character), so that a line holding only a gate word ("error rate 0.1") costs nothing in Python.
+
+A candidate line is cleaned (colour codes, Markdown marks, "\\" paths), checked with one regex
+for the rule literals it holds, and only then stripped of launcher prefixes and timestamps
+(line_view) and matched against the regexes of those rules, highest priority first.
 
 Reading policy (reported in the verdict detail as partial reading): a file is read from the
 start for at most HEAD_BYTES (1 GiB) and at most HEAD_SHARE of BUDGET_S (20 s); then reading
