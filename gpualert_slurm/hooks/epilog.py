@@ -232,7 +232,7 @@ class PendingVerdict:
     other work meanwhile); result() gives (verdict JSON, error or None)."""
 
     def __init__(self, tasks: list[TaskLog], facts: dict[str, Any],
-                 kernel_lines: list[str]) -> None:
+                 kernel_lines: list[str], nice: int = 0) -> None:
         self.kpath: str | None = None
         self.child: Any = None
         self.error: str | None = None
@@ -264,6 +264,8 @@ class PendingVerdict:
                 "hang_threshold_s", "silence_s")}, kernel_log=self.kpath)
 
             def judge() -> dict[str, Any]:
+                if nice:
+                    os.nice(nice)
                 note = None
                 try:
                     v = classify(inputs, jf)
@@ -404,7 +406,8 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
             lo = last_output(mine)
             facts["silence_s"] = t0 - lo if lo else None
             bound = min(cfg.hook_timeout_s, shim_bound_s())
-            pending = PendingVerdict(mine, facts, kernel["lines"])
+            # niced: under load the job epilog's own classification (the report's) goes first
+            pending = PendingVerdict(mine, facts, kernel["lines"], nice=10)
             name = f"{node_file_name(node)}.verdict.json"
             record = {
                 "version": VERDICT_VERSION, "job_id": jobid, "node": node,

@@ -552,8 +552,13 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
                 log.error(f"job {jobid}: array {array_id} state: {e}")
         nodes = slurm.expand_hostlist(env.get("SLURM_JOB_NODELIST", "")) \
             if env.get("SLURM_JOB_NODELIST") else list(js.job.get("nodes") or [])
-        # Leave hook_timeout_s for the work after the wait, within the overall bound.
-        wait = max(0.0, min(cfg.epilog_wait_s, bound - cfg.hook_timeout_s))
+        # The time budget, from the hook's start: the nodes' evidence is waited for until
+        # at most 45 % of the bound; the classifier may run until the send reserve; the
+        # reserve (a quarter of the bound) is for artifacts, rendering and the outbox write,
+        # so that a slow classifier or an overloaded controller still leaves the report
+        # in the outbox before the watchdog ends the hook.
+        reserve = max(6.0, bound / 4)
+        wait = max(0.0, min(cfg.epilog_wait_s, bound - cfg.hook_timeout_s, 0.45 * bound))
         warm = threading.Thread(target=_warm_up, daemon=True)
         warm.start()
         tasks = open_task_logs(js)
@@ -564,22 +569,22 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         now = time.time()
         warm.join(max(0.0, bound / 4 - (time.monotonic() - t0)))
         early = PendingVerdict(tasks, classify_facts(cfg, opts, tasks, sf, {}, now), [])
-        node_recs = wait_node_verdicts(js, nodes, wait)
-        # Half of what is left to classify; the rest for artifacts and delivery.
-        left = bound - (time.monotonic() - t0)
+        node_recs = wait_node_verdicts(js, nodes, max(0.0, wait - (time.monotonic() - t0)))
+        left = bound - reserve - (time.monotonic() - t0)
         v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, now,
-                          classify_s=max(1.0, left / 2), early=early)
+                          classify_s=max(1.0, left), early=early)
         save_verdict(js, v, log)
         log.info(f"job {jobid}: verdict {v['verdict'].get('class')} "
                  f"(state {sf['slurm_state']}, {len(tasks)} task logs, "
                  f"{len(node_recs)}/{len(nodes)} node verdicts) in {time.monotonic() - t0:.2f} s")
-        _recover(cfg, js, v, log, bound - (time.monotonic() - t0))
         per_task = not is_array or rc.arrays == "per_task"
         if should_send(opts, v) and per_task:
             _send_job(cfg, opts, env, js, tasks, v, log, t0, bound)
         elif not per_task:
             v["report"] = {"status": "in the array summary", "reason": None}
             save_verdict(js, v, log)
+        # after the report is safe in the outbox: recovery gets what time is left
+        _recover(cfg, js, v, log, bound - (time.monotonic() - t0))
         if is_array and rc.arrays == "summary":
             try:
                 s = array_step(cfg, v, array_id, task_id, jobid, log)
@@ -655,12 +660,12 @@ def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
         return
     budget = opts.budget_bytes or cfg.budget_bytes
     gid = _gid(js)
-    left = bound - (time.monotonic() - t0)
+    left = bound - 2.0 - (time.monotonic() - t0)  # 2 s short of the watchdog
     bundle = bundle_for_job(tasks, budget, js.uid, gid, v["job"].get("work_dir"),
-                            [*opts.artifacts, *rc.artifacts], timeout_s=max(1.0, left / 4))
+                            [*opts.artifacts, *rc.artifacts], timeout_s=max(1.0, left / 3))
     v["artifacts"] = bundle.manifest()
     save_verdict(js, v, log)
-    left = bound - (time.monotonic() - t0) - 1.0
+    left = bound - 2.0 - (time.monotonic() - t0)
     d = deliver(cfg, opts, env, subject(v), render(v, "text"), render(v, "html"), bundle.files,
                 jobid, v["job"].get("mail_user"), log,
                 timeout_s=max(1.0, min(left, cfg.notify.total_timeout_s)))
