@@ -164,7 +164,9 @@ def tf_gpu() -> None:
 def tf_import() -> None:
     _tf()
     preamble("tf-addons")
-    import tensorflow_addons as tfa  # noqa: F401  (not installed: the user's env lacks it)
+    # (not installed here, as in the user's environment; the comment stays off the import
+    # line, which the traceback shows)
+    import tensorflow_addons as tfa  # noqa: F401
 
 
 # ---------------------------------------------------------------- JAX
@@ -199,7 +201,8 @@ def jax_nan() -> None:
     x = jnp.linspace(-3, 3, 64).reshape(8, 8) * 40
 
     def loss(w):
-        return jnp.mean(jnp.log(x @ w))  # negative activations: log gives nan
+        # (x @ w has negative entries: the log of them is nan)
+        return jnp.mean(jnp.log(x @ w))
     for step in range(3):
         g = jax.grad(loss)(w)
         w = w - 0.1 * g
@@ -356,7 +359,8 @@ def pl_meta() -> None:
     preamble("pl-meta", 2)
     model = _pl_module()
     with torch.device("meta"):
-        model.lin[2] = torch.nn.Linear(32, 1)  # a head built under a meta init context
+        # a head built under a meta init context
+        model.lin[2] = torch.nn.Linear(32, 1)
     L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False).fit(
         model, DataLoader(_DS(), batch_size=16))
 
@@ -428,7 +432,8 @@ def hf_nan() -> None:
 
     class Guard(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
-            for key in ("loss", "grad_norm"):  # the Trainer filters nan losses from its logs
+            # the Trainer filters nan losses from its logs; the grad norm shows them
+            for key in ("loss", "grad_norm"):
                 if logs and key in logs and not math.isfinite(float(logs[key])):
                     print(f"{key} is {logs[key]} at step {state.global_step}, stopping training.",
                           flush=True)
@@ -482,7 +487,8 @@ def hf_save() -> None:
 
 def hf_import() -> None:
     preamble("hf-import", 2)
-    from transformers import LlamaFlashForCausalLM  # noqa: F401  (no such class)
+    # (transformers has no such class)
+    from transformers import LlamaFlashForCausalLM  # noqa: F401
 
 
 def hf_hub() -> None:
