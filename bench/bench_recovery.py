@@ -1,0 +1,232 @@
+"""Recovery latency over a fault-injection campaign on the recovery test cluster (its own
+native cluster, tests/recoverylib.py: it drains nodes and requeues jobs, never on the shared
+cluster; brought up here when it is not running, and stopped again if this started it).
+
+    bench_recovery.py [--jobs N] [--wave W] [--node-loss K]    (defaults: 30 jobs, 5, 3)
+
+Faults, in turn: an NCCL error (rule: requeue), an Xid GPU fault (rule: drain the node), a
+Python exception (rule: record only), and K node losses (a node's slurmd killed mid-job: drain
+and requeue excluding it). Per job:
+- detection latency: the failure (the tap's exit record of the batch step; for a node loss,
+  the kill) -> the decision line in the audit log;
+- action latency: the failure -> Slurm's state changed (restart count up, node drained), seen
+  by polling squeue/sinfo every 0.25 s.
+p50/p95 of each (target p50 <= 10 s). Baseline, same jobs, same run: the failure -> Slurm
+itself showing the job ended or requeued (what a user polling squeue would see anyway); the
+ratio says what deciding costs beyond that. Exits non-zero only when something fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+import clusterlib as cl  # noqa: E402
+import recoverylib as rl  # noqa: E402
+
+from gpualert_slurm import slurm  # noqa: E402
+
+NCCL = ("n1:123:456 [0] NCCL WARN NET/IB : Got completion from peer with error 12\n"
+        "RuntimeError: NCCL communicator was aborted on rank 0. ncclRemoteError: network")
+BODIES = {
+    "nccl": f"cat <<'EOF'\n{NCCL}\nEOF\nexit 1",
+    "xid": "echo 'NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus.'\nexit 1",
+    "pyexc": "python3 -c 'raise ValueError(\"bad input\")'",
+    "nodeloss": "srun -N2 -n2 bash -c 'touch \"running-$SLURM_PROCID\"; exec sleep 300'",
+}
+POLL_S = 0.25
+
+
+def pct(xs: list[float], q: float) -> float:
+    if len(xs) == 1:
+        return xs[0]
+    return statistics.quantiles(xs, n=100, method="inclusive")[int(q) - 1]
+
+
+def exit_time(f: cl.ClusterFacts, job: int) -> float | None:
+    p = f.spool / str(job) / "tasks" / "batch.0.exit"
+    try:
+        return float(json.loads(p.read_text())["end_time"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class Job:
+    def __init__(self, job: int, kind: str, work: Path) -> None:
+        self.job, self.kind, self.work = job, kind, work
+        self.failed_at: float | None = None
+        self.decided_at: float | None = None
+        self.acted_at: float | None = None
+        self.slurm_at: float | None = None  # baseline: Slurm shows it ended or requeued
+        self.victim: str | None = None
+        self.expect_action = kind in ("nccl", "xid", "nodeloss")
+        self.drain_node: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return (self.decided_at is not None and self.slurm_at is not None
+                and (self.acted_at is not None or not self.expect_action))
+
+
+def submit(f: cl.ClusterFacts, kind: str, i: int) -> Job:
+    work = cl.make_workdir(f, f"bench-recovery-{kind}-{i}")
+    args = ["-N2", "--exclusive"] if kind == "nodeloss" else []
+    job = cl.submit(rl_script(BODIES[kind]), *args, workdir=work)
+    return Job(job, kind, work)
+
+
+def rl_script(body: str) -> str:
+    return f"#!/bin/bash\n#SBATCH --gpualert=notify=never\n#SBATCH -o slurm-%j.out\n{body}\n"
+
+
+def poll(f: cl.ClusterFacts, audit: Path, jobs: list[Job]) -> None:
+    now = time.time()
+    recs = rl.audit_records(audit)
+    decided = {r["id"]: r for r in recs if r.get("event") == "decision"}
+    try:
+        queue = {j.job_id: j for j in slurm.queue()}
+    except slurm.SlurmError:
+        queue = {}
+    drained: dict[str, str] = {}
+    for n in f.nodes:
+        try:
+            info = slurm.node_info(n)
+            if info.drained:
+                drained[n] = info.reason
+        except slurm.SlurmError:
+            pass
+    for j in jobs:
+        if j.kind != "nodeloss" and j.failed_at is None:
+            j.failed_at = exit_time(f, j.job)
+        d = decided.get(f"{j.job}.0")
+        if d is not None and j.decided_at is None:
+            j.decided_at = float(d["time"])
+            j.drain_node = next((p["target"] for p in d.get("planned") or []
+                                 if p["action"] == "drain_node"), None)
+        q = queue.get(j.job)
+        if j.slurm_at is None and j.failed_at is not None and (
+                q is None or q.final or q.state == "COMPLETING" or q.restarts > 0):
+            j.slurm_at = now
+        if j.acted_at is None and j.expect_action and d is not None:
+            if j.kind in ("xid", "nodeloss"):  # gpualert's drain (Slurm requeues a lost job)
+                if j.drain_node and drained.get(j.drain_node, "").startswith("gpualert:"):
+                    j.acted_at = now
+            elif q is not None and q.restarts > 0:
+                j.acted_at = now
+
+
+def cleanup(j: Job) -> None:
+    cl.cancel_quietly(j.job)
+    for n in {j.drain_node, j.victim} - {None}:
+        rl.resume_node(str(n))
+
+
+def lose_a_node(f: cl.ClusterFacts, j: Job) -> None:
+    cl.wait_until(lambda: all((j.work / f"running-{r}").exists() for r in (0, 1)), 120,
+                  f"job {j.job} running on two nodes")
+    info = slurm.show_job(j.job)
+    j.victim = next(n for n in info.nodes if n != info.raw.get("BatchHost"))
+    j.failed_at = time.time()
+    os.kill(int(f.slurmd_pidfile(j.victim).read_text().strip()), signal.SIGKILL)
+
+
+def campaign(f: cl.ClusterFacts, audit: Path, n: int, wave: int, node_loss: int) -> list[Job]:
+    kinds = ["nodeloss"] * node_loss + [("nccl", "xid", "pyexc")[i % 3]
+                                         for i in range(max(0, n - node_loss))]
+    out: list[Job] = []
+    i = 0
+    while i < len(kinds):
+        batch = kinds[i:i + (1 if kinds[i] == "nodeloss" else wave)]
+        batch = [k for k in batch if k != "nodeloss"] or batch[:1]
+        jobs = [submit(f, k, i + x) for x, k in enumerate(batch)]
+        i += len(batch)
+        for j in jobs:
+            if j.kind == "nodeloss":
+                lose_a_node(f, j)
+        deadline = time.monotonic() + 180
+        while not all(j.done for j in jobs) and time.monotonic() < deadline:
+            poll(f, audit, jobs)
+            time.sleep(POLL_S)
+        for j in jobs:
+            cleanup(j)
+            if j.victim:
+                cl.restore_node(f, j.victim)
+        for n in f.nodes:
+            rl.resume_node(n)
+        out.extend(jobs)
+    return out
+
+
+def report(jobs: list[Job]) -> bool:
+    ok = True
+    det = [j.decided_at - j.failed_at for j in jobs if j.decided_at and j.failed_at]
+    act = [j.acted_at - j.failed_at for j in jobs if j.acted_at and j.failed_at]
+    base = [j.slurm_at - j.failed_at for j in jobs if j.slurm_at and j.failed_at]
+    missing = [j.job for j in jobs if not j.done]
+    kinds = ", ".join(f"{k} {sum(j.kind == k for j in jobs)}" for k in BODIES)
+    print(f"  jobs {len(jobs)} ({kinds})")
+    for name, xs in (("detection (failure -> decision)", det),
+                     ("action (failure -> Slurm changed)", act),
+                     ("baseline (failure -> Slurm shows it)", base)):
+        if xs:
+            print(f"  {name:<38} p50 {pct(xs, 50):6.2f} s  p95 {pct(xs, 95):6.2f} s  "
+                  f"(n={len(xs)})")
+    for kind in BODIES:
+        d = [j.decided_at - j.failed_at for j in jobs if j.kind == kind and j.decided_at
+             and j.failed_at]
+        if d:
+            print(f"    {kind:<9} detection p50 {pct(d, 50):6.2f} s")
+    if det and base:
+        print(f"  ratio detection/baseline   {pct(det, 50) / max(pct(base, 50), 1e-3):.2f}x "
+              "(p50)")
+    if det:
+        print(f"  target p50 <= 10 s: detection {'met' if pct(det, 50) <= 10 else 'MISSED'}"
+              + (f", action {'met' if pct(act, 50) <= 10 else 'MISSED'}" if act else ""))
+    if missing:
+        print(f"  FAILED: no decision/action seen for jobs {missing}", file=sys.stderr)
+        ok = False
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=30)
+    ap.add_argument("--wave", type=int, default=5)
+    ap.add_argument("--node-loss", type=int, default=3)
+    a, _ = ap.parse_known_args()
+    started = cl.cluster_cmd("status", env=rl.RECOVERY_CLUSTER_ENV).returncode != 0
+    try:
+        f = cl.cluster_up(env=rl.RECOVERY_CLUSTER_ENV)
+    except cl.ClusterError as e:
+        print(f"bench_recovery: the recovery cluster cannot start: {e}", file=sys.stderr)
+        return 1
+    os.environ["SLURM_CONF"] = str(f.conf)
+    rl.hooks_know_their_cluster(f)
+    audit = f.root / "audit" / f"bench-{int(time.time())}.jsonl"
+    audit.parent.mkdir(exist_ok=True)
+    # action mode; drains allowed in a burst (the bench resumes each node at once)
+    rl.write_config(f, audit, mode="action", breaker={"share": 1.0, "window": "1s"},
+                    blast_nodes=100000, escalate_after=100)
+    try:
+        for n in f.nodes:
+            rl.resume_node(n)
+        t0 = time.monotonic()
+        jobs = campaign(f, audit, a.jobs, a.wave, min(a.node_loss, a.jobs))
+        print(f"  campaign took {time.monotonic() - t0:.0f} s; audit log {audit}")
+        return 0 if report(jobs) else 1
+    finally:
+        if started:
+            cl.cluster_cmd("down", env=rl.RECOVERY_CLUSTER_ENV)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
