@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "flush": ("gpualert_slurm.notify.flushcmd", "send the reports waiting in the outbox (admins)"),
     "mailprog": ("gpualert_slurm.notify.mailprog", "Slurm's MailProg, enriched (admins)"),
     "status": ("gpualert_slurm.recovery.status", "monitored jobs now, recovery state (admins)"),
+    "watch": ("gpualert_slurm.recovery.watch", "hang and straggler alerts for running jobs "
+              "(admins: a timer or service on the controller)"),
     "history": ("gpualert_slurm.recovery.history", "what recovery decided and did (admins)"),
     "resume": ("gpualert_slurm.recovery.resume", "resume nodes gpualert drained; reset the "
                "breaker"),

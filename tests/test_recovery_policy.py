@@ -332,3 +332,37 @@ def test_no_escalation_for_network_errors() -> None:
     hist = [{"event": "decision", **first.to_json(), "suspects": ["n2"], "time": NOW - 100}]
     again = decide(ACTION, verdict("nccl_error", ev), facts(job_id="11"), hist)
     assert not any(a == "drain_node" for a, _ in planned(again))
+
+
+# ---- hang detection (gpualert watch) --------------------------------------------------------
+
+def test_judge_hung_straggler_and_batch_waiting_on_srun() -> None:
+    from gpualert_slurm.recovery.watch import judge
+
+    def b(**silence: float) -> dict[str, dict[str, Any]]:
+        return {k[1:].replace("_", "."): {"silence_s": s, "file": k} for k, s in silence.items()}
+
+    assert judge(b(s0_0=100, s0_1=95), 60) == ("hung", ["0.0", "0.1"])
+    assert judge(b(s0_0=2, s0_1=95), 60) == ("straggler", ["0.1"])
+    assert judge(b(s0_0=2, s0_1=3), 60) == (None, [])
+    # the batch script waits on srun silently: not a straggler, and not counted as hung
+    beats = {"batch.0": {"silence_s": 500, "file": "b"}, **b(s0_0=1)}
+    assert judge(beats, 60) == (None, [])
+    assert judge({"batch.0": {"silence_s": 500, "file": "b"}}, 60) == ("hung", ["batch.0"])
+    assert judge({}, 60) == (None, [])
+
+
+def test_heartbeats_from_log_mtimes(tmp_path: Path) -> None:
+    from gpualert_slurm.recovery.watch import heartbeats
+
+    tasks = tmp_path / "7" / "attempt-1" / "tasks"
+    tasks.mkdir(parents=True)
+    (tmp_path / "7" / "tasks").mkdir()
+    for name, age in (("0.0.log", 5), ("0.1.log", 120), ("0.2.log", 300)):
+        p = tasks / name
+        p.write_text("x\n")
+        os.utime(p, (time.time() - age, time.time() - age))
+    (tasks / "0.2.exit").write_text("{}")  # ended: not silent, gone
+    att, beats = heartbeats(str(tmp_path), "7", time.time() - 1000)
+    assert att == 1 and sorted(beats) == ["0.0", "0.1"]
+    assert 4 <= beats["0.0"]["silence_s"] < 10 and 119 <= beats["0.1"]["silence_s"] < 130

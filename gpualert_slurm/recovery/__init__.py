@@ -115,6 +115,7 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
     job_id = str(verdict.get("job_id"))
     attempt = int(verdict.get("attempt") or 0)
     audit = AuditLog(audit_path(cfg))
+    dec_id = str(verdict.get("decision_id") or f"{job_id}.{attempt}")
 
     att_timeout = max(0.1, min(rc.attribution_timeout_s, deadline - time.monotonic() - 1))
     v2, att = attribution.attribute(rc.attribution, verdict, att_timeout)
@@ -132,12 +133,11 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
 
     with audit.locked(max(0.1, deadline - time.monotonic() - 0.5)) as held:
         if not held:
-            rec = audit.append({"event": "outcome", "id": f"{job_id}.{attempt}", "job": job_id,
+            rec = audit.append({"event": "outcome", "id": dec_id, "job": job_id,
                                 "attempt": attempt, "outcome": "abandoned",
                                 "why": "the audit lock did not come within the bound"})
             return {"id": rec["id"], "outcome": "abandoned", "why": rec["why"]}
         records = audit.read()
-        dec_id = f"{job_id}.{attempt}"
         old, done, outcome = decision_state(records, dec_id)
         if old is not None and outcome is not None:
             # the same decision again (the epilog ran twice): recorded, never acted on twice
@@ -149,6 +149,7 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 checkpoint=opts.get("checkpoint"), checkpoint_newest=ck, partition_size=psize,
                 breaker_open=breaker_open(records, partition) is not None, time=time.time())
             d = policy.decide(rc, v2, facts, records)
+            d.id = dec_id
             ev = (vv.get("evidence") or [{}])[0]
             evidence = str(ev.get("text") or vv.get("detail") or "")[:300] \
                 if isinstance(ev, dict) else str(ev)[:300]
