@@ -366,3 +366,20 @@ def test_heartbeats_from_log_mtimes(tmp_path: Path) -> None:
     att, beats = heartbeats(str(tmp_path), "7", time.time() - 1000)
     assert att == 1 and sorted(beats) == ["0.0", "0.1"]
     assert 4 <= beats["0.0"]["silence_s"] < 10 and 119 <= beats["0.1"]["silence_s"] < 130
+
+
+def test_report_lines_say_what_was_and_would_be_done() -> None:
+    from gpualert_slurm.recovery import report_lines
+
+    done = report_lines({"taken": [{"action": "drain_node", "target": "n2", "outcome": "done"},
+                                   {"action": "requeue", "target": "9", "outcome": "done"}],
+                         "planned": [{"action": "requeue", "target": "9"}],
+                         "not_taken": [], "retries_left": 1})
+    assert done == ["gpualert drained node n2: done.", "gpualert requeued the job: done.",
+                    "Retries left for this job: 1."]
+    would = report_lines({"taken": [], "would": [{"action": "drain_node", "target": "n2"}],
+                          "not_taken": [{"action": "drain_node", "target": "n2",
+                                         "why": "monitor mode"}], "retries_left": 2})
+    assert would[0] == "In action mode gpualert would drain node n2."
+    assert "Nothing was done: monitor mode." in would
+    assert report_lines(None) == []

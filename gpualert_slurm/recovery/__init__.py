@@ -176,3 +176,36 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
             log.info(f"job {job_id}: recovery {old.get('rule')}: "
                      + ", ".join(f"{r['action']} {r['target']}: {r['outcome']}" for r in results))
         return _summary(old, out, results, audit.path)
+
+
+def report_lines(summary: dict[str, Any] | None) -> list[str]:
+    """What recovery did (or would have done) for this run, in sentences for the report
+    (verdict.json's "recovery"; the report's templates render these lines)."""
+    if not summary:
+        return []
+    if summary.get("outcome") == "error":
+        return [f"Recovery failed ({summary.get('error')}); Slurm's normal handling applies."]
+    lines = []
+    excl = [p for p in summary.get("planned") or summary.get("would") or []
+            if p.get("action") == "requeue"]
+    for t in summary.get("taken") or []:
+        what = {"drain_node": f"drained node {t.get('target')}",
+                "requeue": f"requeued the job{' (held)' if excl and excl[0].get('hold') else ''}",
+                "cancel": "cancelled the job", "check": "checked the job"}.get(
+                    str(t.get("action")), str(t.get("action")))
+        lines.append(f"gpualert {what}: {t.get('outcome')}.")
+    for w in summary.get("would") or []:
+        lines.append(f"In action mode gpualert would {w.get('action').replace('_', ' ')} "
+                     f"{w.get('target')}.")
+    for n in summary.get("not_taken") or []:
+        tgt = f" {n['target']}" if n.get("target") else ""
+        if summary.get("would") and n.get("why", "").startswith(("monitor mode", "rule ",
+                                                                 "the user")):
+            continue
+        lines.append(f"Not done: {n.get('action', '').replace('_', ' ')}{tgt}: {n.get('why')}.")
+    if summary.get("would"):
+        why = next((n["why"] for n in summary.get("not_taken") or []), "")
+        lines.append(f"Nothing was done: {why}.")
+    if summary.get("retries_left") is not None:
+        lines.append(f"Retries left for this job: {summary['retries_left']}.")
+    return lines

@@ -263,9 +263,13 @@ def status_main(argv: list[str]) -> int:
               + (f", last decision {d['class']} -> {d['outcome']}" if d else ""))
         if j["silence_s"]:
             slowest = max(j["silence_s"].items(), key=lambda kv: kv[1])
-            print("    silent for: " + ", ".join(f"{k} {v:g}s" for k, v in j["silence_s"].items())
-                  + f"  (longest: {slowest[0]})")
-    for r in data["recent"]:
+            print("    seconds since last output: "
+                  + ", ".join(f"rank {k} {v:g}" for k, v in j["silence_s"].items())
+                  + f"  (longest: rank {slowest[0]})")
+    recent = sorted(data["recent"], key=lambda r: -float(r["last_decision"]["time"] or 0))
+    if len(recent) > 10:
+        print(f"({len(recent) - 10} more decisions in the last day: gpualert history)")
+    for r in recent[:10]:
         d = r["last_decision"]
         print(f"job {r['job']}: {r['state']} (last decision {d['class']}, rule {d['rule']}, "
               f"{d['mode']}, {d['outcome']})")
