@@ -58,6 +58,19 @@ def restart_count(env: dict[str, str]) -> int:
     return 0
 
 
+def process_age() -> float:
+    """Seconds since this process started: the shim's `timeout` counts from there, and on a
+    loaded controller the interpreter's start-up alone can take seconds."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return max(0.0, up - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def node_file_name(node: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", node) or "unknown"
 
@@ -357,7 +370,8 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     cfg = load_config_logged(log)
     if cfg is None:
         return
-    watchdog.rearm(min(cfg.hook_timeout_s, shim_bound_s()))
+    # the watchdog counts from its own start; the shim from the process's
+    watchdog.rearm(min(cfg.hook_timeout_s, shim_bound_s() - process_age()))
     log.set_spool(cfg.spool)
     if not job_options(env, cfg, log).monitored:
         return
@@ -405,7 +419,7 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
                      "hang_threshold_s": _hang_s(env, cfg, log)}
             lo = last_output(mine)
             facts["silence_s"] = t0 - lo if lo else None
-            bound = min(cfg.hook_timeout_s, shim_bound_s())
+            bound = min(cfg.hook_timeout_s, shim_bound_s() - process_age())
             # niced: under load the job epilog's own classification (the report's) goes first
             pending = PendingVerdict(mine, facts, kernel["lines"], nice=10)
             name = f"{node_file_name(node)}.verdict.json"

@@ -34,6 +34,7 @@ from gpualert_slurm.hooks.epilog import (
     node_file_name,
     open_job_spool,
     open_task_logs,
+    process_age,
     restart_count,
 )
 from gpualert_slurm.options import Options
@@ -512,7 +513,9 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     cfg = load_config_logged(log)
     if cfg is None:
         return
-    bound = min(cfg.epilog_wait_s + cfg.hook_timeout_s, shim_bound_s())
+    # From now on: the shim's timeout counts from the process's start, and the interpreter's
+    # start-up on a loaded controller is part of it.
+    bound = max(1.0, min(cfg.epilog_wait_s + cfg.hook_timeout_s, shim_bound_s() - process_age()))
     watchdog.rearm(bound)
     log.set_spool(cfg.spool)
     opts = job_options(env, cfg, log)
