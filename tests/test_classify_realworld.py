@@ -72,6 +72,9 @@ def write(tmp_path: Path, name: str, text: str | bytes) -> str:
      "  File \"/x/torch/__init__.py\", line 3, in __call__", {}),
     ("    y = x**2 + z", "    y = x**2 + z", {}),
     ("> **ValueError**: bad", "ValueError: bad", {}),
+    ("trainer-1  | RuntimeError: CUDA out of memory", "RuntimeError: CUDA out of memory", {}),
+    ("[pod/trainer-0/main] KeyError: 1", "KeyError: 1", {}),
+    ("Nov 29 10:00:00 n1 python[4242]: MemoryError", "MemoryError", {}),
 ])
 def test_line_view_removes_what_wraps_a_message(line, body, labels):
     v = line_view(line)
@@ -459,3 +462,13 @@ def test_the_end_of_a_file_is_read_even_when_the_tail_runs_out_of_budget(tmp_pat
         f.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     res = scan_file(str(log), load_rules(), budget_s=0.0)
     assert res.events and res.events[-1].cls == "cuda_oom", res.partial
+
+
+def test_mpirun_names_the_rank_and_node_that_died(tmp_path):
+    path = write(tmp_path, "batch.0.log", STEPS + "[n2:04242] *** Process received signal ***\n"
+                 "[n2:04242] Signal: Segmentation fault (11)\n-------------------------------\n"
+                 "mpirun noticed that process rank 3 with PID 4242 on node n2 exited on signal 11 "
+                 "(Segmentation fault).\n")
+    v = classify([TaskInput(path, rank=0, node="n1", step="batch", exit_code=139)],
+                 JobFacts(exit_code=139))
+    assert (v.cls, v.root_rank, v.root_node) == ("segfault", 3, "n2")

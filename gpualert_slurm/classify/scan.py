@@ -69,6 +69,11 @@ _PREFIXES: list[tuple[str, str | None]] = [
     (r"[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d\s+", None),
     (r"\[\s*\d+\.\d+\]\s*", None),
     (r"(?:[\w.-]+\s+)?kernel:\s*(?:\[\s*\d+\.\d+\]\s*)?", None),
+    # docker compose ("trainer-1  | "), kubectl --prefix ("[pod/trainer-0/main] "), journald
+    # ("n1 python[4242]: ")
+    (r"[A-Za-z][\w.-]*\s+\| ", None),
+    (r"\[pod/[^\]\s]+\]\s", None),
+    (r"[\w.-]+\s+[\w./-]+\[\d+\]:\s", None),
     # pdsh / DeepSpeed / srun-style host prefixes: a name with a digit ("gpu041: ", "n3: ")
     (r"[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*: (?=\S)", None),
     # a tqdm bar the message was glued onto (the bar ends with "\r", not a newline)
