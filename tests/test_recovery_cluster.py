@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import clusterlib as cl
@@ -313,3 +314,81 @@ def test_attribution_command_that_fails_changes_nothing_but_the_audit_line(
             assert slurm.job_state(job).restarts == 0
     finally:
         cancel(*jobs.values())
+
+
+# ---- hang detection while the job runs (gpualert watch on the controller) -------------------
+
+@contextlib.contextmanager
+def watcher(rc: cl.ClusterFacts, interval: float = 3) -> Iterator[subprocess.Popen[str]]:
+    """`gpualert watch --loop` as an admin runs it (a service on the controller)."""
+    proc = subprocess.Popen([GPUALERT, "watch", "--loop", "--interval", str(interval)],
+                            env={**os.environ, "GPUALERT_CONFIG": str(rc.gpualert_config)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def mail_text(f: Path) -> tuple[str, str]:
+    """(subject, plain-text body) of a stored message."""
+    import email
+    from email import policy
+
+    msg = email.message_from_bytes(f.read_bytes(), policy=policy.default)
+    body = msg.get_body(preferencelist=("plain",))
+    return str(msg["Subject"]), body.get_content() if body is not None else ""
+
+
+def _mail_for(rc: cl.ClusterFacts, job: int, word: str) -> Path | None:
+    for f in cl.mail_files(rc.maildir):
+        t = f.read_text(errors="replace")
+        if f"X-Gpualert-Job: {job}" in t and word in mail_text(f)[0]:
+            return f
+    return None
+
+
+def test_a_job_that_stops_printing_is_reported_hung_while_it_runs(rc: cl.ClusterFacts,
+                                                                  audit: Path) -> None:
+    write_config(rc, audit, mode="monitor")
+    d = cl.make_workdir(rc, "hung")
+    job = cl.submit(job_script("echo 'epoch 1 loss 2.0'; sleep 240",
+                               "mail=gpatest@localhost,hang=20s"), workdir=d)
+    try:
+        with watcher(rc):
+            cl.wait_state(job, "RUNNING", 60, rc.root)
+            log = rc.spool / str(job) / "tasks" / "batch.0.log"
+            cl.wait_until(lambda: log.exists() and log.stat().st_size > 0, 30, "first output")
+            last_output = log.stat().st_mtime
+            mail = cl.wait_until(lambda: _mail_for(rc, job, "HUNG job"), 20 + 30 + 10,
+                                 f"the hang alert for job {job}")
+            arrived = mail.stat().st_mtime
+            assert slurm.show_job(job).state == "RUNNING"  # reported while it still runs
+        assert arrived - last_output <= 20 + 30, arrived - last_output
+        assert "epoch 1 loss 2.0" in mail_text(mail)[1]  # the rank's last lines
+        dec = next(r for r in audit_records(audit) if r.get("event") == "decision"
+                   and r.get("job") == str(job))
+        assert dec["class"] == "hang" and dec["id"].endswith(".hang")
+    finally:
+        cancel(job)
+
+
+def test_a_rank_that_stops_while_the_others_go_on_is_named(rc: cl.ClusterFacts,
+                                                           audit: Path) -> None:
+    write_config(rc, audit, mode="monitor")
+    d = cl.make_workdir(rc, "straggler")
+    body = ("srun -n3 bash -c 'if [ $SLURM_PROCID = 1 ]; then echo rank 1 stuck; sleep 300; "
+            "else for i in $(seq 300); do echo rank $SLURM_PROCID step $i; sleep 1; done; fi'")
+    job = cl.submit(job_script(body, "mail=gpatest@localhost,hang=15s"), "-n3", workdir=d)
+    try:
+        with watcher(rc):
+            mail = cl.wait_until(lambda: _mail_for(rc, job, "STRAGGLER"), 90,
+                                 f"the straggler alert for job {job}")
+            assert slurm.show_job(job).state == "RUNNING"
+        subject, text = mail_text(mail)
+        assert "the straggler is rank 0.1." in " ".join(text.split()), text
+        assert "rank 0.1" in subject and "rank 0.0" not in subject and "0.2" not in subject
+    finally:
+        cancel(job)

@@ -187,7 +187,7 @@ def scan(cfg: Config, log: Any = None) -> list[dict[str, Any]]:
         alert = {"job": jid, "attempt": att, "kind": kind, "ranks": ranks, "mail": status}
         if kind == "hung":
             worst = max(beats.values(), key=lambda b: b["silence_s"])
-            v = {"job_id": jid, "attempt": att, "failed": True, "decision_id": f"{key}",
+            v = {"job_id": jid, "attempt": att, "failed": True, "decision_id": f"{jid}.{att}.hang",
                  "job": {"nodes": list(j.nodes), "partition": j.partition, "user": j.user,
                          "work_dir": rec.get("work_dir"), "end_time": time.time()},
                  "options": rec.get("options") or {},
