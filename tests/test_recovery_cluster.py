@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -391,4 +392,39 @@ def test_a_rank_that_stops_while_the_others_go_on_is_named(rc: cl.ClusterFacts,
         assert "the straggler is rank 0.1." in " ".join(text.split()), text
         assert "rank 0.1" in subject and "rank 0.0" not in subject and "0.2" not in subject
     finally:
+        cancel(job)
+
+
+# ---- fail open ------------------------------------------------------------------------------
+
+def test_a_decision_over_its_bound_is_abandoned_and_says_so(rc: cl.ClusterFacts,
+                                                            audit: Path) -> None:
+    """slurmctld frozen (SIGSTOP) while an action-mode decision runs: it ends within its bound,
+    does nothing, and the audit log says it was abandoned; the job is untouched."""
+    write_config(rc, audit, mode="monitor")
+    d = cl.make_workdir(rc, "failopen")
+    job = cl.submit(job_script(f"cat <<'EOF'\n{NCCL}\nEOF\nexit 1"), workdir=d)
+    ctld = int((rc.run_dir / "slurmctld.pid").read_text().strip())
+    try:
+        wait_decision(audit, job, 0)  # monitor mode: recorded only
+        v = json.loads((rc.spool / str(job) / "verdict.json").read_text())
+        write_config(rc, audit, mode="action", timeout_s=4)
+        cfg = load_config(str(rc.gpualert_config))
+        v["decision_id"] = f"{job}.0.failopen"
+        os.kill(ctld, signal.SIGSTOP)
+        try:
+            t = time.monotonic()
+            out = recovery.on_verdict(cfg, v)
+            took = time.monotonic() - t
+        finally:
+            os.kill(ctld, signal.SIGCONT)
+        assert took < 4 + 2, took
+        assert out and out["outcome"] == "abandoned", out
+        res = results(audit, f"{job}.0.failopen")
+        assert res and res[-1]["outcome"] == "abandoned", res
+        assert "Slurm's normal handling proceeds" in res[-1]["why"]
+        assert not [r for r in audit_records(audit) if r.get("event") == "action"]
+        assert slurm.job_state(job).restarts == 0
+    finally:
+        os.kill(ctld, signal.SIGCONT)
         cancel(job)

@@ -125,7 +125,8 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
     partition = str(job.get("partition") or "").split(",")[0]
     suspects, notes = _suspects(v2, cls, nodes, deadline)
     try:
-        psize = len(slurm.partition_nodes(partition, timeout=SLURM_CALL_S)) if partition else 0
+        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
+        psize = len(slurm.partition_nodes(partition, timeout=max(0.1, left))) if partition else 0
     except slurm.SlurmError as e:
         psize = 0
         notes.append(f"partition {partition}: {e}")

@@ -24,8 +24,15 @@ SLURM_CALL_S = 5.0
 DONE = ("done", "already done", "kept")
 
 
+ABANDON = "abandoned, Slurm's normal handling proceeds"
+
+
 class OverBound(Exception):
     pass
+
+
+def _timed_out(e: slurm.SlurmError) -> bool:
+    return "no answer within" in str(e)
 
 
 def drain_reason(cls: str, evidence: str) -> str:
@@ -117,8 +124,10 @@ def _not_this_job(decision: dict[str, Any], deadline: float) -> str | None:
     try:
         st = slurm.show_job(str(decision["job"]), timeout=_left(deadline))
     except OverBound:
-        return "over recovery.timeout_s before anything was done"
+        return f"{ABANDON}: over recovery.timeout_s before anything was done"
     except slurm.SlurmError as e:
+        if _timed_out(e):
+            return f"{ABANDON}: Slurm did not answer within the bound ({e}); nothing done"
         return f"Slurm does not know job {decision['job']} ({e}): nothing done (is SLURM_CONF " \
                "set for the hook?)"
     user = decision.get("user")
@@ -142,10 +151,11 @@ def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: Audi
     outcome = "completed"
     wrong = _not_this_job(decision, deadline)
     if wrong:
+        res = "abandoned" if wrong.startswith(ABANDON) else "failed"
         results.append(audit.append({**base, "event": "result", "action": "check",
-                                     "target": str(decision["job"]), "outcome": "failed",
+                                     "target": str(decision["job"]), "outcome": res,
                                      "why": wrong}))
-        return "failed", results
+        return res, results
     for p in planned:
         action, target = p["action"], str(p["target"])
         prior = done.get((action, target))
@@ -167,12 +177,15 @@ def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: Audi
             else:
                 res, info = "failed", {"why": f"no executor for {action}"}
         except OverBound:
-            res, info = "abandoned", {"why": "over recovery.timeout_s: abandoned; Slurm's "
-                                      "normal handling proceeds"}
+            res, info = "abandoned", {"why": f"{ABANDON}: over recovery.timeout_s"}
             outcome = "abandoned"
         except slurm.SlurmError as e:
-            res, info = "failed", {"why": str(e)[:400]}
-            outcome = "failed"
+            if _timed_out(e):  # fail open: Slurm's normal handling proceeds
+                res, info = "abandoned", {"why": f"{ABANDON}: {str(e)[:300]}"}
+                outcome = "abandoned"
+            else:
+                res, info = "failed", {"why": str(e)[:400]}
+                outcome = "failed"
         rec = audit.append({**base, "event": "result", "action": action, "target": target,
                             "outcome": res, **info})
         results.append(rec)
