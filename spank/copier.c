@@ -41,6 +41,15 @@
 #define FINAL_FLUSH_MS 60000       /* after EOF, how long the log may take to catch up */
 #define STUCK_MS 1000              /* a writer this long without progress is stuck (hung spool) */
 
+/* The log side's buffer: a queue of chunks, so the copier's memory (in the job's cgroup) is
+ * what the spool is behind by, not the bound: a ring would touch all of its pages. */
+#define CHUNK_DATA (64 * 1024 - 64)
+struct chunk {
+    struct chunk *next;
+    size_t off, len;               /* written out up to off, filled up to len */
+    char data[CHUNK_DATA];
+};
+
 struct gap {
     unsigned long long log_off, stream_off, size;
 };
@@ -58,8 +67,8 @@ struct tap {
     /* The spool side, shared with the writer thread under mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    char *ring;
-    size_t cap, head, len;
+    struct chunk *qhead, *qtail, *spare;
+    size_t cap, len;               /* bound, and bytes queued */
     int eof, writer_idle, writer_done, writer_dead, log_errno;
     long progress_ms;              /* when the writer last finished a write */
     unsigned long long put;        /* bytes accepted for the log */
@@ -88,6 +97,66 @@ static void add_note(struct tap *t, const char *msg)
     pthread_mutex_unlock(&t->mu);
 }
 
+/* Appends to the queue, under mu; -1 (nothing queued) when memory runs out. */
+static int queue_bytes(struct tap *t, const char *p, size_t n)
+{
+    size_t need = n;
+    struct chunk *c = t->qtail;
+    size_t room = c ? CHUNK_DATA - c->len : 0;
+    /* Allocate first, so that a failure leaves the queue as it was. */
+    struct chunk *fresh = NULL, **link = &fresh;
+    for (size_t k = need > room ? need - room : 0; k > 0;) {
+        struct chunk *x = t->spare;
+        if (x)
+            t->spare = x->next;
+        else if (!(x = malloc(sizeof(*x)))) {
+            while (fresh) {
+                struct chunk *nx = fresh->next;
+                free(fresh);
+                fresh = nx;
+            }
+            return -1;
+        }
+        x->next = NULL;
+        x->off = x->len = 0;
+        *link = x;
+        link = &x->next;
+        k -= k < CHUNK_DATA ? k : CHUNK_DATA;
+    }
+    if (c && room) {
+        size_t k = n < room ? n : room;
+        memcpy(c->data + c->len, p, k);
+        c->len += k;
+        p += k;
+        n -= k;
+    }
+    for (struct chunk *x = fresh; x; x = x->next) {
+        size_t k = n < CHUNK_DATA ? n : CHUNK_DATA;
+        memcpy(x->data, p, k);
+        x->len = k;
+        p += k;
+        n -= k;
+        if (t->qtail)
+            t->qtail->next = x;
+        else
+            t->qhead = x;
+        t->qtail = x;
+    }
+    return 0;
+}
+
+/* Logging stopped: what was queued is let go, under mu. */
+static void drop_queue(struct tap *t)
+{
+    while (t->qhead) {
+        struct chunk *x = t->qhead;
+        t->qhead = x->next;
+        free(x);
+    }
+    t->qtail = NULL;
+    t->len = 0;
+}
+
 /* Takes n bytes for the log, or records them as a gap when the buffer is full. */
 static void log_put(struct tap *t, const char *p, size_t n, unsigned long long stream_off)
 {
@@ -96,11 +165,7 @@ static void log_put(struct tap *t, const char *p, size_t n, unsigned long long s
         pthread_mutex_unlock(&t->mu);
         return;
     }
-    if (t->cap - t->len >= n) {
-        size_t tail = (t->head + t->len) % t->cap;
-        size_t first = n < t->cap - tail ? n : t->cap - tail;
-        memcpy(t->ring + tail, p, first);
-        memcpy(t->ring, p + first, n - first);
+    if (t->cap - t->len >= n && queue_bytes(t, p, n) == 0) {
         t->len += n;
         t->put += n;
         if (t->writer_idle)
@@ -240,7 +305,7 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&t->mu);
         t->writer_dead = 1;
         t->log_errno = e ? e : EIO;
-        t->len = 0;
+        drop_queue(t);
         goto done;
     }
     for (;;) {
@@ -254,8 +319,10 @@ static void *writer_main(void *arg)
         }
         if (t->len == 0 && t->eof)
             break;
-        size_t n = t->len < t->cap - t->head ? t->len : t->cap - t->head;
-        const char *p = t->ring + t->head;
+        /* The forwarder only appends past c->len: [off, len) is ours to write unlocked. */
+        struct chunk *c = t->qhead;
+        size_t n = c->len - c->off;
+        const char *p = c->data + c->off;
         pthread_mutex_unlock(&t->mu);
         if (n && write_all(log, p, n) != 0) {
             int e = errno;
@@ -264,12 +331,29 @@ static void *writer_main(void *arg)
             pthread_mutex_lock(&t->mu);
             t->writer_dead = 1;
             t->log_errno = e ? e : EIO;
-            t->len = 0;
+            drop_queue(t);
             break;
         }
         pthread_mutex_lock(&t->mu);
-        t->head = (t->head + n) % t->cap;
+        c->off += n;
         t->len -= n;
+        if (c->off == c->len) {
+            if (c == t->qtail) {
+                c->off = c->len = 0;       /* the forwarder fills it again from the start */
+            } else {
+                t->qhead = c->next;
+                /* A few spares spare the allocator; the rest goes back. */
+                int nspare = 0;
+                for (struct chunk *x = t->spare; x && nspare < 4; x = x->next)
+                    nspare++;
+                if (nspare < 4) {
+                    c->next = t->spare;
+                    t->spare = c;
+                } else {
+                    free(c);
+                }
+            }
+        }
         t->progress_ms = now_ms();
         pthread_mutex_unlock(&t->mu);
     }
@@ -584,14 +668,9 @@ int start_tap(spank_t sp, const struct task_id *id)
         t.stats = stats[0] == '1';
         t.id = *id;
         t.cap = ring_bytes;
-        t.ring = malloc(t.cap);
         t.head_max = id->step == SLURM_BATCH_SCRIPT ? batch_log_max : 0;
         pthread_mutex_init(&t.mu, NULL);
         pthread_cond_init(&t.cv, NULL);
-        if (t.ring == NULL) {
-            t.cap = 0;
-            t.writer_dead = 1;
-        }
         run_copier(&t);
     }
     int wst = 0;

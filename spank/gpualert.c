@@ -24,7 +24,7 @@ SPANK_PLUGIN(gpualert, 1);
 
 char spool[PATH_MAX];
 int default_on;
-size_t ring_bytes = 8u << 20;
+size_t ring_bytes = 32u << 20;
 size_t batch_log_max = 64u << 20;
 
 /* ------------------------------------------------------------------ plugin arguments */
