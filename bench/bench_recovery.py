@@ -13,7 +13,8 @@ and requeue excluding it). Per job:
   by polling squeue/sinfo every 0.25 s.
 p50/p95 of each (target p50 <= 10 s). Baseline, same jobs, same run: the failure -> Slurm
 itself showing the job ended or requeued (what a user polling squeue would see anyway); the
-ratio says what deciding costs beyond that. Exits non-zero only when something fails.
+ratio says what deciding costs beyond that. Then the hang watcher's CPU per pass over running
+jobs (target: at most 1 % of a core). Exits non-zero only when something fails.
 """
 
 from __future__ import annotations
@@ -166,6 +167,48 @@ def campaign(f: cl.ClusterFacts, audit: Path, n: int, wave: int, node_loss: int)
     return out
 
 
+def watch_cost(f: cl.ClusterFacts, njobs: int = 9, passes: int = 20,
+               interval_s: float = 15.0) -> None:
+    """CPU of one `gpualert watch` pass over njobs running monitored jobs (its own and its
+    squeue's), as a share of one core at the default interval; baseline: `squeue --json`
+    alone, which any watcher of running jobs pays."""
+    import resource
+
+    from gpualert_slurm.config import load_config
+    from gpualert_slurm.recovery import watch
+
+    def cpu() -> float:
+        a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+            resource.RUSAGE_CHILDREN)
+        return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+    work = cl.make_workdir(f, "bench-recovery-watch")
+    body = "srun -n2 bash -c 'while :; do echo tick; sleep 1; done'"
+    jobs = [cl.submit(f"#!/bin/bash\n#SBATCH --gpualert=notify=never,hang=1h\n{body}\n",
+                      "-n2", workdir=work, name=f"w{i}.sh") for i in range(njobs)]
+    try:
+        for j in jobs:
+            cl.wait_state(j, "RUNNING", 60)
+        time.sleep(3)  # every rank has written
+        cfg = load_config(str(f.gpualert_config))
+        c0 = cpu()
+        for _ in range(passes):
+            alerts = watch.scan(cfg)
+            assert not alerts, alerts
+        per_pass = (cpu() - c0) / passes
+        c0 = cpu()
+        for _ in range(passes):
+            slurm.queue()
+        base = (cpu() - c0) / passes
+    finally:
+        cl.cancel_quietly(*jobs)
+    print(f"  watch pass over {njobs} running jobs: {per_pass * 1000:.1f} ms CPU "
+          f"= {per_pass / interval_s * 100:.2f} % of one core on the controller at "
+          f"--interval {interval_s:g}; 0 on compute nodes")
+    print(f"  baseline squeue --json alone: {base * 1000:.1f} ms CPU; ratio "
+          f"{per_pass / max(base, 1e-6):.2f}x")
+
+
 def report(jobs: list[Job]) -> bool:
     ok = True
     det = [j.decided_at - j.failed_at for j in jobs if j.decided_at and j.failed_at]
@@ -222,7 +265,9 @@ def main() -> int:
         t0 = time.monotonic()
         jobs = campaign(f, audit, a.jobs, a.wave, min(a.node_loss, a.jobs))
         print(f"  campaign took {time.monotonic() - t0:.0f} s; audit log {audit}")
-        return 0 if report(jobs) else 1
+        ok = report(jobs)
+        watch_cost(f)
+        return 0 if ok else 1
     finally:
         if started:
             cl.cluster_cmd("down", env=rl.RECOVERY_CLUSTER_ENV)
