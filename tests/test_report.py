@@ -342,3 +342,30 @@ def test_html_part_escapes_what_the_job_wrote():
     assert "<img" not in html and "</pre><b>" not in html
     text = render(v, "text")
     assert "ValueError: <img src=x onerror=alert(2)>" in text  # plain text stays verbatim
+
+
+def test_report_cut_short_is_finished_by_a_later_job_epilog(tmp_path, smtp_server, workdir):
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    # job A: its epilog wrote verdict.json and was killed before the mail (as an overloaded
+    # controller's watchdog does): the marker it left stays behind
+    v, _ = run_job(spool, cfg, workdir, opts="mail=owner@lab.org,notify=never",
+                   jobid="987650701")
+    v.pop("report", None)
+    v["options"]["notify"] = "fail"
+    (spool / "987650701" / "verdict.json").write_text(json.dumps(v))
+    pending = spool / ".gpualert" / "pending"
+    env = {"SLURM_JOB_ID": "987650701", "SLURM_JOB_USER": USER.pw_name,
+           "SPANK_GPUALERT": "mail=owner@lab.org", "SLURM_JOB_EXIT_CODE2": "1:0"}
+    (pending / "987650701.json").write_text(json.dumps(
+        {"job_id": "987650701", "uid": USER.pw_uid, "attempt": 0,
+         "since": time.time() - 600, "tries": 0, "env": env}))
+    assert smtp_server.messages() == []
+    # job B's epilog has time to spare: it finishes A's report, then its own is sent too
+    run_job(spool, cfg, workdir, jobid="987650702")
+    subjects = sorted(parse(p)["Subject"] for p in smtp_server.messages())
+    assert len(subjects) == 2 and any("job 987650701" in s for s in subjects), subjects
+    assert not (pending / "987650701.json").exists()
+    assert not (pending / "987650702.json").exists()
+    done = json.loads((spool / "987650701" / "verdict.json").read_text())
+    assert done["report"]["status"] == "sent"
+    assert any("finished later" in n for n in done["notes"])

@@ -30,6 +30,7 @@ from gpualert_slurm.hooks.epilog import (
     close_task_logs,
     exit_code2,
     job_options,
+    job_spool,
     last_output,
     node_file_name,
     open_job_spool,
@@ -38,7 +39,13 @@ from gpualert_slurm.hooks.epilog import (
     restart_count,
 )
 from gpualert_slurm.options import Options
-from gpualert_slurm.spool import SpoolError, open_dir, read_json_nofollow, write_json_atomic
+from gpualert_slurm.spool import (
+    SpoolError,
+    open_dir,
+    opened_dir,
+    read_json_nofollow,
+    write_json_atomic,
+)
 
 STATE_DIR = ".gpualert"  # <spool>/.gpualert: root's own state (array summaries, rate caps)
 # While EpilogSlurmctld runs the job is COMPLETING; Reason= already says how it ended.
@@ -547,6 +554,7 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         return
     tasks: list[TaskLog] = []
     v: dict[str, Any] | None = None
+    marked = mark_pending(cfg, jobid, uid, js.attempt, env, log)
     try:
         if is_array and rc.arrays == "summary":
             try:
@@ -603,6 +611,126 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     finally:
         close_task_logs(tasks)
         js.close()
+    if marked:
+        clear_pending(cfg, jobid)
+    # Spare time: finish the reports of job epilogs that an overloaded controller cut short.
+    if bound - (time.monotonic() - t0) > max(6.0, bound / 4) * 2:
+        with suppress(Exception):
+            sweep_pending(cfg, log, deadline=t0 + bound - max(6.0, bound / 4))
+
+
+# ---- reports that a killed job epilog left unfinished ----------------------------------------
+
+PENDING_AFTER_S = 90.0  # older than any job epilog can run: its writer is gone
+PENDING_TRIES = 3
+PENDING_MAX_AGE_S = 86400.0
+
+
+def mark_pending(cfg: Config, jobid: str, uid: int, attempt: int, env: dict[str, str],
+                 log: HookLog) -> bool:
+    """<spool>/.gpualert/pending/<jobid>.json, root's: removed once the report is handled.
+    One left behind means this epilog was killed (watchdog, shim, overload): a later job
+    epilog with time to spare finishes the report (sweep_pending)."""
+    keep = ("SLURM_JOB_ID", "SLURM_JOB_USER", "SLURM_JOB_UID", "SLURM_JOB_NAME",
+            "SLURM_JOB_EXIT_CODE2", "SLURM_JOB_EXIT_CODE", "SLURM_JOB_NODELIST",
+            "SLURM_JOB_WORK_DIR", "SLURM_JOB_PARTITION", "SPANK_GPUALERT",
+            "SLURM_JOB_MAIL_USER", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
+    try:
+        d = state_dir(cfg, "pending")
+        with Locked(d, jobid) as lk:
+            lk.state = {"job_id": jobid, "uid": uid, "attempt": attempt, "since": time.time(),
+                        "tries": 0, "env": {k: env[k] for k in keep if k in env}}
+            lk.save()
+        return True
+    except OSError as e:
+        log.error(f"job {jobid}: pending marker: {e}")
+        return False
+
+
+def clear_pending(cfg: Config, jobid: str) -> None:
+    d = os.path.join(cfg.spool, STATE_DIR, "pending")
+    for suffix in (".json", ".lock"):
+        with suppress(OSError):
+            os.unlink(os.path.join(d, jobid + suffix))
+
+
+def sweep_pending(cfg: Config, log: HookLog, deadline: float, limit: int = 3) -> int:
+    """Finish up to `limit` reports left by killed job epilogs (markers older than
+    PENDING_AFTER_S), each tried at most PENDING_TRIES times and for a day at most: never
+    retried for ever. Returns how many were handled."""
+    d = os.path.join(cfg.spool, STATE_DIR, "pending")
+    try:
+        names = sorted(n[:-5] for n in os.listdir(d) if n.endswith(".json"))
+    except OSError:
+        return 0
+    done = 0
+    now = time.time()
+    for jobid in names:
+        if done >= limit or time.monotonic() > deadline:
+            break
+        if not jobid.isdigit():
+            continue
+        try:
+            fd = os.open(os.path.join(d, jobid + ".lock"),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # another sweeper (or the epilog itself) has it
+            with opened_dir(d) as dfd:
+                try:
+                    m = read_json_nofollow(jobid + ".json", dfd, owners=(0,))
+                except (OSError, SpoolError):
+                    continue
+                if now - float(m.get("since", now)) < PENDING_AFTER_S:
+                    continue
+                m["tries"] = int(m.get("tries", 0)) + 1
+                if m["tries"] > PENDING_TRIES or now - float(m["since"]) > PENDING_MAX_AGE_S:
+                    log.error(f"job {jobid}: report given up after {m['tries'] - 1} tries")
+                    clear_pending(cfg, jobid)
+                    continue
+                write_json_atomic(dfd, jobid + ".json", m, 0o600)
+            _finish_pending(cfg, m, log, deadline)
+            clear_pending(cfg, jobid)
+            done += 1
+        finally:
+            os.close(fd)
+    return done
+
+
+def _finish_pending(cfg: Config, m: dict[str, Any], log: HookLog, deadline: float) -> None:
+    """The report of one job whose epilog was killed: from its verdict.json if that was
+    written, else the least report."""
+    env = dict(m.get("env") or {})
+    jobid = str(m["job_id"])
+    env["SLURM_JOB_ID"] = jobid
+    opts = job_options(env, cfg, log)
+    t0 = time.monotonic()
+    bound = max(1.0, deadline - t0)
+    with job_spool(cfg.spool, jobid, int(m["uid"]), int(m.get("attempt", 0))) as js:
+        tasks = open_task_logs(js)
+        try:
+            try:
+                v = read_json_nofollow("verdict.json", js.attempt_fd, owners=(0,))
+            except (FileNotFoundError, SpoolError):
+                v = None
+            if isinstance(v, dict) and "report" in v:
+                return
+            if not isinstance(v, dict):
+                _fallback_report(cfg, opts, env, js, tasks,
+                                 RuntimeError("the job epilog was cut short"), log, t0, bound)
+                return
+            v.setdefault("notes", []).append(
+                "this report was finished later: the job epilog that began it ran out of time")
+            is_array = (v.get("array") or {}).get("task_id") is not None
+            if should_send(opts, v) and (not is_array or report_cfg(cfg).arrays == "per_task"):
+                _send_job(cfg, opts, env, js, tasks, v, log, t0, bound)
+                log.info(f"job {jobid}: report finished by a later job epilog")
+        finally:
+            close_task_logs(tasks)
 
 
 def _fallback_report(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
@@ -664,8 +792,13 @@ def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
     budget = opts.budget_bytes or cfg.budget_bytes
     gid = _gid(js)
     left = bound - 2.0 - (time.monotonic() - t0)  # 2 s short of the watchdog
+    globs = [*opts.artifacts, *rc.artifacts]
+    short = left < max(6.0, bound / 4) / 2  # an overloaded controller: the mail goes first
     bundle = bundle_for_job(tasks, budget, js.uid, gid, v["job"].get("work_dir"),
-                            [*opts.artifacts, *rc.artifacts], timeout_s=max(1.0, left / 3))
+                            [] if short else globs, timeout_s=max(1.0, left / 3))
+    for g in globs if short else []:
+        bundle.skip("artifact", g, None, "not collected: the job epilog ran out of time",
+                    v["job"].get("work_dir") or "?")
     v["artifacts"] = bundle.manifest()
     save_verdict(js, v, log)
     left = bound - 2.0 - (time.monotonic() - t0)
