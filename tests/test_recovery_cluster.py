@@ -217,12 +217,19 @@ def test_the_same_decision_twice_acts_once(rc: cl.ClusterFacts, audit: Path) -> 
         cfg = load_config(str(rc.gpualert_config))
         again = recovery.on_verdict(cfg, v)
         assert again and again.get("repeat") and again["outcome"] == "completed", again
-        # a restart mid-way: the same log without the outcome line
+        # a crash mid-way: the same log without the outcome line; `gpualert watch` finishes
+        # the decision from Slurm's state (recovery.timeout_s 2: older than 2 x 2 s)
         recs = [r for r in audit_records(audit)
                 if not (r.get("event") == "outcome" and r.get("id") == f"{job}.0")]
         audit.write_text("".join(json.dumps(r) + "\n" for r in recs))
-        resumed = recovery.on_verdict(cfg, v)
-        assert resumed and [t["outcome"] for t in resumed["taken"]] == ["done"], resumed
+        write_config(rc, audit, mode="action", timeout_s=2)
+        time.sleep(max(0.0, 4.5 - (time.time() - recs[0]["time"])))
+        w = gpualert("watch", cfg=rc)
+        assert w.returncode == 0 and '"resumed"' in w.stdout, w.stdout + w.stderr
+        resumed = json.loads(next(ln for ln in w.stdout.splitlines() if "resumed" in ln))
+        assert [t["outcome"] for t in resumed["resumed"]["taken"]] == ["done"], resumed
+        assert any(r.get("event") == "outcome" and r.get("id") == f"{job}.0"
+                   for r in audit_records(audit))
         acts = [r for r in audit_records(audit) if r.get("event") == "action"]
         assert len(acts) == 1 and acts[0]["action"] == "requeue", acts
         assert slurm.show_job(job).restarts == 1

@@ -10,6 +10,7 @@ audit log says so. It never raises (the epilog must not break for it).
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 from typing import Any
@@ -177,6 +178,41 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
             log.info(f"job {job_id}: recovery {old.get('rule')}: "
                      + ", ".join(f"{r['action']} {r['target']}: {r['outcome']}" for r in results))
         return _summary(old, out, results, audit.path)
+
+
+def resume_unfinished(cfg: Config, log: Any = None, min_age_s: float | None = None,
+                      max_age_s: float = 3600) -> list[dict[str, Any]]:
+    """Finish decisions a crash interrupted (a decision line without its outcome, older than
+    the bound): each is carried on from Slurm's current state, so what was done is not done
+    again. `gpualert watch` calls this every pass."""
+    from gpualert_slurm.recovery.audit import AuditLog, audit_path
+    from gpualert_slurm.spool import attempt_dir, job_dir
+
+    audit = AuditLog(audit_path(cfg))
+    recs = audit.read()
+    ended = {r.get("id") for r in recs if r.get("event") == "outcome"}
+    age = 2 * cfg.recovery.timeout_s if min_age_s is None else min_age_s
+    now = time.time()
+    out = []
+    for r in recs:
+        if r.get("event") != "decision" or r.get("id") in ended:
+            continue
+        if not age <= now - float(r.get("time") or 0) <= max_age_s:
+            continue
+        if r.get("id") != f"{r.get('job')}.{r.get('attempt')}":
+            continue  # a hang decision: its verdict was made up by the watcher, not kept
+        path = os.path.join(attempt_dir(job_dir(cfg.spool, str(r["job"])), int(r["attempt"])),
+                            "verdict.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                verdict = json.load(f)
+        except (OSError, ValueError) as e:
+            audit.append({"event": "outcome", "id": r["id"], "job": r.get("job"),
+                          "attempt": r.get("attempt"), "outcome": "abandoned",
+                          "why": f"interrupted, and its verdict cannot be read: {e}"})
+            continue
+        out.append(on_verdict(cfg, verdict, log) or {})
+    return out
 
 
 def report_lines(summary: dict[str, Any] | None) -> list[str]:

@@ -14,6 +14,7 @@ Per running job that asked for hang= (or with the config's hang:), in its latest
 - one or more ranks silent for at least hang while another wrote within it -> "straggler":
   an alert naming those ranks.
 Each alert is sent once per job attempt (state in <spool>/.gpualert/watch.json).
+Each pass also finishes recovery decisions a crash interrupted (recovery.resume_unfinished).
 """
 
 from __future__ import annotations
@@ -213,11 +214,15 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 2
+    from gpualert_slurm.recovery import resume_unfinished
+
     while True:
         t0 = time.monotonic()
         try:
             for s in scan(cfg):
                 print(json.dumps(s, default=str), flush=True)
+            for r in resume_unfinished(cfg):
+                print(json.dumps({"resumed": r}, default=str), flush=True)
         except slurm.SlurmError as e:  # Slurm busy or down: the next pass tries again
             print(f"gpualert watch: {e}", file=sys.stderr, flush=True)
         if not a.loop:
