@@ -62,6 +62,8 @@ struct tap {
     int conns[MAX_CONNS], nconns;
     int stats;                     /* GPUALERT_TAP_STATS=1: byte counts and CPU to tap.log */
     struct task_id id;
+    pid_t task_pid;
+    time_t start_time;
     unsigned long long bytes[2];   /* what the task wrote, stdout and stderr */
 
     /* The spool side, shared with the writer thread under mu. */
@@ -239,6 +241,26 @@ static void flush_tail(struct tap *t)
     t->cut = 0;
 }
 
+/* <step>.<rank>.start: which node ran the rank. A node that is lost leaves no exit record,
+ * and this is then what ties its ranks to it. Best effort, as the user; tmp + rename. */
+static void write_start_record(struct tap *t, int tdir)
+{
+    char json[256], final[64], tmp[96];
+    int n = snprintf(json, sizeof(json), "{\"node\": \"%s\", \"step\": \"%s\", \"rank\": %u, "
+                     "\"pid\": %d, \"start_time\": %ld, \"attempt\": %u}\n", t->id.node,
+                     t->id.step_name, t->id.rank, (int)t->task_pid, (long)t->start_time,
+                     t->id.attempt);
+    snprintf(final, sizeof(final), "%s.%u.start", t->id.step_name, t->id.rank);
+    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", final, (int)getpid());
+    int fd = openat(tdir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    int ok = n > 0 && (size_t)n < sizeof(json) && write_all(fd, json, (size_t)n) == 0;
+    close(fd);
+    if (!ok || renameat(tdir, tmp, tdir, final) != 0)
+        unlinkat(tdir, tmp, 0);
+}
+
 static int open_task_log(struct tap *t, int jfd)
 {
     int adir = open_attempt_dir(jfd, &t->id, 0);
@@ -255,8 +277,10 @@ static int open_task_log(struct tap *t, int jfd)
             fd = -1;
             errno = EINVAL;
         }
-        if (fd >= 0)
+        if (fd >= 0) {
             fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);
+            write_start_record(t, tdir);
+        }
     }
     int saved = errno;
     if (tdir >= 0)
@@ -638,6 +662,7 @@ int start_tap(spank_t sp, const struct task_id *id)
     if (spank_getenv(sp, "GPUALERT_TAP_STATS", stats, sizeof(stats)) != ESPANK_SUCCESS)
         stats[0] = '\0';
 
+    pid_t task_pid = getpid();
     what = "fork the copier";
     /* Double fork: the copier is never a child of the user's program (no stray SIGCHLD,
      * nothing for a wait() loop in the program to reap); the middle process exits at once. */
@@ -667,6 +692,8 @@ int start_tap(spank_t sp, const struct task_id *id)
         t.lsock = fds[LSOCK];
         t.stats = stats[0] == '1';
         t.id = *id;
+        t.task_pid = task_pid;
+        t.start_time = time(NULL);
         t.cap = ring_bytes;
         t.head_max = id->step == SLURM_BATCH_SCRIPT ? batch_log_max : 0;
         pthread_mutex_init(&t.mu, NULL);

@@ -96,9 +96,17 @@ def test_off_and_unmonitored_jobs_leave_no_task_logs(c: ClusterFacts) -> None:
         assert task_files(c, j) == {}
         assert not (job_dir(c, j) / "tap.log").exists()
         assert (d / f"slurm-{j}.out").read_bytes() == b"batch\nstep\nstep\n"
-    assert sorted(task_files(c, on)) == [
-        "0.0.exit", "0.0.log", "0.1.exit", "0.1.log", "batch.0.exit", "batch.0.log"
+    files = task_files(c, on)
+    assert sorted(files) == [
+        "0.0.exit", "0.0.log", "0.0.start", "0.1.exit", "0.1.log", "0.1.start",
+        "batch.0.exit", "batch.0.log", "batch.0.start",
     ]
+    # The start record ties each rank to its node (a lost node leaves no exit record).
+    starts = {n: json.loads(files[n]) for n in files if n.endswith(".start")}
+    for name, rec in starts.items():
+        exit_rec = json.loads(files[name.replace(".start", ".exit")])
+        assert (rec["node"], rec["step"], rec["rank"], rec["pid"], rec["attempt"]) == (
+            exit_rec["node"], exit_rec["step"], exit_rec["rank"], exit_rec["pid"], 0), name
 
 
 def exit_record(c: ClusterFacts, jobid: int, name: str) -> dict:
