@@ -110,6 +110,10 @@ def test_node_lost_in_action_mode_is_drained_and_job_requeued_without_it(
         assert st.restarts == 1 and victim in slurm.expand_hostlist(st.raw["ExcNodeList"]), st.raw
         outs = {(r["action"], r["outcome"]) for r in results(audit, f"{job}.0")}
         assert ("drain_node", "done") in outs, outs
+        st_json = json.loads(gpualert("status", "--json", cfg=rc).stdout)
+        mine = next(j for j in st_json["jobs"] if j["job"] == str(job))
+        assert mine["state"] == "recovering" and mine["attempt"] == 1, mine
+        assert mine["retries_left"] == 1 and mine["last_decision"]["class"] == "node_failure"
         # the requeued run starts on the other nodes only
         start_now_when_pending(job, 1)
         st = cl.wait_state(job, "RUNNING", 60, rc.root)
@@ -434,4 +438,27 @@ def test_a_decision_over_its_bound_is_abandoned_and_says_so(rc: cl.ClusterFacts,
         assert slurm.job_state(job).restarts == 0
     finally:
         os.kill(ctld, signal.SIGCONT)
+        cancel(job)
+
+
+def test_a_hung_job_gets_the_configured_action(rc: cl.ClusterFacts, audit: Path) -> None:
+    """recovery.rules.hang: {do: [requeue]} in action mode: the watcher's alert is followed by
+    the requeue of the still-running job."""
+    write_config(rc, audit, mode="action", rules={"hang": {"do": ["requeue"], "retries": 1}})
+    d = cl.make_workdir(rc, "hung-requeue")
+    job = cl.submit(job_script('[ "${SLURM_RESTART_COUNT:-0}" -lt 1 ] && { echo stuck; '
+                               'sleep 300; }\necho second run ok',
+                               "mail=gpatest@localhost,hang=15s"), workdir=d)
+    try:
+        with watcher(rc):
+            cl.wait_until(lambda: slurm.show_job(job).restarts == 1, 90,
+                          f"job {job} requeued for its hang")
+        dec = next(r for r in audit_records(audit) if r.get("event") == "decision"
+                   and r.get("id") == f"{job}.0.hang")
+        assert dec["planned"] == [{"action": "requeue", "target": str(job)}], dec
+        assert _mail_for(rc, job, "HUNG job") is not None
+        start_now_when_pending(job, 1)
+        st = cl.wait_final(job, 90, rc.root)
+        assert st.state == "COMPLETED", st
+    finally:
         cancel(job)
