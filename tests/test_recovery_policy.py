@@ -81,7 +81,11 @@ def test_nccl_is_requeued_once_only() -> None:
 
 def test_retry_budget_stops_a_job_failing_the_same_way() -> None:
     cfg = RecoveryConfig(mode="action", max_retries=2)
-    assert decide(cfg, verdict("gpu_hardware"), facts(attempt=1), []).planned
+    one = decide(cfg, verdict("gpu_hardware"), facts(attempt=1), [])
+    assert one.planned and one.retries_left == 0  # this requeue was the last one
+    assert decide(cfg, verdict("gpu_hardware"), facts(attempt=0), []).retries_left == 1
+    assert decide(RecoveryConfig(), verdict("gpu_hardware"), facts(), []).retries_left == 1
+    assert decide(cfg, verdict("python_exception"), facts(), []).retries_left == 2
     d = decide(cfg, verdict("gpu_hardware"), facts(attempt=2), [])
     assert ("requeue", "10") not in planned(d)
     assert "retry budget spent: 2 of 2" in d.notes[-1]

@@ -277,6 +277,9 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
             d.not_taken.append({**p, "why": why_not})
         d.would, d.planned = d.planned, []
     d.acts = bool(d.planned)
+    # what is left after this decision's requeue (done, or only recorded in monitor mode)
+    if any(p["action"] == "requeue" for p in d.planned + d.would):
+        d.retries_left = max(0, d.retries_left - 1)
 
     # Nodes drained often lately are flagged for the admin.
     since = facts.time - cfg.flag_window_s
