@@ -153,10 +153,12 @@ CASES: list[Case] = [
     Case("issue-trap-usr1-pgrp",
          "trap 'echo got usr1' USR1\necho before\nkill -USR1 -- -$$\necho after\nburst batch\n"),
     *(batch_case(sig, how) for how in ("kill0", "pgid", "scancel") for sig in SIGNALS),
-    # --signal=B:SIG@N: the batch shell alone, at slurmctld's next time-limit check.
+    # --signal=B:SIG@N: the batch shell alone. slurmctld sends it at its first periodic check
+    # (every 30 s) when less than N + 30 s remain: due at once (--time=2, @115), it came
+    # before the script had set its trap and killed it (seen). --time=2, @70: at 20-50 s.
     *(Case(f"sbatch-signal-B-{sig}",
-           f'echo start\nwait_for {sig}\nburst batch\n',
-           sbatch=("--time=2", f"--signal=B:{sig}@115")) for sig in ("USR1", "HUP")),
+           f'echo start\nwait_for {sig} 100\nburst batch\n',
+           sbatch=("--time=2", f"--signal=B:{sig}@70")) for sig in ("USR1", "HUP")),
     # --signal=SIG@N: every srun step (not the batch shell). slurmctld sends it once, at its
     # first periodic check (every 30 s) when less than N + 30 s remain: with --time=3 and
     # @150 that was 9 s after the start, before srun had launched the step under load, and
