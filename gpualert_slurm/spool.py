@@ -443,15 +443,37 @@ EXIT_FIELDS = ("node", "step", "rank", "pid", "exit_code", "signal", "core_dumpe
                "status")
 
 
-def read_exit_record(name: str, dir_fd: int,
-                     owners: tuple[int, ...] | None = None) -> dict[str, Any]:
-    """One tasks/<step>.<rank>.exit record (see CONTRACTS.md); missing fields are None."""
+START_FIELDS = ("node", "step", "rank", "pid", "start_time", "attempt")
+
+
+def _read_record(name: str, dir_fd: int, owners: tuple[int, ...] | None,
+                 fields: tuple[str, ...]) -> dict[str, Any]:
     obj = read_json_nofollow(name, dir_fd, owners)
     if not isinstance(obj, dict):
         raise SpoolError(f"{name}: expected a JSON object")
-    return {k: obj.get(k) for k in EXIT_FIELDS} | {
-        k: v for k, v in obj.items() if k not in EXIT_FIELDS
-    }
+    return {k: obj.get(k) for k in fields} | {k: v for k, v in obj.items() if k not in fields}
+
+
+def read_exit_record(name: str, dir_fd: int,
+                     owners: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """One tasks/<step>.<rank>.exit record (see CONTRACTS.md); missing fields are None."""
+    return _read_record(name, dir_fd, owners, EXIT_FIELDS)
+
+
+def read_start_record(name: str, dir_fd: int,
+                      owners: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """One tasks/<step>.<rank>.start record (CONTRACTS.md); missing fields are None."""
+    return _read_record(name, dir_fd, owners, START_FIELDS)
+
+
+def task_node(exit_rec: dict[str, Any] | None, start_rec: dict[str, Any] | None) -> str | None:
+    """The node a task ran on: its exit record says it; a task whose node was lost has only
+    its start record (spank/README.md, Start records)."""
+    for rec in (exit_rec, start_rec):
+        node = (rec or {}).get("node")
+        if isinstance(node, str) and node:
+            return node
+    return None
 
 
 def read_exit_records(job_path: str, owners: tuple[int, ...] | None = None

@@ -76,15 +76,29 @@ def _check_readable(path: str, what: str) -> str | None:
     return None
 
 
-def _read_record(t: TaskInput, rec: Path) -> None:
-    """Exit facts from the tap's <step>.<rank>.exit or `gpualert run`'s exit.json, if there."""
+def _record(rec: Path) -> dict | None:
+    """A JSON record read with the spool's careful reader (no symlink, FIFO or huge file: root
+    may run this on a user's job dir); None when missing, refused or not an object."""
     try:
-        data = json.loads(rec.read_text())
-    except (OSError, ValueError):
+        dfd = os.open(rec.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = spool.read_json_nofollow(rec.name, dfd)
+    except (OSError, spool.SpoolError):
+        return None
+    finally:
+        os.close(dfd)
+    return data if isinstance(data, dict) else None
+
+
+def _read_record(t: TaskInput, rec: Path, start: Path | None = None) -> None:
+    """Exit facts from the tap's <step>.<rank>.exit or `gpualert run`'s exit.json, if there;
+    the node from the task's .start record when no exit record names it (a lost node)."""
+    data = _record(rec)
+    t.node = spool.task_node(data, _record(start) if start is not None else None)
+    if data is None:
         return
-    if not isinstance(data, dict):
-        return
-    t.node = data.get("node") if isinstance(data.get("node"), str) else None
     for k in ("exit_code", "signal", "end_time"):
         if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool):
             setattr(t, k, data[k] if k == "end_time" else int(data[k]))
@@ -93,13 +107,14 @@ def _read_record(t: TaskInput, rec: Path) -> None:
 
 def task_from_path(path: str) -> TaskInput:
     """Rank/step from the file name; exit facts from a sibling <step>.<rank>.exit record
-    (or exit.json next to `gpualert run --log-dir`'s output.log)."""
+    (or exit.json next to `gpualert run --log-dir`'s output.log); the node from the exit
+    record, else from the sibling <step>.<rank>.start record."""
     name = Path(path).name
     t = TaskInput(path=path)
     m = _STEP_RANK.match(name)
     if m:
         t.step, t.rank = m.group("step"), int(m.group("rank"))
-        _read_record(t, Path(path).with_suffix(".exit"))
+        _read_record(t, Path(path).with_suffix(".exit"), Path(path).with_suffix(".start"))
     elif name == "output.log":
         _read_record(t, Path(path).with_name("exit.json"))
     else:

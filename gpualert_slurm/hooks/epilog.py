@@ -42,6 +42,8 @@ from gpualert_slurm.spool import (
     open_dir,
     read_exit_record,
     read_json_nofollow,
+    read_start_record,
+    task_node,
     write_json_atomic,
 )
 
@@ -180,6 +182,7 @@ class TaskLog:
     mtime: float
     path: str  # for the report
     exit: dict[str, Any] | None = None
+    start: dict[str, Any] | None = None  # its .start record: the node when no exit record
 
     @property
     def proc_path(self) -> str:
@@ -187,7 +190,7 @@ class TaskLog:
 
     @property
     def node(self) -> str | None:
-        return (self.exit or {}).get("node")
+        return task_node(self.exit, self.start)
 
     def info(self) -> dict[str, Any]:
         e = self.exit or {}
@@ -198,7 +201,8 @@ class TaskLog:
 
 
 def open_task_logs(js: JobSpool) -> list[TaskLog]:
-    """Every task log of the attempt the user could have written, with its exit record. A log
+    """Every task log of the attempt the user could have written, with its exit (and start)
+    record. A log
     that is a symlink, a FIFO, hard-linked, or someone else's is skipped."""
     tfd = js.subdir("tasks")
     if tfd is None:
@@ -225,10 +229,14 @@ def open_task_logs(js: JobSpool) -> list[TaskLog]:
             if ename in names:
                 with suppress(OSError, SpoolError):
                     exit_rec = read_exit_record(ename, tfd, owners=(js.uid, 0))
+            start_rec = None
+            if name[:-4] + ".start" in names:  # a lost node's rank has only this one
+                with suppress(OSError, SpoolError):
+                    start_rec = read_start_record(name[:-4] + ".start", tfd, owners=(js.uid, 0))
             out.append(TaskLog(name=name, step=m.group(1), rank=int(m.group(2)), fd=fd,
                                size=st.st_size, mtime=st.st_mtime,
                                path=os.path.join(js.attempt_path, "tasks", name),
-                               exit=exit_rec))
+                               exit=exit_rec, start=start_rec))
     finally:
         os.close(tfd)
     return out
