@@ -202,8 +202,7 @@ class TaskLog:
 
 def open_task_logs(js: JobSpool) -> list[TaskLog]:
     """Every task log of the attempt the user could have written, with its exit (and start)
-    record. A log
-    that is a symlink, a FIFO, hard-linked, or someone else's is skipped."""
+    record. A log that is a symlink, a FIFO, hard-linked, or someone else's is skipped."""
     tfd = js.subdir("tasks")
     if tfd is None:
         return []
