@@ -44,16 +44,21 @@ NCCL = ("rank 0 step 10\nRuntimeError: NCCL communicator was aborted on rank 0. 
         "network error\n")
 
 
-@pytest.fixture
-def site(tmp_path):
+def site_cfg(tmp_path, relay, extra="", hook_timeout_s=15):
+    """A root-owned spool and a config using it, with the given SMTP relay."""
     spool = tmp_path / "spool"
     spool.mkdir(mode=0o755)
     spool.chmod(0o755)
     cfg = tmp_path / "gpualert.yaml"
-    # An SMTP relay nobody listens on: delivery problems must not change anything here.
-    cfg.write_text(f"spool: {spool}\nhook_timeout_s: 10\nepilog_wait_s: 3\n"
-                   "mail:\n  relay: 127.0.0.1:9\n  from: gpualert@localhost\n")
+    cfg.write_text(f"spool: {spool}\nhook_timeout_s: {hook_timeout_s}\nepilog_wait_s: 3\n"
+                   f"mail:\n  relay: {relay}\n  from: gpualert@localhost\n{extra}")
     return spool, cfg
+
+
+@pytest.fixture
+def site(tmp_path):
+    # An SMTP relay nobody listens on: delivery problems must not change anything here.
+    return site_cfg(tmp_path, "127.0.0.1:9", hook_timeout_s=10)
 
 
 def job_with_two_ranks(site, jobid=JOB, **extra):

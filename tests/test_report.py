@@ -13,22 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_epilog import JOB, NCCL, OOM, hook, write_task
+from test_epilog import JOB, NCCL, OOM, hook, site_cfg, write_task
 from test_prolog import USER, make_env, prolog
 
 from gpualert_slurm.report import header_text, render, subject
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def site_cfg(tmp_path, relay, extra=""):
-    spool = tmp_path / "spool"
-    spool.mkdir(mode=0o755)
-    spool.chmod(0o755)
-    cfg = tmp_path / "gpualert.yaml"
-    cfg.write_text(f"spool: {spool}\nhook_timeout_s: 15\nepilog_wait_s: 3\n"
-                   f"mail:\n  relay: {relay}\n  from: gpualert@localhost\n{extra}")
-    return spool, cfg
 
 
 def run_job(spool, cfg, workdir, opts="mail=owner@lab.org", exit2="1:0", logs=None,
