@@ -254,3 +254,28 @@ def test_real_job_slurm_mail_enriched_with_its_verdict(cluster, workdir, tmp_pat
     body = m.get_content()
     assert f"Cause: {verdict['class']}" in body and verdict["hint"] in body
     assert verdict["evidence"][0]["text"][:60] in body
+
+
+def test_slurmctld_calls_mailprog_and_the_mail_is_enriched(cluster, workdir):
+    # End to end, nothing run by hand: the test cluster's slurm.conf points MailProg at
+    # gpualert-mailprog (as README tells admins), slurmctld calls it when the job fails, and
+    # Slurm's own FAIL mail arrives in the cluster's SMTP sink with the verdict's class added.
+    import email
+    import email.policy
+
+    import clusterlib
+
+    script = ("#!/bin/bash\n#SBATCH -N1 -o out.%j\n"
+              "python3 -c \"raise FileNotFoundError(2, 'No such file or directory', "
+              "'/data/shards/train-0001.bin')\"\n")
+    job = clusterlib.submit(script, "--gpualert", "--mail-type=FAIL", workdir=workdir)
+    st = clusterlib.wait_final(job, root=cluster.root)
+    assert st.state == "FAILED"
+    path = clusterlib.wait_for_mail(cluster.maildir, f"Slurm Job_id={job} ", timeout=90)
+    m = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+    verdict = json.loads((cluster.spool / str(job) / "verdict.json").read_text())["verdict"]
+    assert verdict["class"] == "file_not_found"
+    assert m["Subject"].startswith(f"Slurm Job_id={job} ")
+    assert m["Subject"].endswith("[gpualert: file_not_found]"), m["Subject"]
+    # --mail-type without --mail-user: MailUser is the user name, mapped through mail.domain.
+    assert m["X-Sink-Rcpt-To"] == f"{cluster.user}@cluster.test"
