@@ -415,7 +415,53 @@ def _step_node_failure(c: _Ctx) -> Verdict | None:
     if c.state_cls != "node_failure":
         return None
     what = c.sched_event.text[:200] if c.sched_event else f"Slurm state {c.state or 'NODE_FAIL'}"
-    return c.make("node_failure", 0.9, what, c.state_ev)
+    v = c.make("node_failure", 0.9, what, c.state_ev)
+    node, lost = _lost_node(c)
+    if node is None:
+        return v
+    # the lost node is the root, not a surviving rank that srun killed after it
+    v.root_node = node
+    if not lost:
+        if v.root_rank is not None and (t := _task_of(c.tasks, v.root_rank)) is not None \
+                and t.node not in (None, node):
+            v.root_rank = v.root_step = None
+        return v
+    v.root_rank, v.root_step = lost[0].rank, lost[0].step
+    names = ", ".join(f"{t.rank}" + (f" (step {t.step})" if t.step != lost[0].step else "")
+                      for t in lost)
+    v.detail += (f"; rank{'s' if len(lost) > 1 else ''} {names} ran on {node} and left no "
+                 "exit record: lost with the node")
+    v.evidence = (v.evidence + [{"file": "(task records)", "line": None,
+                                 "text": f"rank {t.rank} (step {t.step}) started on {node}, "
+                                 "no exit record"} for t in lost[:3]])[:MAX_EVIDENCE]
+    return v
+
+
+def _no_exit(t: TaskInput) -> bool:
+    """No exit record: a task whose node died with it (its node is known from its start
+    record)."""
+    return t.exit_code is None and t.signal is None and t.end_time is None
+
+
+def _lost_node(c: _Ctx) -> tuple[str | None, list[TaskInput]]:
+    """The node Slurm lost and the ranks that ran there without an exit record, first rank
+    first. The node is the one a node-failure line names (rules.yaml's `node` group); else,
+    when other nodes' tasks left exit records, the one node none of whose tasks did."""
+    named = [e.ref_node for e in c.all_events + c.kevents
+             if e.cls == "node_failure" and e.role == "root" and e.ref_node]
+    ranks = [t for t in c.tasks if t.step != "batch" and t.rank is not None and t.node]
+    node = named[0] if named else None
+    if node is None:
+        exited = {t.node for t in ranks if not _no_exit(t)}
+        silent = {t.node for t in ranks if _no_exit(t)} - exited
+        if not exited or len(silent) != 1:
+            return None, []
+        node = silent.pop()
+
+    def order(t: TaskInput) -> tuple:
+        step = t.step or ""
+        return (not step.isdigit(), int(step) if step.isdigit() else 0, step, t.rank)
+    return node, sorted((t for t in ranks if t.node == node and _no_exit(t)), key=order)
 
 
 def _step_hang(c: _Ctx) -> Verdict | None:
