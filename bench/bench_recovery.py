@@ -216,7 +216,9 @@ def report(jobs: list[Job]) -> bool:
     base = [j.slurm_at - j.failed_at for j in jobs if j.slurm_at and j.failed_at]
     missing = [j.job for j in jobs if not j.done]
     kinds = ", ".join(f"{k} {sum(j.kind == k for j in jobs)}" for k in BODIES)
-    print(f"  jobs {len(jobs)} ({kinds})")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"  jobs {len(jobs)} ({kinds}); load average now {load} on {os.cpu_count()} CPUs "
+          "(the epilogs' classification is CPU-bound: latency grows with the load)")
     for name, xs in (("detection (failure -> decision)", det),
                      ("action (failure -> Slurm changed)", act),
                      ("baseline (failure -> Slurm shows it)", base)):
