@@ -7,7 +7,11 @@ dir prepared before the job may start, and what the tap left there.
 
 from __future__ import annotations
 
+import os
+import time
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from clusterlib import ClusterError, ClusterFacts, cancel_quietly, chown_to_user, sbatch
@@ -111,8 +115,6 @@ def wait_final_or_cancel(c: ClusterFacts, job_ids: Sequence[int],
 
 def comparable_steps(job_id: int, settle: float = 20) -> list[tuple[str, str, str]]:
     """steps(job_id) once two reads agree (a step's exit code may lag the job's in sacct)."""
-    import time
-
     deadline = time.monotonic() + settle
     last = steps(job_id)
     while time.monotonic() < deadline:
@@ -177,3 +179,31 @@ def submit_pairs(c: ClusterFacts, scripts: dict[str, tuple[Path, Sequence[str]]]
         cancel_quietly(*(j for pair in out.values() for j in pair))
         raise
     return out
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A root-owned file and directory the job can name but must never see changed (one
+    pair per attack, so a change is traced to its attack)."""
+
+    file: Path
+    dir: Path
+    content: bytes
+
+    @classmethod
+    def make(cls, base: Path) -> Canary:
+        base.mkdir(mode=0o755)  # root's, 0755: jobs can name what is inside, not change it
+        (base / "dir").mkdir(mode=0o755)
+        content = f"root's canary {uuid.uuid4()}\n".encode()
+        (base / "file").write_bytes(content)
+        (base / "file").chmod(0o644)
+        (base / "dir" / "keep").write_bytes(b"keep\n")
+        old = time.time() - 86400  # a day ago: any write moves it
+        for p in (base / "file", base / "dir" / "keep", base / "dir"):
+            os.utime(p, (old, old))
+        return cls(base / "file", base / "dir", content)
+
+    def snapshot(self) -> tuple[object, ...]:
+        st, dst = self.file.lstat(), self.dir.lstat()
+        return (self.file.read_bytes(), st.st_size, st.st_mtime_ns, st.st_uid, st.st_mode,
+                sorted(os.listdir(self.dir)), dst.st_mtime_ns, dst.st_uid, dst.st_mode)

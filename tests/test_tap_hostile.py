@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 from clusterlib import ClusterFacts, make_workdir, write_user_file
 from spank_jobs import (
+    Canary,
     assert_nodes_not_drained,
     assert_same_outcome,
     job_dir,
@@ -74,34 +75,6 @@ sleep 0.5
 if {{ {attack}; }} 2>"attack-$SLURM_JOB_ID.err"; then echo attacked; else echo "attack failed"; fi
 echo done
 """
-
-
-@dataclass(frozen=True)
-class Canary:
-    """A root-owned file and directory the job can name but must never see changed (one
-    pair per attack, so a change is traced to its attack)."""
-
-    file: Path
-    dir: Path
-    content: bytes
-
-    @classmethod
-    def make(cls, base: Path) -> Canary:
-        base.mkdir(mode=0o755)  # root's, 0755: jobs can name what is inside, not change it
-        (base / "dir").mkdir(mode=0o755)
-        content = f"root's canary {uuid.uuid4()}\n".encode()
-        (base / "file").write_bytes(content)
-        (base / "file").chmod(0o644)
-        (base / "dir" / "keep").write_bytes(b"keep\n")
-        old = time.time() - 86400  # a day ago: any write moves it
-        for p in (base / "file", base / "dir" / "keep", base / "dir"):
-            os.utime(p, (old, old))
-        return cls(base / "file", base / "dir", content)
-
-    def snapshot(self) -> tuple[object, ...]:
-        st, dst = self.file.lstat(), self.dir.lstat()
-        return (self.file.read_bytes(), st.st_size, st.st_mtime_ns, st.st_uid, st.st_mode,
-                sorted(os.listdir(self.dir)), dst.st_mtime_ns, dst.st_uid, dst.st_mode)
 
 
 @pytest.fixture(scope="module")

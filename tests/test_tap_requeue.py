@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ from clusterlib import (
     write_user_file,
 )
 from spank_jobs import (
+    Canary,
     assert_nodes_not_drained,
     job_dir,
     require_plugin,
@@ -185,3 +187,31 @@ def test_node_failure_requeue_keeps_attempts_apart(c: ClusterFacts) -> None:
             restore_node(c, victim)
     assert (st.state, str(st.exit_code)) == ("COMPLETED", "0:0"), st  # (sacct has no Restarts)
     assert_attempts_apart(c, job)
+
+
+def test_attempt_dir_planted_by_the_previous_attempt_harms_nothing(c: ClusterFacts) -> None:
+    """Attempt 0 owns the job dir, so it can plant `attempt-1` (here a symlink to a directory
+    of root's) before it is requeued. Attempt 1 must still run and end as normal, root's
+    directory must gain nothing, and the node must not be drained."""
+    canary = Canary.make(c.root / f"canary-attempt-{uuid.uuid4().hex[:8]}")
+    made = canary.snapshot()
+    d = make_workdir(c, "requeue-planted")
+    plant = (f'ln -s {canary.dir} "{c.spool}/$SLURM_JOB_ID/attempt-1"; '
+             f'ln -s {canary.file} "{c.spool}/$SLURM_JOB_ID/attempt-2"; ')
+    script = write_user_file(d / "job.sh", SCRIPT.replace("{wait}", plant + WAIT_FOR_REQUEUE))
+    job = submit_held(c, script)
+    try:
+        wait_until(lambda: (d / f"failed-{job}").exists(), 120,
+                   f"attempt 0 of job {job} to fail its step",
+                   diagnose=lambda: diagnostics(job, c.root))
+        assert (job_dir(c, job) / "attempt-1").is_symlink()
+        slurm.requeue(job)
+        start_requeued_now(job)
+        st = wait_final(job, 180, c.root)
+    finally:
+        cancel_unless_ended(job)
+    out = (d / f"slurm-{job}.out").read_bytes()
+    assert (st.state, str(st.exit_code)) == ("COMPLETED", "0:0"), (st, out[-500:])
+    assert b"batch says attempt 1 done" in out, out[-500:]
+    assert canary.snapshot() == made, "a root-owned file or directory was changed"
+    assert_nodes_not_drained(st.nodes)
