@@ -18,7 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 JOB = "987650001"  # no such job on the test cluster: scontrol answers "Invalid job id"
 
 
-def hook(which, env, timeout=60):
+def hook(which, env, timeout=60, foreground=True):
+    """Run a hook as Slurm does. The job epilog normally detaches its work from Slurm;
+    foreground=True keeps it in the process, so that a test can read its results at once."""
+    if foreground:
+        env = dict(env, GPUALERT_HOOK_FOREGROUND="1")
     return subprocess.run([sys.executable, "-m", "gpualert_slurm", "hook", which], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -207,3 +211,21 @@ def test_node_record_at_its_evidence_stage_is_enough(site):
     assert r.returncode == 0 and "unexpected error" not in r.stderr, r.stderr
     v = json.loads((spool / JOB / "verdict.json").read_text())
     assert v["verdict"]["class"] == "cuda_oom" and v["nodes"]["n1"]["stage"] == "evidence"
+
+
+def test_job_epilog_returns_to_slurm_before_its_work_is_done(site):
+    # Slurm holds a job COMPLETING while EpilogSlurmctld runs: the work goes to a worker.
+    spool, cfg, env = job_with_two_ranks(site)
+    for n in ("n1", "n2"):
+        hook("epilog", dict(env, SLURMD_NODENAME=n, SLURM_JOB_EXIT_CODE2="1:0"))
+    r = hook("epilog-slurmctld", dict(env, SLURM_JOB_EXIT_CODE2="1:0"), foreground=False)
+    returned = time.time()
+    assert r.returncode == 0
+    path = spool / JOB / "verdict.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (path.exists() and "report" in path.read_text()):
+        time.sleep(0.2)
+    v = json.loads(path.read_text())
+    assert v["verdict"]["class"] == "cuda_oom" and v["report"]["status"] == "queued"
+    assert path.stat().st_mtime > returned  # written after Slurm had its answer
+    assert not (spool / ".gpualert" / "pending" / f"{JOB}.json").exists()

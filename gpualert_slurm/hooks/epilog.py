@@ -473,8 +473,50 @@ def run(which: str) -> int:
         else:
             from gpualert_slurm.hooks import epilog_slurmctld
 
-            epilog_slurmctld.job_epilog(env, log, watchdog)
+            if env.get("GPUALERT_HOOK_FOREGROUND") == "1" or not _worth_a_worker(env, log):
+                epilog_slurmctld.job_epilog(env, log, watchdog)
+            elif detach():
+                # The worker: a new watchdog (threads do not survive fork), then the report.
+                try:
+                    epilog_slurmctld.job_epilog(env, log, Watchdog(log, DEFAULT_TIMEOUT_S))
+                except Exception as e:
+                    log.error(f"job {env['SLURM_JOB_ID']}: unexpected error: {e!r}")
+                os._exit(0)
         watchdog.stop()
     except Exception as e:  # an Epilog that fails drains the node: never
         log.error(f"job {os.environ.get('SLURM_JOB_ID', '?')}: unexpected error: {e!r}")
     return 0
+
+
+def _worth_a_worker(env: dict[str, str], log: HookLog) -> bool:
+    """A monitored job with a usable config: else the foreground run just logs and returns."""
+    from gpualert_slurm.config import ConfigError, load_config
+
+    try:
+        return job_options(env, load_config(), log).monitored
+    except ConfigError:
+        return False
+
+
+def detach() -> bool:
+    """Fork a worker in its own session, reparented to init; True in the worker, False in the
+    caller, which returns to Slurm at once. Slurm keeps a job COMPLETING (and, seen on 22.05,
+    schedules nothing new on its nodes) while EpilogSlurmctld runs: the report's work must not
+    hold the cluster. The worker keeps its own bound (watchdog) and writes the pending marker,
+    so a report it cannot finish is finished later (sweep_pending)."""
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)  # the middle child exits at once
+        return False
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        # Let go of whatever the caller reads (Slurm may wait for EOF on the hook's output).
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        return True
+    except BaseException:
+        os._exit(0)
