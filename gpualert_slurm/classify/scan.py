@@ -26,13 +26,20 @@ GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
+import logging
 import os
 import re
+import subprocess
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from gpualert_slurm.classify.rules import Rule, RuleSet, norm_text, trie
+
+log = logging.getLogger(__name__)
 
 CHUNK = 2 << 20
 MIN_CHUNK = 64 << 10
@@ -173,6 +180,8 @@ class ScanResult:
     lines: int = 0
     segments: int = 0  # line order at the end of the file (Event.order scale)
     partial: str | None = None
+    # how candidate lines were found: "grep", "python", or "python (grep failed: why)"
+    engine: str = "python"
     events: list[Event] = field(default_factory=list)
     dropped: int = 0  # matched lines not kept (beyond KEEP_EVENTS at each end)
 
@@ -201,6 +210,7 @@ class _Matcher:
         # literal (e.g. "Errno 28")
         self.quiet: set[bytes] = set()
         self.digit_gates = rules.digit_gates[source]
+        self.native_patterns: list[bytes] | None | bool = False  # grep's, once built
 
     def hits(self, blob: bytes) -> bool:
         low = blob.lower()
@@ -295,7 +305,7 @@ def scan_file(
         res.size = os.fstat(f.fileno()).st_size
         limit = head if res.size > head + tail else None
         # the budget is a real bound: the head gets HEAD_SHARE of it, the tail the rest
-        order = _scan_range(f, limit, res, col, matcher, line_base=0,
+        order = _range(f, limit, res, col, matcher, line_base=0,
                             deadline=t0 + budget * HEAD_SHARE)
         pos = f.tell()
         if pos < res.size:
@@ -313,21 +323,41 @@ def scan_file(
             else:  # what is left is no more than the tail: finish it within the budget
                 res.partial = f"{why}; line numbers after that point are unknown"
             # +1 million: events after the jump never join an incident from before it
-            order = _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+            order = _range(f, None, res, col, matcher, line_base=None, resync=True,
                                 order_base=order + 1_000_000, deadline=t0 + budget)
             if f.tell() < res.size - END_BYTES:
                 # slower than measured (a busy machine): the file's very end is read anyway
                 f.seek(res.size - END_BYTES)
-                order = _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+                order = _range(f, None, res, col, matcher, line_base=None, resync=True,
                                     order_base=order + 1_000_000)
                 res.partial += (f"; the budget ran out in the tail, so only the last "
                                 f"{_mib(END_BYTES)} were read after it")
             elif f.tell() < res.size:  # no more than END_BYTES left: finish them
-                order = _scan_range(f, None, res, col, matcher, line_base=None, resync=True,
+                order = _range(f, None, res, col, matcher, line_base=None, resync=True,
                                     order_base=order)
         res.segments = order
     col.finish()
     return res
+
+
+def _range(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
+           deadline=None) -> int:
+    """One range of the reading policy: grep finds the candidate lines when it can (see
+    _scan_range_native), else Python (_scan_range); a grep failure is logged, noted in
+    res.engine, and the range is scanned again in Python."""
+    if NATIVE and res.size >= NATIVE_MIN and not res.engine.startswith("python ("):
+        at, got = f.tell(), res.bytes_read
+        try:
+            order = _scan_range_native(f, limit, res, col, matcher, line_base, resync,
+                                       order_base, deadline)
+            res.engine = "grep"
+            return order
+        except NativeError as e:
+            res.engine = f"python (grep failed: {e})"
+            log.warning("gpualert scan of %s: %s; scanning it in Python", res.path, e)
+            f.seek(at)
+            res.bytes_read = got
+    return _scan_range(f, limit, res, col, matcher, line_base, resync, order_base, deadline)
 
 
 def _mib(n: int) -> str:
@@ -471,12 +501,43 @@ def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> 
                 starts.append(start)
             line_end = low.find(b"\n", p)  # the rest of this line is a candidate already
             m = search(low, line_end + 1) if line_end != -1 else None
-    found = []
-    for start in set(starts):
+    groups: dict[bytes, list[tuple[int, bytes]]] = {}
+    for start in sorted(set(starts)):
         stop = low.find(b"\n", start)
-        got = matcher.match(buf[start : min(stop, start + LINE_CAP)])
-        if got is not None:
-            found.append((start, got))
+        groups.setdefault(normed[start:stop], []).append(
+            (start, buf[start : min(stop, start + LINE_CAP)]))
+    return _pick(groups, matcher)
+
+
+def _pick(groups: dict[bytes, list[tuple[int, bytes]]], matcher: _Matcher) -> list:
+    """The dedup path's rule for candidate lines found by a search (the literal regex, or grep):
+    per shape, the lines in order until REPEAT_KEEP matched (then its last one), and a shape
+    whose first line matched nothing is quiet. `groups`: shape -> [(offset, raw line)] of one
+    chunk, in offset order; the same events as the dedup path gives for that chunk."""
+    found = []
+    quiet = matcher.quiet
+    for s, occ in groups.items():
+        if s in quiet or not matcher.hits(s):
+            continue
+        matched = 0
+        for p, raw in occ:
+            got = matcher.match(raw)
+            if got is not None:
+                found.append((p, got))
+                matched += 1
+                if matched == REPEAT_KEEP and matcher.can_be_quiet(s):
+                    last, lraw = occ[-1]
+                    if last > p:
+                        got = matcher.match(lraw)
+                        if got is not None:
+                            found.append((last, got))
+                    break
+            elif not matched and matcher.can_be_quiet(s):
+                if len(s) <= 1024:
+                    if len(quiet) >= 20000:
+                        quiet.clear()
+                    quiet.add(s)
+                break
     return found
 
 
@@ -507,3 +568,273 @@ def _positions(normed: bytes, s: bytes):
     while p != -1:
         yield p + 1
         p = normed.find(needle, p + len(s) + 1)
+
+
+# ---- the native candidate search: GNU grep finds the lines holding a rule literal ----
+#
+# grep reads the range through a pipe that a feeder thread fills from the file, so that the
+# reading policy stays exact: the feeder stops at the byte limit or once past the deadline, and
+# then writes a sentinel line; CR is turned into LF on the way (the scanner's segments are grep's
+# lines, so grep -n gives a line's segment index, and no line grep buffers is longer than a
+# read block plus LINE_CAP: the rest of a longer segment is not fed). Python sees only the lines
+# holding a full rule literal (digits as [0-9], "/" also as "\\", "error\n" as "error" then no
+# letter or digit to the line's end) or a mark clean_text removes (escape codes, "**", "`"),
+# and matches them as the dedup path does (_pick), chunk by chunk (CHUNK bytes of the file).
+
+NATIVE = os.environ.get("GPUALERT_SCAN_NATIVE", "1") != "0"
+NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # smaller: Python
+GREP = os.environ.get("GPUALERT_SCAN_GREP", "grep")
+BLOCK = 1 << 20
+# characters whose lower() holds an ASCII letter (match() lower-cases str, grep -i only ASCII)
+_FOLDS_TO_ASCII = ("\u0130", "\u212a")
+
+
+class NativeError(RuntimeError):
+    """grep could not be used for a range; the caller scans it in Python."""
+
+
+def grep_patterns(literals: list[str]) -> list[bytes] | None:
+    """ERE patterns (for LC_ALL=C grep -E -i) matching every line that holds one of the
+    norm_text'ed `literals` after clean_text; None when a literal is not ASCII (grep -i in the C
+    locale folds ASCII only: such rule sets are scanned in Python)."""
+    out = {b"[*][*]", b"`", b"\x1b", b"\x08"} | {c.encode() for c in _FOLDS_TO_ASCII}
+    for lit in literals:
+        if not lit.isascii():
+            return None
+        at_end = lit.endswith("\n")
+        body = lit.rstrip("\n").lstrip(" ") or lit.rstrip("\n")
+        rx = []
+        for ch in body:
+            if ch == "0":
+                rx.append("[0-9]")  # norm_text made every digit 0
+            elif ch == "/":
+                rx.append("[/\\]")  # clean_text reads "\" as "/"
+            elif ch.isalnum() or ch == " ":
+                rx.append(ch)
+            elif ch == "]":
+                rx.append("[]]")
+            elif ch == "^":
+                rx.append("\\^")
+            else:
+                rx.append(f"[{ch}]")
+        if at_end:  # the literal ends the (rstripped) line
+            rx.append("[^A-Za-z0-9]*$")
+        out.add("".join(rx).encode())
+    return sorted(out)
+
+
+def _native_ok(matcher: _Matcher) -> list[bytes] | None:
+    if matcher.native_patterns is False:
+        matcher.native_patterns = grep_patterns(sorted(matcher.literal_rules))
+    return matcher.native_patterns
+
+
+class _Feeder:
+    """Thread: file bytes [pos, limit) -> grep's stdin, CR as LF, long segments cut at
+    LINE_CAP; stops past the deadline (after at least one block), then the sentinel."""
+
+    def __init__(self, f, pos: int, limit: int | None, deadline: float | None,
+                 pipe, sentinel: bytes) -> None:
+        self.f, self.pos, self.limit, self.deadline = f, pos, limit, deadline
+        self.pipe, self.sentinel = pipe, sentinel
+        self.read = 0  # bytes read from the file
+        self.fed = 0  # bytes written to grep (without the sentinel)
+        self.last = b"\n"  # the last byte fed
+        self.skips: list[tuple[int, int]] = []  # (stream offset, file bytes not fed before it)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._feed()
+        except BaseException as e:  # reported by the reader; grep gets EOF either way
+            self.error = e
+        finally:
+            with contextlib.suppress(OSError):
+                self.pipe.close()
+
+    def _feed(self) -> None:
+        since = 0  # bytes of the current segment fed so far
+        cutting = False  # in a segment longer than LINE_CAP: skip to its end
+        skipped = 0
+        write = self.pipe.write
+        left = self.limit
+        first = True
+        while left is None or left > 0:
+            if not first and self.deadline is not None and time.monotonic() > self.deadline:
+                break
+            first = False
+            n = BLOCK if left is None else min(BLOCK, left)
+            block = os.pread(self.f.fileno(), n, self.pos + self.read)
+            if not block:
+                break
+            self.read += len(block)
+            if left is not None:
+                left -= len(block)
+            if b"\r" in block:
+                block = block.replace(b"\r", b"\n")
+            first_sep = block.find(b"\n")
+            head_len = len(block) if first_sep < 0 else first_sep
+            if cutting or since + head_len > LINE_CAP:
+                # the current segment is too long: feed up to LINE_CAP of it, skip the rest
+                keep = max(0, LINE_CAP - since) if not cutting else 0
+                if keep:
+                    write(block[:keep])
+                    self.fed += keep
+                    self.last = block[keep - 1 : keep]
+                if first_sep < 0:
+                    skipped += len(block) - keep
+                    since, cutting = LINE_CAP, True
+                    continue
+                skipped += first_sep - keep
+                self.skips.append((self.fed, skipped))
+                cutting = False
+                block = block[first_sep:]
+            last_sep = block.rfind(b"\n")
+            since = len(block) - last_sep - 1 if last_sep >= 0 else since + len(block)
+            write(block)
+            self.fed += len(block)
+            self.last = block[-1:]
+        write(b"\n" + self.sentinel + b"\n")
+
+    def file_offset(self, stream: int) -> int:
+        """Offset in the file (from self.pos) of a stream offset grep reports."""
+        k = bisect.bisect_right(self.skips, (stream, 1 << 62))
+        return stream + (self.skips[k - 1][1] if k else 0)
+
+
+def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
+                       deadline=None) -> int:
+    """_scan_range with grep finding the candidate lines; the same events, lines, order and
+    file position afterwards. Raises NativeError (nothing added) when grep cannot be used."""
+    patterns = _native_ok(matcher)
+    if patterns is None:
+        raise NativeError("a rule literal is not ASCII")
+    start = f.tell()
+    read = 0  # bytes before `start` that belong to this range (the resync)
+    if resync:  # mid-line after a seek: the scan starts after the first separator
+        while True:
+            b = f.read(BLOCK)
+            if not b:
+                res.bytes_read += read
+                return order_base
+            cut = _first_sep(b)
+            if cut >= 0:
+                read += cut + 1
+                break
+            read += len(b)
+        start += read
+        if limit is not None:
+            limit = max(0, limit - read)
+    sentinel = b"gpualert-scan-end-" + os.urandom(12).hex().encode()
+    cmd = [GREP, "-a", "-b", "-n", "-E", "-i"]
+    for p in [*patterns, sentinel]:
+        cmd += ["-e", p]
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C"),
+                                bufsize=1 << 16)
+    except OSError as e:
+        raise NativeError(f"{GREP} cannot be run: {e}") from None
+    feeder = _Feeder(f, start, limit, deadline, proc.stdin, sentinel)
+    feeder.thread.start()
+    events: list[Event] = []
+    lines_total = segs = None
+    chunk_no = -1
+    groups: dict[bytes, list[tuple[int, bytes]]] = {}
+    meta: dict[int, tuple[int, int]] = {}  # stream offset -> (segment index, line index)
+    crs = 0  # CRs before the current segment (line numbers count LF only)
+    cr_at = _CrIndex(f, start)
+
+    def flush() -> None:
+        for p, got in sorted(_pick(groups, matcher), key=lambda x: x[0]):
+            seg, line = meta[p]
+            rule, detail, text, hit = got
+            v = hit.view
+            events.append(Event(res.path, None if line_base is None else line_base + line + 1,
+                                text[:500], rule, detail, order_base + seg, v.task, v.rank,
+                                v.local, v.indented, hit.ref_rank, hit.ref_node))
+        groups.clear()
+        meta.clear()
+
+    try:
+        out = proc.stdout
+        assert out is not None
+        while True:
+            row = out.readline(LINE_CAP + 64)
+            if not row:
+                break
+            if not row.endswith(b"\n"):  # longer than a capped segment: drop the rest unread
+                while True:
+                    more = out.readline(1 << 16)
+                    if not more or more.endswith(b"\n"):
+                        break
+            a = row.index(b":")
+            b = row.index(b":", a + 1)
+            seg = int(row[:a]) - 1
+            stream = int(row[a + 1 : b])
+            raw = row[b + 1 :].rstrip(b"\n")
+            if raw == sentinel and stream == feeder.fed + 1:
+                lines_total = seg
+                continue
+            where = feeder.file_offset(stream)
+            crs = cr_at.count_before(where)
+            # the chunk the Python path would match this line in: the one holding its end
+            k = (read + where + len(raw)) // CHUNK
+            if k != chunk_no:
+                flush()
+                chunk_no = k
+            raw = raw[:LINE_CAP]
+            meta[stream] = (seg, seg - crs)
+            groups.setdefault(raw.translate(NORM), []).append((stream, raw))
+        flush()
+        proc.wait()
+        feeder.thread.join()
+        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+    finally:
+        for s in (proc.stdout, proc.stderr):
+            if s is not None:
+                s.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if feeder.error is not None:
+        raise NativeError(f"feeding grep failed: {feeder.error}")
+    if proc.returncode != 0 or lines_total is None:
+        raise NativeError(f"{GREP} failed (exit {proc.returncode}): {err[-300:]}")
+    # the sentinel's line: one after an empty line when the range ended with a separator
+    ended = feeder.fed == 0 or feeder.last == b"\n"
+    segs = lines_total - 1 if ended else lines_total
+    for ev in events:
+        col.add(ev)
+    res.bytes_read += read + feeder.read
+    if line_base is not None:
+        res.lines += segs - cr_at.count_before(feeder.read)
+    f.seek(start + feeder.read)
+    return order_base + segs
+
+
+class _CrIndex:
+    """How many CRs come before an offset of a range (line numbers count LF only): read lazily
+    from the file, forward only, one block at a time; no CR in a block costs one find."""
+
+    def __init__(self, f, start: int) -> None:
+        self.fd, self.start = f.fileno(), start
+        self.done = 0  # offsets below this are counted in self.n
+        self.n = 0
+        self.block = b""
+        self.block_at = 0
+
+    def count_before(self, off: int) -> int:
+        while self.done < off:
+            if not (self.block_at <= self.done < self.block_at + len(self.block)):
+                self.block_at = self.done
+                self.block = os.pread(self.fd, BLOCK, self.start + self.done)
+                if not self.block:
+                    return self.n
+            i = self.done - self.block_at
+            j = min(off - self.block_at, len(self.block))
+            if self.block.find(b"\r", i, j) >= 0:
+                self.n += self.block.count(b"\r", i, j)
+            self.done = self.block_at + j
+        return self.n
