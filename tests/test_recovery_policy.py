@@ -387,3 +387,28 @@ def test_report_lines_say_what_was_and_would_be_done() -> None:
     assert would[0] == "In action mode gpualert would drain node n2."
     assert "Nothing was done: monitor mode." in would
     assert report_lines(None) == []
+
+
+def test_watch_makes_late_the_decision_a_busy_lock_left_undone(tmp_path: Path) -> None:
+    import json as _json
+
+    from gpualert_slurm.config import Config
+    from gpualert_slurm.recovery import resume_unfinished
+
+    spool = tmp_path / "spool"
+    (spool / "41").mkdir(parents=True)
+    v = {"job_id": "41", "attempt": 0, "failed": True,
+         "job": {"nodes": ["n1"], "partition": "", "user": "u", "end_time": time.time()},
+         "options": {}, "verdict": {"class": "python_exception", "root_node": "n1",
+                                    "evidence": [{"file": "x", "text": "ValueError: 1"}]}}
+    (spool / "41" / "verdict.json").write_text(_json.dumps(v))
+    audit = AuditLog(str(tmp_path / "audit.jsonl"))
+    audit.append({"event": "outcome", "id": "41.0", "job": "41", "attempt": 0,
+                  "outcome": "abandoned", "why": "the audit lock did not come within the bound"})
+    cfg = Config(spool=str(spool), recovery=RecoveryConfig(timeout_s=1, audit_log=audit.path))
+    assert len(resume_unfinished(cfg, min_age_s=0)) == 1
+    recs = audit.read()
+    dec = [r for r in recs if r["event"] == "decision"]
+    assert len(dec) == 1 and dec[0]["class"] == "python_exception"
+    assert recs[-1]["event"] == "outcome" and recs[-1]["outcome"] == "recorded"
+    assert resume_unfinished(cfg, min_age_s=0) == []  # made once

@@ -19,6 +19,7 @@ from gpualert_slurm import slurm
 from gpualert_slurm.config import Config
 
 SLURM_CALL_S = 5.0
+LOCK_WHY = "the audit lock did not come"
 
 
 def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: float
@@ -137,13 +138,15 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
         if not held:
             rec = audit.append({"event": "outcome", "id": dec_id, "job": job_id,
                                 "attempt": attempt, "outcome": "abandoned",
-                                "why": "the audit lock did not come within the bound"})
+                                "why": f"{LOCK_WHY} within the bound (gpualert watch "
+                                       "decides it later)"})
             return {"id": rec["id"], "outcome": "abandoned", "why": rec["why"]}
         records = audit.read()
         old, done, outcome = decision_state(records, dec_id)
         if old is not None and outcome is not None:
             # the same decision again (the epilog ran twice): recorded, never acted on twice
             return {**_summary(old, outcome, [], audit.path), "repeat": True}
+        done_now: list[dict[str, Any]] = []
         if old is None:
             facts = policy.JobFacts(
                 job_id=job_id, attempt=attempt, partition=partition, nodes=tuple(nodes),
@@ -155,21 +158,27 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
             ev = (vv.get("evidence") or [{}])[0]
             evidence = str(ev.get("text") or vv.get("detail") or "")[:300] \
                 if isinstance(ev, dict) else str(ev)[:300]
+            # nothing to do (monitor mode, shadow, a workload class...): the decision and its
+            # outcome in one write, one fsync, while the lock is held
+            done_now = [] if d.planned else [{
+                "event": "outcome", "id": dec_id, "job": job_id, "attempt": attempt,
+                "outcome": "recorded", "decided_s": time.monotonic() - t0}]
             old = audit.append({
                 "event": "decision", **d.to_json(), "partition": partition, "nodes": nodes,
                 "user": job.get("user"),
                 "suspects": suspects, "evidence": evidence,
                 "failed_at": job.get("end_time"), "checkpoint": opts.get("checkpoint"),
                 "attribution": att, "notes": [*d.notes, *notes],
-                "user_recover": opts.get("recover")})
+                "user_recover": opts.get("recover")}, *done_now)
             if d.trip_breaker:
                 audit.append({"event": "breaker", "partition": partition, "state": "open",
                               "id": dec_id, "why": next(
                                   (n["why"] for n in d.not_taken if "breaker" in n["why"]), "")})
         if not old.get("planned"):
-            rec = audit.append({"event": "outcome", "id": dec_id, "job": job_id,
-                                "attempt": attempt, "outcome": "recorded",
-                                "decided_s": time.monotonic() - t0})
+            if outcome is None and not done_now:  # an interrupted decision with nothing to do
+                audit.append({"event": "outcome", "id": dec_id, "job": job_id,
+                              "attempt": attempt, "outcome": "recorded",
+                              "decided_s": time.monotonic() - t0})
             return _summary(old, "recorded", [], audit.path)
         out, results = actions.execute(old, old["planned"], audit, deadline, done)
         audit.append({"event": "outcome", "id": dec_id, "job": job_id, "attempt": attempt,
@@ -184,20 +193,33 @@ def resume_unfinished(cfg: Config, log: Any = None, min_age_s: float | None = No
                       max_age_s: float = 3600) -> list[dict[str, Any]]:
     """Finish decisions a crash interrupted (a decision line without its outcome, older than
     the bound): each is carried on from Slurm's current state, so what was done is not done
-    again. `gpualert watch` calls this every pass."""
+    again. Also make, late (within 10 minutes), the decisions a burst left undone (the audit
+    lock did not come within the epilog's bound). `gpualert watch` calls this every pass."""
     from gpualert_slurm.recovery.audit import AuditLog, audit_path
     from gpualert_slurm.spool import attempt_dir, job_dir
 
     audit = AuditLog(audit_path(cfg))
     recs = audit.read()
     ended = {r.get("id") for r in recs if r.get("event") == "outcome"}
+    decided = {r.get("id") for r in recs if r.get("event") == "decision"}
     age = 2 * cfg.recovery.timeout_s if min_age_s is None else min_age_s
     now = time.time()
     out = []
+    # decisions never made: the audit lock did not come in time (a burst of failures)
+    last_lock_abandon: dict[str, dict[str, Any]] = {}
     for r in recs:
-        if r.get("event") != "decision" or r.get("id") in ended:
+        if r.get("event") == "outcome" and r.get("id") not in decided:
+            if r.get("outcome") == "abandoned" and LOCK_WHY in str(r.get("why")):
+                last_lock_abandon[str(r.get("id"))] = {**r, "event": "decision"}
+            else:
+                last_lock_abandon.pop(str(r.get("id")), None)
+    for r in [*recs, *last_lock_abandon.values()]:
+        if r.get("event") != "decision" or (r.get("id") in ended
+                                             and r.get("id") not in last_lock_abandon):
             continue
-        if not age <= now - float(r.get("time") or 0) <= max_age_s:
+        # a decision never made is made late only within 10 minutes of the failure
+        limit = min(max_age_s, 600) if r.get("id") in last_lock_abandon else max_age_s
+        if not age <= now - float(r.get("time") or 0) <= limit:
             continue
         if r.get("id") != f"{r.get('job')}.{r.get('attempt')}":
             continue  # a hang decision: its verdict was made up by the watcher, not kept

@@ -36,19 +36,21 @@ class AuditLog:
         d = os.path.dirname(self.path)
         os.makedirs(d, mode=0o700, exist_ok=True)
 
-    def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Write one line and fsync it; returns the record (with its time)."""
-        record = {"time": time.time(), **record}
+    def append(self, record: dict[str, Any], *more: dict[str, Any]) -> dict[str, Any]:
+        """Write the record (and `more`) as lines, one write and one fsync; returns the first
+        record (with its time)."""
+        now = time.time()
+        recs = [{"time": now, **r} for r in (record, *more)]
         self._ensure_dir()
-        line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+        data = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in recs).encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, line)
+            os.write(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        return record
+        return recs[0]
 
     def read(self, tail_bytes: int | None = TAIL_BYTES) -> list[dict[str, Any]]:
         """The records, oldest first; a torn or foreign line is skipped, never fatal."""
