@@ -36,8 +36,9 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from re import _parser as sre_parse  # type: ignore[attr-defined]  # literal parts for grep
 
-from gpualert_slurm.classify.rules import Rule, RuleSet, norm_text, trie
+from gpualert_slurm.classify.rules import MIN_LITERAL, Rule, RuleSet, norm_text, trie
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,8 @@ class _Matcher:
         # literal (e.g. "Errno 28")
         self.quiet: set[bytes] = set()
         self.digit_gates = rules.digit_gates[source]
-        self.native_patterns: list[bytes] | None | bool = False  # grep's, once built
+        self.native_patterns: list[bytes] | bool = False  # grep's, built on first use
+        self.rules = rules.scanned(source)
 
     def hits(self, blob: bytes) -> bool:
         low = blob.lower()
@@ -586,46 +588,139 @@ NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # sm
 GREP = os.environ.get("GPUALERT_SCAN_GREP", "grep")
 BLOCK = 1 << 20
 # characters whose lower() holds an ASCII letter (match() lower-cases str, grep -i only ASCII)
-_FOLDS_TO_ASCII = ("\u0130", "\u212a")
+# (re's IGNORECASE and str.lower() match them to ASCII letters; grep -i in the C locale does not)
+_FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
 
 
 class NativeError(RuntimeError):
     """grep could not be used for a range; the caller scans it in Python."""
 
 
-def grep_patterns(literals: list[str]) -> list[bytes] | None:
-    """ERE patterns (for LC_ALL=C grep -E -i) matching every line that holds one of the
-    norm_text'ed `literals` after clean_text; None when a literal is not ASCII (grep -i in the C
-    locale folds ASCII only: such rule sets are scanned in Python)."""
-    out = {b"[*][*]", b"`", b"\x1b", b"\x08"} | {c.encode() for c in _FOLDS_TO_ASCII}
-    for lit in literals:
-        if not lit.isascii():
-            return None
-        at_end = lit.endswith("\n")
-        body = lit.rstrip("\n").lstrip(" ") or lit.rstrip("\n")
-        rx = []
-        for ch in body:
-            if ch == "0":
-                rx.append("[0-9]")  # norm_text made every digit 0
-            elif ch == "/":
-                rx.append("[/\\]")  # clean_text reads "\" as "/"
-            elif ch.isalnum() or ch == " ":
-                rx.append(ch)
-            elif ch == "]":
-                rx.append("[]]")
-            elif ch == "^":
-                rx.append("\\^")
+def _ere_char(ch: str) -> str:
+    if ch == "/":
+        return "[/\\]"  # clean_text reads "\" as "/"
+    if ch.isalnum() or ch == " ":
+        return ch
+    return {"]": "[]]", "^": "\\^", "\\": "[\\]"}.get(ch, f"[{ch}]")
+
+
+_HI = "\x80-\xff"  # the bytes of a non-ASCII character (grep reads bytes: LC_ALL=C)
+_CATEGORY = {"CATEGORY_DIGIT": "0-9", "CATEGORY_SPACE": "\t\x0b\x0c\r \x1c-\x1f",
+             "CATEGORY_WORD": "A-Za-z0-9_"}  # plus, in str regexes, non-ASCII characters
+
+
+def _bracket(neg: bool, chars: set[str], ranges: list[str]) -> str:
+    if "/" in chars:
+        chars.add("\\")  # clean_text reads "\" as "/"
+    body = ("]" if "]" in chars else "") + "".join(sorted(chars - {"]", "^", "-"})) \
+        + "".join(ranges)
+    body += ("^" if "^" in chars else "") + ("-" if "-" in chars else "")
+    if body == "^":
+        return "\\^" if not neg else "[^^]"
+    return "[" + ("^" if neg else "") + body + "]"
+
+
+def _ere_class(op: str, av) -> tuple[str, bool] | None:
+    """A one-character regex item as a byte class, and whether it may match a non-ASCII
+    character (then it takes 1 to 4 bytes); None: not a one-character item."""
+    if op == "LITERAL":
+        return (_ere_char(chr(av)), False) if av < 128 else ("[" + _HI + "]", True)
+    if op == "NOT_LITERAL":
+        return (_bracket(True, {chr(av)}, []), True) if av < 128 else (".", True)
+    if op == "ANY":
+        return ".", True
+    if op != "IN":
+        return None
+    neg, chars, ranges, wide = False, set(), [], False
+    for iop, iav in av:
+        name = str(iop)
+        if name == "NEGATE":
+            neg = True
+        elif name == "LITERAL" and iav < 128:
+            chars.add(chr(iav))
+        elif name == "RANGE" and iav[1] < 128:
+            lo, hi = chr(iav[0]), chr(iav[1])
+            if lo in "]^-\\" or hi in "]^-\\":
+                return ".", True  # an odd range: any character (more, never less)
+            ranges.append(lo + "-" + hi)
+        elif name == "CATEGORY" and str(iav) in _CATEGORY:
+            ranges.append(_CATEGORY[str(iav)])
+            wide = True
+        else:  # a non-ASCII member, a negated category: any character
+            return ".", True
+    if neg:  # every byte of a non-ASCII character is outside a negated ASCII class
+        return (_bracket(True, chars, ranges) if not wide else "."), True
+    if wide:
+        ranges.append(_HI)
+    return _bracket(False, chars, ranges), wide
+
+
+def _ere_seq(items) -> str:
+    """An ERE (for LC_ALL=C grep -E -i, over a line's raw bytes) matching at least every text
+    the parsed regex sequence matches: literals, ASCII classes and repeats as they are; a
+    class that may match a non-ASCII character as 1 to 4 bytes; zero-width items dropped, what
+    is not translated (back-references) as ".*"."""
+    out: list[str] = []
+    for op, av in items:
+        name = str(op)
+        one = _ere_class(name, av)
+        if one is not None:
+            out.append(one[0] + ("{1,4}" if one[1] else ""))
+        elif name == "SUBPATTERN":
+            inner = _ere_seq(list(av[-1]))
+            if inner:
+                out.append("(" + inner + ")")
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            lo, hi, body = av[0], av[1], list(av[2])
+            one = _ere_class(str(body[0][0]), body[0][1]) if len(body) == 1 else None
+            if one is not None:
+                item, wide = one
             else:
-                rx.append(f"[{ch}]")
-        if at_end:  # the literal ends the (rstripped) line
-            rx.append("[^A-Za-z0-9]*$")
-        out.add("".join(rx).encode())
+                inner = _ere_seq(body)
+                if not inner:
+                    continue
+                item, wide = "(" + inner + ")", False
+            if not wide and hi <= 16:
+                out.append(item + f"{{{lo},{hi}}}")
+            else:  # an unbounded, long or byte-width-varying repeat: at least as many
+                out.append(item + ("*" if lo == 0 else "+"))
+        elif name == "BRANCH":
+            alts = [_ere_seq(list(alt)) for alt in av[1]]
+            if all(alts):
+                out.append("(" + "|".join(alts) + ")")
+        elif name in ("AT", "ASSERT", "ASSERT_NOT"):
+            continue  # zero width: dropping it matches more, never less
+        else:
+            out.append(".*")
+    return "".join(out)
+
+
+def grep_patterns(rules: list[Rule]) -> list[bytes]:
+    """EREs (for LC_ALL=C grep -E -i) of which one matches every line a pattern of `rules` can
+    match after clean_text: per pattern, its literal parts in order joined by ".*" (case and
+    the rest of the regex left to Python), or, when those are too short, the pattern's own
+    prefilter literals (digits as [0-9], "error\n" as "error" then no letter or digit). Lines
+    holding what clean_text removes or a character whose case folds to ASCII are always
+    candidates."""
+    out = {b"[*][*]", b"`", b"\x1b", b"\x08"} | {c.encode() for c in _FOLDS_TO_ASCII}
+    for r in rules:
+        for i, pat in enumerate(r.patterns):
+            ere = _ere_seq(list(sre_parse.parse(pat.pattern, pat.flags)))
+            if len(re.sub(r"[^A-Za-z]", "", ere)) >= MIN_LITERAL:
+                out.add(ere.encode("latin-1"))
+                continue
+            for lit in r.plits[i] if i < len(r.plits) else ():
+                at_end = lit.endswith("\n")
+                body = lit.rstrip("\n").lstrip(" ") or lit.rstrip("\n")
+                rx = "".join("[0-9]" if ch == "0" else _ere_char(ch) if ch.isascii() else "."
+                             for ch in body)
+                out.add((rx + ("[^A-Za-z0-9]*$" if at_end else "")).encode())
     return sorted(out)
 
 
-def _native_ok(matcher: _Matcher) -> list[bytes] | None:
+def _native_ok(matcher: _Matcher) -> list[bytes]:
     if matcher.native_patterns is False:
-        matcher.native_patterns = grep_patterns(sorted(matcher.literal_rules))
+        matcher.native_patterns = grep_patterns(matcher.rules)
     return matcher.native_patterns
 
 
@@ -708,8 +803,6 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
     """_scan_range with grep finding the candidate lines; the same events, lines, order and
     file position afterwards. Raises NativeError (nothing added) when grep cannot be used."""
     patterns = _native_ok(matcher)
-    if patterns is None:
-        raise NativeError("a rule literal is not ASCII")
     start = f.tell()
     read = 0  # bytes before `start` that belong to this range (the resync)
     if resync:  # mid-line after a seek: the scan starts after the first separator
