@@ -1,0 +1,207 @@
+"""The grep path of the scanner (scan._scan_range_native) against the Python path: the same
+events, line numbers, line order, line and segment counts, on crafted logs that stress each
+part (lines holding only gate words, short unique lines, CRLF, progress bars, NUL and binary
+bytes, long lines, case, markup, Windows paths, repeated lines, partial reading), and the
+fallback to Python when grep cannot be used."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpualert_slurm.classify import scan
+from gpualert_slurm.classify.rules import load_rules
+
+FIX = Path(__file__).parent / "fixtures" / "classify"
+GATES = ["error", "timeout", "nccl", "memory", "failed", "abort", "denied", "exhausted",
+         "cancelled", "quota", "warning", "fault", "interrupt", "oom", "xid", "nan"]
+OOM_TB = (b'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+          b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+
+
+def _sig(res: scan.ScanResult) -> tuple:
+    return (res.lines, res.segments, res.bytes_read, res.partial, res.dropped,
+            [(e.line, e.order, e.rule.id, e.text, e.detail, e.task_label, e.rank_label,
+              e.local_label) for e in res.events])
+
+
+def _both(monkeypatch, path: Path, **kw) -> scan.ScanResult:
+    """Scan with Python, then with grep; assert the same result; return grep's."""
+    rules = load_rules(site=False)
+    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan, "NATIVE", False)
+    py = scan.scan_file(str(path), rules, **kw)
+    assert py.engine == "python"
+    monkeypatch.setattr(scan, "NATIVE", True)
+    gr = scan.scan_file(str(path), rules, **kw)
+    assert gr.engine == "grep", gr.engine
+    assert _sig(gr) == _sig(py)
+    return gr
+
+
+def _gated(n: int, rnd: random.Random) -> bytes:
+    return b"".join(b"step %d worker %d %s rate 0.%02d %s %d nccl id=%x\n" % (
+        i % 997, i % 89, GATES[i % 16].encode(), i % 97, GATES[i * 7 % 16].encode(), i % 60,
+        rnd.getrandbits(40)) for i in range(n))
+
+
+def test_lines_holding_only_gate_words(tmp_path, monkeypatch):
+    rnd = random.Random(1)
+    log = tmp_path / "gated.log"
+    log.write_bytes(_gated(60_000, rnd) + b"[rank1]: NCCL WARN Timeout waiting\n" * 10
+                    + _gated(20_000, rnd) + OOM_TB)
+    res = _both(monkeypatch, log)
+    assert res.events[-1].rule.cls == "cuda_oom" and res.events[-1].line == res.lines
+    assert res.lines == 80_013
+
+
+def test_short_unique_lines(tmp_path, monkeypatch):
+    rnd = random.Random(2)
+    abc = b"abcdefghijklmnopqrstuvwxyz0123456789"
+    log = tmp_path / "short.log"
+    log.write_bytes(b"".join(bytes(rnd.choice(abc) for _ in range(19)) + b"\n"
+                             for _ in range(40_000)) + OOM_TB)
+    res = _both(monkeypatch, log)
+    assert [e.line for e in res.events][-1] == 40_003
+
+
+def test_crlf_and_progress_bars(tmp_path, monkeypatch):
+    log = tmp_path / "crlf.log"
+    log.write_bytes(b"a line\r\n" * 50_000 + b"ModuleNotFoundError: No module named 'x'\r\n"
+                    + OOM_TB.replace(b"\n", b"\r\n"))
+    res = _both(monkeypatch, log)
+    assert res.events[0].line == 50_001 and res.segments == 2 * res.lines
+    bar = "".join(f"\r{i}%|{'#' * (i // 5)}| {i}/100" for i in range(100)) * 500
+    log = tmp_path / "tqdm.log"
+    log.write_text("start\n" + bar + "\rFileNotFoundError: [Errno 2] No such file: 'x'\n" + bar
+                   + "\n done\rRuntimeError: CUDA error: an illegal memory access\r\n")
+    res = _both(monkeypatch, log)
+    assert [(e.line, e.rule.cls) for e in res.events] == [(2, "file_not_found"),
+                                                          (4, "cuda_error")]
+
+
+def test_nul_and_binary_bytes(tmp_path, monkeypatch):
+    log = tmp_path / "bin.log"
+    log.write_bytes(os.urandom(2_000_000) + b"\n\xff\xfeRuntimeError: CUDA out of memory.\x00"
+                    b"\xff\n" + os.urandom(50_000) + b"\nerror\x00\nValueError: bad\x00 x\n")
+    res = _both(monkeypatch, log)
+    assert "cuda_oom" in [e.rule.cls for e in res.events]
+
+
+def test_long_lines_are_matched_on_their_first_line_cap_bytes(tmp_path, monkeypatch):
+    log = tmp_path / "long.log"
+    with open(log, "wb") as f:
+        f.write(b"step 1\nModuleNotFoundError: No module named 'y' ")
+        for _ in range(24):  # a 24 MiB line: grep is fed its first LINE_CAP bytes only
+            f.write(b"x" * (1 << 20))
+        f.write(b"\n" + b"y" * (scan.LINE_CAP + 10) + b" CUDA out of memory\n")
+        f.write(b"z" * 5000 + b"\rKeyError: 'k'\n")
+    res = _both(monkeypatch, log)
+    assert [(e.line, e.rule.cls) for e in res.events][0] == (2, "import_error")
+    assert res.lines == 4 and res.bytes_read == log.stat().st_size
+
+
+def test_case_markup_paths_and_line_ends(tmp_path, monkeypatch):
+    log = tmp_path / "case.log"
+    log.write_bytes(
+        b"x\n" * 1000 + b"CUDA OUT OF MEMORY\nmodulenotfounderror: NO MODULE NAMED 'z'\n"
+        b"OSError: [Errno 28] No space left on device\n"
+        b"PermissionError: [Errno 13] Permission denied: 'C:\\data\\x'\n"
+        b"\x1b[31mRuntimeError: CUDA out of mem\x1b[0mory\x1b[0m\n"
+        b"**RuntimeError**: `CUDA out of memory`\nKeyError: 'x'   \nsome Exception\n"
+        b"[rank3]: torch.OutOfMemoryError: CUDA out of memory.\n"
+        b"ValueError: no newline at the end")
+    res = _both(monkeypatch, log)
+    classes = [e.rule.cls for e in res.events]
+    assert {"cuda_oom", "disk_full", "permission_denied"} <= set(classes)
+    assert res.events[-1].line == res.lines == 1010
+    assert any(e.rank_label == 3 for e in res.events)
+
+
+def test_repeated_lines_keep_first_and_last_per_chunk(tmp_path, monkeypatch):
+    log = tmp_path / "nan.log"
+    log.write_bytes(b"".join(b"step %d loss=0.%02d\n" % (i, i % 97) for i in range(100_000))
+                    + b"".join(b"step %d loss=nan\n" % i for i in range(100_000, 200_000)))
+    res = _both(monkeypatch, log)
+    lines = [e.line for e in res.events]
+    assert lines[0] == 100_001 and lines[-1] == 200_000 and len(lines) < 50
+    # mostly distinct lines around a repeated matched line: the same rule as the dedup path
+    rnd = random.Random(4)
+    ids = b"".join(b"sample %x path=/d/%x.bin\n" % (rnd.getrandbits(64), rnd.getrandbits(40))
+                   for _ in range(30_000))
+    log = tmp_path / "mix.log"
+    log.write_bytes(ids + b"NCCL WARN Call to ibv_reg_mr failed\n" * 12 + ids + OOM_TB)
+    _both(monkeypatch, log)
+
+
+def test_partial_reading_is_the_same(tmp_path, monkeypatch):
+    log = tmp_path / "big.log"
+    with open(log, "wb") as f:
+        f.write(b"ModuleNotFoundError: No module named 'early'\n")
+        f.write(b"step 123 loss=0.5\r\n" * 400_000)
+        f.write(b"torch.OutOfMemoryError: CUDA out of memory.\n")
+    res = _both(monkeypatch, log, head_bytes=1 << 20, tail_bytes=1 << 20)
+    assert "skipped" in res.partial
+    assert [e.rule.cls for e in res.events] == ["import_error", "cuda_oom"]
+    assert res.events[1].line is None
+
+
+def test_time_budget_is_a_bound_on_the_grep_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
+    log = tmp_path / "slow.log"
+    log.write_bytes(b"ModuleNotFoundError: No module named 'early'\n"
+                    + _gated(200_000, random.Random(3)) + OOM_TB)
+    res = scan.scan_file(str(log), load_rules(site=False), tail_bytes=1 << 20, budget_s=0.0)
+    assert res.engine == "grep"
+    assert res.partial and "time budget" in res.partial and "skipped" in res.partial
+    assert res.bytes_read < log.stat().st_size
+    assert [e.rule.cls for e in res.events][0] == "import_error"
+    assert res.events[-1].rule.cls == "cuda_oom"
+
+
+def test_fixture_logs_are_the_same(monkeypatch):
+    for log in sorted(FIX.glob("*.log")):
+        _both(monkeypatch, log)
+
+
+@pytest.mark.parametrize("grep", ["/nonexistent/grep", "false"])
+def test_without_a_working_grep_the_python_path_says_so(tmp_path, monkeypatch, grep):
+    log = tmp_path / "x.log"
+    log.write_bytes(b"step 1\n" * 1000 + OOM_TB)
+    rules = load_rules(site=False)
+    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
+    want = _sig(scan.scan_file(str(log), rules))
+    monkeypatch.setattr(scan, "GREP", grep)
+    res = scan.scan_file(str(log), rules)
+    assert res.engine.startswith("python (grep failed:"), res.engine
+    assert _sig(res) == want
+
+
+def test_grep_lets_through_every_line_a_rule_matches(tmp_path):
+    """Over the fixture logs and crafted lines, grep (with the patterns the scanner gives it)
+    prints every line on which some rule pattern matches, after cleaning and prefix removal."""
+    rules = load_rules(site=False).scanned("log")
+    lines = [ln for f in sorted(FIX.glob("*.log")) for ln in f.read_bytes().splitlines()]
+    lines += [b"[rank3]: torch.OutOfMemoryError: CUDA out of memory.",
+              b"OSError: [Errno 28] No space left on device",
+              b"PermissionError: [Errno 13] Permission denied: 'C:\\x\\y'",
+              b"2026-11-29 12:00:01,123 - loss = nan", b"\x1b[31mKeyError\x1b[0m: 'k'"]
+    want = []
+    for raw in lines:
+        body = scan.line_view(raw.decode("utf-8", "replace").rstrip()).body.lstrip()
+        if any(p.search(body) for r in rules for p in r.patterns):
+            want.append(raw)
+    assert len(want) > 50
+    src = tmp_path / "lines.log"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    cmd = [scan.GREP, "-a", "-E", "-i"]
+    for p in scan.grep_patterns(rules):
+        cmd += ["-e", p]
+    out = subprocess.run([*cmd, str(src)], capture_output=True, env=dict(os.environ, LC_ALL="C"),
+                         check=True).stdout.splitlines()
+    missed = [w for w in want if w not in set(out)]
+    assert not missed, missed[:5]
