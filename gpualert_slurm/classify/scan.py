@@ -1,6 +1,17 @@
 """Streaming scan of one log: fixed memory, any size, any bytes.
 
-How it stays fast without running every regex on every line: each chunk is normalised with one
+Which lines are looked at in Python. A file of at least NATIVE_MIN bytes (1 MiB) is searched by
+GNU grep (`LC_ALL=C grep -a -b -n -E -i`, fed through a pipe, see _scan_range_native): its
+patterns are the rules' own regexes translated to EREs that match at least every line the regex
+matches (literals, ASCII classes and repeats kept; lookarounds, anchors and what cannot be
+translated left out), so grep prints only the lines a rule can match - on a log where every
+line holds a common word ("error rate 0.01", NCCL_DEBUG=INFO's "NCCL") almost none. Python
+then matches those lines with the rules as below, and gets the same events, line numbers and
+line order as its own path (tests/test_scan_native.py). When grep is missing or fails, the
+range is scanned in Python, ScanResult.engine says so and a warning is logged;
+GPUALERT_SCAN_NATIVE=0 turns grep off.
+
+The Python path (smaller files, and the fallback): each chunk is normalised with one
 `bytes.translate` (every digit -> '0', CR -> LF) and split into segments; a training log is
 mostly progress lines that differ only in their numbers, so the set of distinct normalised
 segments ("shapes") is tiny. Only the distinct shapes are checked for the prefilter substrings
@@ -8,6 +19,8 @@ segments ("shapes") is tiny. Only the distinct shapes are checked for the prefil
 nothing is remembered as quiet. A chunk of mostly distinct lines (random ids, NCCL_DEBUG=INFO
 pointers) is searched instead for the rules' own literals (one literal-prefixed regex per first
 character), so that a line holding only a gate word ("error rate 0.1") costs nothing in Python.
+Either way, per chunk a repeated line shape is matched on its first REPEAT_KEEP lines and its
+last one (_pick), so both searches and grep's give the same events.
 
 A candidate line is cleaned (colour codes, Markdown marks, "\\" paths), checked with one regex
 for the rule literals it holds, and only then stripped of launcher prefixes and timestamps
@@ -18,16 +31,18 @@ start for at most HEAD_BYTES (1 GiB) and at most HEAD_SHARE of BUDGET_S (20 s); 
 jumps to the end (where a crash's traceback and Slurm's end-of-job lines are): the last
 TAIL_BYTES (64 MiB), or less when the rest of the budget would not read that much at the speed
 measured so far, and the middle is skipped. The whole scan takes BUDGET_S plus at most one slow
-chunk and the file's last END_BYTES (256 KiB), which are always read. Line
+chunk (or grep block) and the file's last END_BYTES (256 KiB), which are always read. Line
 numbers after a jump or a budget stop are unknown (null). A line longer than LINE_CAP is matched
-on its first LINE_CAP bytes; the rest is skipped without being buffered. Environment overrides:
-GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S.
+on its first LINE_CAP bytes; the rest is skipped without being buffered (grep is not fed it).
+Environment overrides: GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S,
+GPUALERT_SCAN_NATIVE (0: no grep), GPUALERT_SCAN_NATIVE_MIN (bytes), GPUALERT_SCAN_GREP (path).
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -572,16 +587,14 @@ def _positions(normed: bytes, s: bytes):
         p = normed.find(needle, p + len(s) + 1)
 
 
-# ---- the native candidate search: GNU grep finds the lines holding a rule literal ----
+# ---- the native candidate search: GNU grep finds the lines a rule can match ----
 #
-# grep reads the range through a pipe that a feeder thread fills from the file, so that the
-# reading policy stays exact: the feeder stops at the byte limit or once past the deadline, and
-# then writes a sentinel line; CR is turned into LF on the way (the scanner's segments are grep's
-# lines, so grep -n gives a line's segment index, and no line grep buffers is longer than a
-# read block plus LINE_CAP: the rest of a longer segment is not fed). Python sees only the lines
-# holding a full rule literal (digits as [0-9], "/" also as "\\", "error\n" as "error" then no
-# letter or digit to the line's end) or a mark clean_text removes (escape codes, "**", "`"),
-# and matches them as the dedup path does (_pick), chunk by chunk (CHUNK bytes of the file).
+# grep reads the range through a pipe that a feeder thread fills from the file, so the reading
+# policy stays exact: the feeder stops at the byte limit or once past the deadline, then writes
+# a sentinel line whose number gives the range's line count. CR becomes LF on the way: the
+# scanner's segments are grep's lines, so grep -n numbers them as Event.order does, and no line
+# grep buffers is longer than a block plus LINE_CAP (the rest of a longer segment is not fed).
+# Lines holding what clean_text removes (escape codes, "**", "`") are always printed.
 
 NATIVE = os.environ.get("GPUALERT_SCAN_NATIVE", "1") != "0"
 NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # smaller: Python
@@ -655,21 +668,23 @@ def _ere_class(op: str, av) -> tuple[str, bool] | None:
     return _bracket(False, chars, ranges), wide
 
 
-def _ere_seq(items) -> str:
+def _ere_seq(items, top: bool = False) -> str:
     """An ERE (for LC_ALL=C grep -E -i, over a line's raw bytes) matching at least every text
     the parsed regex sequence matches: literals, ASCII classes and repeats as they are; a
     class that may match a non-ASCII character as 1 to 4 bytes; zero-width items dropped, what
-    is not translated (back-references) as ".*"."""
-    out: list[str] = []
+    is not translated (back-references) as ".*". `top`: the whole pattern, searched anywhere
+    in a line: what comes before its first and after its last literal part is left off (more
+    lines match, never fewer; grep's automaton is much faster without leading classes)."""
+    out: list[tuple[str, bool]] = []  # (ERE, a literal part: a char or a group of them)
     for op, av in items:
         name = str(op)
         one = _ere_class(name, av)
         if one is not None:
-            out.append(one[0] + ("{1,4}" if one[1] else ""))
+            out.append((one[0] + ("{1,4}" if one[1] else ""), name == "LITERAL" and av < 128))
         elif name == "SUBPATTERN":
             inner = _ere_seq(list(av[-1]))
             if inner:
-                out.append("(" + inner + ")")
+                out.append(("(" + inner + ")", True))
         elif name in ("MAX_REPEAT", "MIN_REPEAT"):
             lo, hi, body = av[0], av[1], list(av[2])
             one = _ere_class(str(body[0][0]), body[0][1]) if len(body) == 1 else None
@@ -681,18 +696,21 @@ def _ere_seq(items) -> str:
                     continue
                 item, wide = "(" + inner + ")", False
             if not wide and hi <= 16:
-                out.append(item + f"{{{lo},{hi}}}")
+                out.append((item + f"{{{lo},{hi}}}", False))
             else:  # an unbounded, long or byte-width-varying repeat: at least as many
-                out.append(item + ("*" if lo == 0 else "+"))
+                out.append((item + ("*" if lo == 0 else "+"), False))
         elif name == "BRANCH":
             alts = [_ere_seq(list(alt)) for alt in av[1]]
             if all(alts):
-                out.append("(" + "|".join(alts) + ")")
+                out.append(("(" + "|".join(alts) + ")", True))
         elif name in ("AT", "ASSERT", "ASSERT_NOT"):
             continue  # zero width: dropping it matches more, never less
         else:
-            out.append(".*")
-    return "".join(out)
+            out.append((".*", False))
+    if top:
+        lit = [i for i, (_, is_lit) in enumerate(out) if is_lit]
+        out = out[lit[0] : lit[-1] + 1] if lit else []
+    return "".join(e for e, _ in out)
 
 
 def grep_patterns(rules: list[Rule]) -> list[bytes]:
@@ -705,7 +723,7 @@ def grep_patterns(rules: list[Rule]) -> list[bytes]:
     out = {b"[*][*]", b"`", b"\x1b", b"\x08"} | {c.encode() for c in _FOLDS_TO_ASCII}
     for r in rules:
         for i, pat in enumerate(r.patterns):
-            ere = _ere_seq(list(sre_parse.parse(pat.pattern, pat.flags)))
+            ere = _ere_seq(list(sre_parse.parse(pat.pattern, pat.flags)), top=True)
             if len(re.sub(r"[^A-Za-z]", "", ere)) >= MIN_LITERAL:
                 out.add(ere.encode("latin-1"))
                 continue
@@ -829,6 +847,8 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
                                 bufsize=1 << 16)
     except OSError as e:
         raise NativeError(f"{GREP} cannot be run: {e}") from None
+    with contextlib.suppress(OSError, AttributeError):  # fewer switches between feeder and grep
+        fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, BLOCK)  # type: ignore[union-attr]
     feeder = _Feeder(f, start, limit, deadline, proc.stdin, sentinel)
     feeder.thread.start()
     events: list[Event] = []
