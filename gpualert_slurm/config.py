@@ -341,6 +341,14 @@ def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
                 rule["shadow"] = c.boolean(f"{key}.shadow", s["shadow"])
             out.append((name, rule))
         kw["rules"] = tuple(out)
+        from gpualert_slurm.recovery.policy import check_rule_names, class_domains
+
+        bad = check_rule_names(RecoveryConfig(rules=kw["rules"]))
+        if bad:
+            doms = sorted({f"domain:{d}" for d in class_domains().values()})
+            raise c.err(f"recovery.rules.{bad[0]}", "a failure class id (gpualert classify's "
+                        f"classes: {', '.join(sorted(class_domains()))}) or one of "
+                        f"{', '.join(doms)}", bad[0])
     return RecoveryConfig(**kw)
 
 

@@ -227,6 +227,8 @@ def test_config_recovery_section() -> None:
     ({"breaker": {"share": 2}}, "recovery.breaker.share"),
     ({"attribution": {"command": "relative/cmd"}}, "absolute path"),
     ({"frobnicate": 1}, "unknown key recovery.frobnicate"),
+    ({"rules": {"gpu_hardwre": {"do": []}}}, "recovery.rules.gpu_hardwre: expected a failure"),
+    ({"rules": {"domain:hardware": {}}}, "domain:workload"),
 ])
 def test_config_recovery_errors(doc: dict[str, Any], msg: str) -> None:
     with pytest.raises(ConfigError) as e:
