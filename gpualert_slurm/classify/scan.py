@@ -904,6 +904,8 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
         proc.wait()
         feeder.thread.join()
         err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+    except (ValueError, OSError) as e:  # output not as expected: the Python path decides
+        raise NativeError(f"reading {GREP}'s output failed: {e}") from None
     finally:
         for s in (proc.stdout, proc.stderr):
             if s is not None:
