@@ -497,3 +497,40 @@ def read_exit_records(job_path: str, owners: tuple[int, ...] | None = None
         finally:
             os.close(tfd)
     return out
+
+
+# ---- exit records the spool did not take -----------------------------------------------------
+
+LOCAL_RECORDS = "/run/gpualert"  # the plugin's local= (spank/README.md)
+
+
+def restore_local_exit_records(tasks_fd: int, jobid: str | int, attempt: int, uid: int,
+                               gid: int, local_dir: str = LOCAL_RECORDS) -> list[str]:
+    """Move the exit records slurmstepd kept in the node-local dir (the spool hung when the task
+    ended) into the attempt's tasks/ dir, as the plugin would have written them. A record the
+    spool already holds is not replaced. Returns the names moved in. Root only: the local dir
+    must be root's and closed to others, its files plain and root's."""
+    prefix = f"{_jobid(jobid)}.{int(attempt)}."
+    moved: list[str] = []
+    try:
+        dfd = open_dir(local_dir)
+    except FileNotFoundError:
+        return moved
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            raise SpoolError(f"{local_dir}: not root's alone: refused")
+        for name in sorted(os.listdir(dfd)):
+            if not (name.startswith(prefix) and name.endswith(".exit")):
+                continue
+            target = name[len(prefix):]  # <step>.<rank>.exit
+            data = read_bytes_nofollow(name, dfd, owners=(0,))
+            try:
+                os.stat(target, dir_fd=tasks_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                write_atomic(tasks_fd, target, data, 0o600, uid, gid)
+                moved.append(target)
+            os.unlink(name, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    return moved

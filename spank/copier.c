@@ -585,9 +585,11 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
         pthread_mutex_lock(&t->mu);
         int done = t->writer_done;
         pthread_mutex_unlock(&t->mu);
-        if (t->nconns && (done || now_ms() - start > FINAL_FLUSH_MS)) {
-            answer(t, 1);
-            asked_at = now_ms();
+        if (t->nconns) {
+            /* answer() itself answers at once when the writer is stuck on a hung spool */
+            answer(t, done || now_ms() - start > FINAL_FLUSH_MS);
+            if (!t->nconns)
+                asked_at = now_ms();
         }
         if (done && (asked_at >= 0 || now_ms() - start > LINGER_MS))
             break;
@@ -664,22 +666,28 @@ int start_tap(spank_t sp, const struct task_id *id)
 
     pid_t task_pid = getpid();
     what = "fork the copier";
+    /* Every signal is blocked from before the first fork: a signal the job sends to its
+     * process group at once (before the copier left it) must not kill the copier. The task
+     * gets its mask back right after the fork; what arrived meanwhile is delivered then. */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     /* Double fork: the copier is never a child of the user's program (no stray SIGCHLD,
      * nothing for a wait() loop in the program to reap); the middle process exits at once. */
     pid_t pid = fork();
-    if (pid < 0)
+    if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
         goto fail;
+    }
     if (pid == 0) {
+        /* Out of the job's process group and session (the middle process leads a new one,
+         * the copier is born in it): `kill 0`, `kill -- -PGID`, a shell forwarding a trapped
+         * signal, proctrack/pgid's signals never reach it. */
+        setsid();
         pid_t copier = fork();
         if (copier != 0)
             _exit(copier < 0 ? 1 : 0);
-        /* Out of the job's process group and session: `kill 0`, `kill -- -PGID`, a shell
-         * forwarding a trapped signal, proctrack/pgid's signals never reach it. */
-        setsid();
         in_copier = 1;
-        sigset_t all;
-        sigfillset(&all);
-        sigprocmask(SIG_BLOCK, &all, NULL);
         int keep[] = {fds[OUT_R], fds[ERR_R], fds[ORIG_OUT], fds[ORIG_ERR], fds[PIDFD],
                       fds[LSOCK]};
         close_all_but(keep, (int)(sizeof(keep) / sizeof(keep[0])));
@@ -704,6 +712,7 @@ int start_tap(spank_t sp, const struct task_id *id)
     pid_t r;
     while ((r = waitpid(pid, &wst, 0)) < 0 && errno == EINTR)
         ;
+    sigprocmask(SIG_SETMASK, &old, NULL);
     if (r == pid && (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0)) {
         errno = EAGAIN;
         goto fail;

@@ -26,6 +26,7 @@ char spool[PATH_MAX];
 int default_on;
 size_t ring_bytes = 32u << 20;
 size_t batch_log_max = 64u << 20;
+char local_dir[PATH_MAX] = "/run/gpualert";
 
 /* ------------------------------------------------------------------ plugin arguments */
 
@@ -61,6 +62,12 @@ static void parse_args(int ac, char **av)
             default_on = 1;
         } else if (!strcmp(av[i], "default=off")) {
             default_on = 0;
+        } else if (!strncmp(av[i], "local=", 6)) {
+            if (av[i][6] != '/' || strlen(av[i] + 6) >= sizeof(local_dir) - 64)
+                slurm_error("gpualert: plugin argument %s: an absolute path is needed; keeping "
+                            "%s", av[i], local_dir);
+            else
+                snprintf(local_dir, sizeof(local_dir), "%s", av[i] + 6);
         } else if (!strncmp(av[i], "buffer=", 7)) {
             v = parse_size(av[i] + 7);
             if (v < (64 << 10) || v > (1LL << 30))
@@ -77,7 +84,8 @@ static void parse_args(int ac, char **av)
                 batch_log_max = (size_t)v;
         } else {
             slurm_error("gpualert: unknown plugin argument '%s' (accepted: spool=/path, "
-                        "default=on|off, buffer=SIZE, batch_log_max=SIZE); ignored", av[i]);
+                        "default=on|off, local=/path, buffer=SIZE, batch_log_max=SIZE); ignored",
+                        av[i]);
         }
     }
 }

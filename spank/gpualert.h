@@ -23,6 +23,7 @@ extern char spool[PATH_MAX];
 extern int default_on;
 extern size_t ring_bytes;      /* buffer= : spool bytes held while the spool is slow */
 extern size_t batch_log_max;   /* batch_log_max= : head of the batch step's log kept (0: all) */
+extern char local_dir[PATH_MAX]; /* local= : node-local dir for records the spool did not take */
 
 /* ---- options.c */
 extern struct spank_option gpualert_option;

@@ -215,6 +215,39 @@ out:
     return rc;
 }
 
+/* The record in the node-local dir (root's, on tmpfs: it never hangs), so that a spool that
+ * does not take it now loses nothing: the node Epilog moves it there later. Returns 0 or -1. */
+static int write_local_record(const struct task_id *id, const char *json, size_t n,
+                              char *path, size_t pathlen)
+{
+    if (mkdir(local_dir, 0700) != 0 && errno != EEXIST)
+        return -1;
+    int dfd = open(local_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (dfd < 0)
+        return -1;
+    if (fstat(dfd, &st) != 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+        close(dfd);                /* only a dir nobody but root can write */
+        return -1;
+    }
+    char name[128], tmp[160];
+    snprintf(name, sizeof(name), "%u.%u.%s.%u.exit", id->job, id->attempt, id->step_name,
+             id->rank);
+    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", name, (int)getpid());
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && write_all(fd, json, n) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok || renameat(dfd, tmp, dfd, name) != 0) {
+        unlinkat(dfd, tmp, 0);
+        close(dfd);
+        return -1;
+    }
+    close(dfd);
+    snprintf(path, pathlen, "%s/%s", local_dir, name);
+    return 0;
+}
+
 /*
  * Runs in slurmstepd (root). The spool may hang (a stalled NFS or Lustre mount): the writes
  * happen in a child that is killed when budget_ms runs out, so slurmstepd itself never waits
@@ -224,8 +257,6 @@ void write_exit_record(const struct task_id *id, int status, pid_t pid,
                        const struct drain_report *dr, long budget_ms)
 {
     static int spool_hung;
-    if (spool_hung)
-        return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     char exit_code[16] = "null", sig[16] = "null", json[768], logf[256];
@@ -251,6 +282,11 @@ void write_exit_record(const struct task_id *id, int status, pid_t pid,
                      (WIFSIGNALED(status) && WCOREDUMP(status)) ? "true" : "false",
                      (long)ts.tv_sec, ts.tv_nsec / 1000000, status, id->attempt, logf);
     if (n < 0 || (size_t)n >= sizeof(json))
+        return;
+    char local[PATH_MAX + 160] = "";
+    if (write_local_record(id, json, (size_t)n, local, sizeof(local)) != 0)
+        local[0] = '\0';
+    if (spool_hung)
         return;
 
     pid_t child = fork();
@@ -279,8 +315,8 @@ void write_exit_record(const struct task_id *id, int status, pid_t pid,
                 nanosleep(&nap, NULL);
             spool_hung = 1;
             slurm_info("gpualert: job %u %s.%u: exit record not written within %ld ms: the "
-                       "spool does not answer; no more records for this step", id->job,
-                       id->step_name, id->rank, budget_ms);
+                       "spool does not answer; this step's records stay in %s for the node "
+                       "Epilog", id->job, id->step_name, id->rank, budget_ms, local_dir);
             return;
         }
         nanosleep(&nap, NULL);
@@ -288,4 +324,6 @@ void write_exit_record(const struct task_id *id, int status, pid_t pid,
     if (WIFEXITED(wst) && WEXITSTATUS(wst) != 0)
         slurm_info("gpualert: job %u %s.%u: no exit record: %s", id->job, id->step_name,
                    id->rank, strerror(WEXITSTATUS(wst)));
+    else if (WIFEXITED(wst) && local[0])
+        unlink(local);             /* the spool has it: the local copy is not needed */
 }

@@ -33,6 +33,7 @@ from gpualert_slurm.hooks.common import (
 from gpualert_slurm.options import OptionError, Options, options_from_env
 from gpualert_slurm.spool import (
     DIR_MODE,
+    LOCAL_RECORDS,
     SpoolError,
     attempt_subdir,
     check_job_dir,
@@ -43,6 +44,7 @@ from gpualert_slurm.spool import (
     read_exit_record,
     read_json_nofollow,
     read_start_record,
+    restore_local_exit_records,
     task_node,
     write_json_atomic,
 )
@@ -402,6 +404,20 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         return
     tasks: list[TaskLog] = []
     try:
+        # Exit records slurmstepd could not put in a hung spool wait on this node: first.
+        tfd = js.subdir("tasks")
+        if tfd is not None:
+            try:
+                gid = int(env.get("SLURM_JOB_GID", "")) if env.get("SLURM_JOB_GID", "").isdigit() \
+                    else os.fstat(tfd).st_gid
+                moved = restore_local_exit_records(tfd, jobid, js.attempt, js.uid, gid)
+                if moved:
+                    log.info(f"job {jobid}: exit records moved in from {LOCAL_RECORDS}: "
+                             f"{', '.join(moved)}")
+            except (OSError, SpoolError) as e:
+                log.error(f"job {jobid}: exit records kept in {LOCAL_RECORDS}: {e}")
+            finally:
+                os.close(tfd)
         tasks = open_task_logs(js)
         # This node's tasks: those whose exit record names it; the batch log belongs to the
         # batch host, which is the first node (where a batch log has no exit record yet).

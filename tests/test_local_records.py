@@ -1,0 +1,84 @@
+"""Exit records that a hung spool did not take wait in the node-local dir (root's); the node
+Epilog moves them into the attempt's tasks/ dir (spool.restore_local_exit_records)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gpualert_slurm.spool import SpoolError, restore_local_exit_records
+
+
+def record(step: str, rank: int) -> bytes:
+    return (json.dumps({"node": "n2", "step": step, "rank": rank, "exit_code": 0,
+                        "signal": None, "log_gaps": 1, "log_gap_bytes": 4096}) + "\n").encode()
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    local = tmp_path / "run-gpualert"
+    local.mkdir(mode=0o700)
+    tasks = tmp_path / "spool" / "42" / "tasks"
+    tasks.mkdir(parents=True)
+    return local, tasks
+
+
+def restore(local: Path, tasks: Path, attempt: int = 0) -> list[str]:
+    fd = os.open(tasks, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return restore_local_exit_records(fd, 42, attempt, 1234, 1234, str(local))
+    finally:
+        os.close(fd)
+
+
+def test_records_move_in_with_the_users_owner_and_leave_the_local_dir(dirs):
+    local, tasks = dirs
+    (local / "42.0.batch.0.exit").write_bytes(record("batch", 0))
+    (local / "42.0.0.3.exit").write_bytes(record("0", 3))
+    (local / "42.1.0.0.exit").write_bytes(record("0", 0))  # another attempt: stays
+    (local / "421.0.0.0.exit").write_bytes(record("0", 0))  # another job: stays
+    assert restore(local, tasks) == ["0.3.exit", "batch.0.exit"]
+    got = json.loads((tasks / "0.3.exit").read_text())
+    assert got["log_gaps"] == 1 and got["rank"] == 3
+    st = (tasks / "0.3.exit").stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1234, 1234, 0o600)
+    assert sorted(p.name for p in local.iterdir()) == ["42.1.0.0.exit", "421.0.0.0.exit"]
+
+
+def test_a_record_the_spool_has_is_not_replaced(dirs):
+    local, tasks = dirs
+    (tasks / "0.0.exit").write_text("spool's own\n")
+    (local / "42.0.0.0.exit").write_bytes(record("0", 0))
+    assert restore(local, tasks) == []
+    assert (tasks / "0.0.exit").read_text() == "spool's own\n"
+    assert list(local.iterdir()) == []
+
+
+def test_a_local_dir_others_can_write_is_refused(dirs):
+    local, tasks = dirs
+    (local / "42.0.0.0.exit").write_bytes(record("0", 0))
+    local.chmod(0o777)
+    with pytest.raises(SpoolError, match="not root's alone"):
+        restore(local, tasks)
+    assert not (tasks / "0.0.exit").exists()
+
+
+def test_a_planted_link_in_the_local_dir_is_not_followed(dirs, tmp_path):
+    local, tasks = dirs
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    (local / "42.0.0.0.exit").symlink_to(secret)
+    with pytest.raises(OSError):
+        restore(local, tasks)
+    assert not (tasks / "0.0.exit").exists()
+
+
+def test_no_local_dir_is_nothing_to_do(tmp_path):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    fd = os.open(tasks, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert restore_local_exit_records(fd, 42, 0, 0, 0, str(tmp_path / "absent")) == []
+    finally:
+        os.close(fd)
