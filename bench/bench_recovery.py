@@ -1,6 +1,7 @@
 """Recovery latency over a fault-injection campaign on the recovery test cluster (its own
 native cluster, tests/recoverylib.py: it drains nodes and requeues jobs, never on the shared
-cluster; brought up here when it is not running, and stopped again if this started it).
+cluster; brought up here, used by this process alone (a lock shared with the tests), and
+stopped at the end).
 
     bench_recovery.py [--jobs N] [--wave W] [--node-loss K]    (defaults: 30 jobs, 5, 3)
 
@@ -248,32 +249,24 @@ def main() -> int:
     ap.add_argument("--wave", type=int, default=5)
     ap.add_argument("--node-loss", type=int, default=3)
     a, _ = ap.parse_known_args()
-    started = cl.cluster_cmd("status", env=rl.RECOVERY_CLUSTER_ENV).returncode != 0
     try:
-        f = cl.cluster_up(env=rl.RECOVERY_CLUSTER_ENV)
+        with rl.recovery_cluster_session() as f:
+            audit = f.root / "audit" / f"bench-{int(time.time())}.jsonl"
+            audit.parent.mkdir(exist_ok=True)
+            # action mode; drains allowed in a burst (the bench resumes each node at once)
+            rl.write_config(f, audit, mode="action", breaker={"share": 1.0, "window": "1s"},
+                            blast_nodes=100000, escalate_after=100)
+            for n in f.nodes:
+                rl.resume_node(n)
+            t0 = time.monotonic()
+            jobs = campaign(f, audit, a.jobs, a.wave, min(a.node_loss, a.jobs))
+            print(f"  campaign took {time.monotonic() - t0:.0f} s; audit log {audit}")
+            ok = report(jobs)
+            watch_cost(f)
+            return 0 if ok else 1
     except cl.ClusterError as e:
-        print(f"bench_recovery: the recovery cluster cannot start: {e}", file=sys.stderr)
+        print(f"bench_recovery: the recovery cluster cannot be used: {e}", file=sys.stderr)
         return 1
-    os.environ["SLURM_CONF"] = str(f.conf)
-    rl.hooks_know_their_cluster(f)
-    audit = f.root / "audit" / f"bench-{int(time.time())}.jsonl"
-    audit.parent.mkdir(exist_ok=True)
-    # action mode; drains allowed in a burst (the bench resumes each node at once)
-    rl.write_config(f, audit, mode="action", breaker={"share": 1.0, "window": "1s"},
-                    blast_nodes=100000, escalate_after=100)
-    try:
-        for n in f.nodes:
-            rl.resume_node(n)
-        t0 = time.monotonic()
-        jobs = campaign(f, audit, a.jobs, a.wave, min(a.node_loss, a.jobs))
-        print(f"  campaign took {time.monotonic() - t0:.0f} s; audit log {audit}")
-        ok = report(jobs)
-        watch_cost(f)
-        return 0 if ok else 1
-    finally:
-        if started:
-            cl.cluster_cmd("down", env=rl.RECOVERY_CLUSTER_ENV)
-
 
 if __name__ == "__main__":
     sys.exit(main())

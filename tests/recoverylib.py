@@ -6,8 +6,11 @@ for the whole session; the fixture stops the cluster at the end."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,24 +29,60 @@ RECOVERY_CLUSTER_ENV = {
 }
 
 
+SESSION_LOCK = Path(RECOVERY_CLUSTER_ENV["GPUALERT_CLUSTER_DIR"] + ".session.lock")
+SESSION_WAIT_S = 1800.0
+
+
+@contextlib.contextmanager
+def exclusive_use(timeout: float = SESSION_WAIT_S) -> Iterator[None]:
+    """One user of the recovery cluster at a time (a test session, the benchmark): each
+    rewrites its gpualert.yaml and stops the cluster at the end, which another session running
+    at the same moment would not survive. Waits for the other; ClusterError past `timeout`."""
+    with open(SESSION_LOCK, "a") as fh:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as e:
+                if time.monotonic() > deadline:
+                    raise clusterlib.ClusterError(
+                        f"{SESSION_LOCK} held for more than {timeout:g} s by another test "
+                        "session or benchmark using the recovery cluster") from e
+                time.sleep(1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def recovery_cluster_session(keep: bool = False) -> Iterator[clusterlib.ClusterFacts]:
+    """The recovery cluster, up, for this process alone; SLURM_CONF points at it meanwhile;
+    stopped at the end unless `keep` (or GPUALERT_KEEP_RECOVERY_CLUSTER=1)."""
+    with exclusive_use():
+        facts = clusterlib.cluster_up(env=RECOVERY_CLUSTER_ENV)
+        hooks_know_their_cluster(facts)
+        old = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = str(facts.conf)
+        try:
+            yield facts
+        finally:
+            if old is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = old
+            if not keep and os.environ.get("GPUALERT_KEEP_RECOVERY_CLUSTER") != "1":
+                clusterlib.cluster_cmd("down", env=RECOVERY_CLUSTER_ENV)
+
+
 @pytest.fixture(scope="session")
 def recovery_cluster() -> Iterator[clusterlib.ClusterFacts]:
     try:
-        facts = clusterlib.cluster_up(env=RECOVERY_CLUSTER_ENV)
+        with recovery_cluster_session() as facts:
+            yield facts
     except clusterlib.ClusterError as e:
         pytest.fail(f"the recovery test cluster is not available:\n{e}", pytrace=False)
-    hooks_know_their_cluster(facts)
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(facts.conf)
-    try:
-        yield facts
-    finally:
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
-        if os.environ.get("GPUALERT_KEEP_RECOVERY_CLUSTER") != "1":
-            clusterlib.cluster_cmd("down", env=RECOVERY_CLUSTER_ENV)
 
 
 def hooks_know_their_cluster(facts: clusterlib.ClusterFacts) -> None:
