@@ -6,7 +6,8 @@ Kinds (generated in a temp dir, deleted afterwards):
 - gated: every line unique and holding prefilter words of the scanner (`step 12 worker 88 error
   rate 0.01 timeout 30 … nccl … id=<letters>`), the worst case for a prefilter; a CUDA OOM at
   the end;
-- short: 20-character unique random lines (nothing to deduplicate), a CUDA OOM at the end.
+- short: 20-character unique random lines (nothing to deduplicate; letters that spell no rule
+  word), a CUDA OOM at the end.
 Each is classified by `gpualert classify --json` in a subprocess (wall time, peak RSS of the
 child); the verdict must be cuda_oom (the file's end is always read, even when the time budget
 stops the head: then the verdict says "partial reading" and the MB/s is over the whole file).
@@ -94,7 +95,10 @@ def gen_gated(f, size: int, rnd: random.Random) -> None:
 
 
 def gen_short(f, size: int, rnd: random.Random) -> None:
-    alphabet = (b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" * 5)[:256]
+    # letters that spell no rule word: a random line of all letters and digits holds "EROFS"
+    # or "EACCES" somewhere in a GiB (a real permission_denied line, and a wrong verdict);
+    # no digits either, which the Python path would fold into a few shapes
+    alphabet = (b"qwxzjvQWXZJV" * 22)[:256]
     table = bytes.maketrans(bytes(range(256)), alphabet)
     written = 0
     while written < size:
