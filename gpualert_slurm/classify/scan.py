@@ -46,6 +46,7 @@ import fcntl
 import logging
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -598,7 +599,8 @@ def _positions(normed: bytes, s: bytes):
 
 NATIVE = os.environ.get("GPUALERT_SCAN_NATIVE", "1") != "0"
 NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # smaller: Python
-GREP = os.environ.get("GPUALERT_SCAN_GREP", "grep")
+# a hook may run with a bare PATH: Debian's grep is /usr/bin/grep (/bin/grep, merged /usr)
+GREP = os.environ.get("GPUALERT_SCAN_GREP") or shutil.which("grep") or "/usr/bin/grep"
 BLOCK = 1 << 20
 # characters whose lower() holds an ASCII letter (match() lower-cases str, grep -i only ASCII)
 # (re's IGNORECASE and str.lower() match them to ASCII letters; grep -i in the C locale does not)
