@@ -124,6 +124,16 @@ def wait_node_verdicts(js: JobSpool, nodes: list[str], bound_s: float) -> dict[s
         time.sleep(0.1)
 
 
+def node_is_down(node: str) -> bool:
+    """Slurm says the node is DOWN or not responding (its Epilog will not run); False when
+    Slurm cannot tell, so that the wait stays as it was."""
+    try:
+        flags = slurm.node_info(node, timeout=3).flags
+    except (slurm.SlurmError, OSError):
+        return False
+    return bool(flags & {"DOWN", "NOT_RESPONDING"})
+
+
 def _scontrol_time(text: str | None) -> float | None:
     if not text or text in ("Unknown", "None", "(null)"):
         return None
@@ -580,7 +590,11 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         now = time.time()
         warm.join(max(0.0, bound / 4 - (time.monotonic() - t0)))
         early = PendingVerdict(tasks, classify_facts(cfg, opts, tasks, sf, {}, now), [])
-        node_recs = wait_node_verdicts(js, nodes, max(0.0, wait - (time.monotonic() - t0)))
+        # A node Slurm calls DOWN runs no Epilog: waiting for its verdict only delays the
+        # report (and recovery) by the whole bound.
+        node_lost = sf.get("slurm_state") == "NODE_FAIL" or "Node" in str(sf.get("slurm_reason"))
+        alive = [n for n in nodes if not node_is_down(n)] if node_lost else nodes
+        node_recs = wait_node_verdicts(js, alive, max(0.0, wait - (time.monotonic() - t0)))
         left = bound - reserve - (time.monotonic() - t0)
         v = build_verdict(env, cfg, js, opts, tasks, node_recs, nodes, sf, now,
                           classify_s=max(1.0, left), early=early)
