@@ -359,3 +359,19 @@ def test_report_cut_short_is_finished_by_a_later_job_epilog(tmp_path, smtp_serve
     done = json.loads((spool / "987650701" / "verdict.json").read_text())
     assert done["report"]["status"] == "sent"
     assert any("finished later" in n for n in done["notes"])
+
+
+def test_recovery_decision_is_in_the_report_when_recorded():
+    """verdict.json's "recovery" (written by the job epilog after the policy decided) shows in
+    the text and HTML reports, as `gpualert show` prints them."""
+    from gpualert_slurm.report import render
+
+    v = {"job_id": "77", "failed": True,
+         "verdict": {"class": "node_failure", "domain": "infrastructure", "root_node": "n2"},
+         "recovery": {"mode": "monitor", "would": [
+             {"action": "drain_node", "target": "n2"},
+             {"action": "requeue", "target": "77", "hold": False}]}}
+    text, html = render(v, "text"), render(v, "html")
+    assert "Recovery: In action mode gpualert would drain node n2." in text
+    assert "Recovery: In action mode gpualert would drain node n2." in html
+    assert "Recovery:" not in render(dict(v, recovery=None), "text")

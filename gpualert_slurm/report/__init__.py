@@ -179,8 +179,20 @@ def context(v: dict[str, Any]) -> dict[str, Any]:
         "last_lines": last,
         "manifest": man,
         "notes": list(v.get("notes") or []),
+        "recovery": _recovery_lines(v),
         "logs_dir": v.get("logs_dir") or os.path.join(base, "tasks"),
     }
+
+
+def _recovery_lines(v: dict[str, Any]) -> list[str]:
+    """What recovery did or would do (verdict.json's "recovery"; `gpualert show` has it once
+    the decision is made, the mail only when it was made before sending)."""
+    from gpualert_slurm.recovery import report_lines
+
+    try:
+        return report_lines(v.get("recovery"))
+    except (AttributeError, TypeError, KeyError):  # a record of another version: not shown
+        return []
 
 
 def render(v: dict[str, Any], fmt: str = "text") -> str:
