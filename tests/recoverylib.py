@@ -76,7 +76,9 @@ def recovery_cluster_session(keep: bool = False) -> Iterator[clusterlib.ClusterF
                 clusterlib.cluster_cmd("down", env=RECOVERY_CLUSTER_ENV)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: SLURM_CONF points at this cluster while it is up, and every
+# later module of the session must talk to the shared cluster again.
+@pytest.fixture(scope="module")
 def recovery_cluster() -> Iterator[clusterlib.ClusterFacts]:
     try:
         with recovery_cluster_session() as facts:
