@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/clusterlib.py
 
 import clusterlib  # noqa: E402
+
+# A shell without job control starts background commands with SIGINT ignored, and children
+# inherit that: `gpualert run` then (rightly) does not forward SIGINT, and a child Python never
+# raises KeyboardInterrupt. The tests that send SIGINT must not depend on how pytest was started.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
