@@ -30,20 +30,28 @@ class CorpusError(Exception):
     pass
 
 
-def load_labels(corpus: Path) -> list[dict]:
-    path = corpus / "labels.jsonl"
+def _json_lines(path: Path) -> list[tuple[int, Any]]:
+    """(line number, object) for each non-blank line of a JSON-lines file; CorpusError names
+    the file and line that cannot be read."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise CorpusError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
-    labels = []
+    out = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            out.append((n, json.loads(line)))
         except ValueError as e:
             raise CorpusError(f"{path}:{n}: not valid JSON: {e}") from None
+    return out
+
+
+def load_labels(corpus: Path) -> list[dict]:
+    path = corpus / "labels.jsonl"
+    labels = []
+    for n, obj in _json_lines(path):
         if not isinstance(obj, dict) or not isinstance(obj.get("id"), str) \
                 or not isinstance(obj.get("class"), str):
             raise CorpusError(f"{path}:{n}: a label needs at least string fields id and class")
@@ -72,18 +80,8 @@ def load_peer(corpus: Path) -> tuple[list[dict], dict[str, str]]:
         raise CorpusError(f"{mpath}: field 'classes' must map the peer's labels to our classes")
     same = mapping.get("same_on_this_set") or {}
     path = corpus / "labels.jsonl"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CorpusError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
     labels = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise CorpusError(f"{path}:{n}: not valid JSON: {e}") from None
+    for n, obj in _json_lines(path):
         mode, rel = obj.get("mode"), obj.get("log_path")
         if mode not in classes or not isinstance(rel, str):
             raise CorpusError(f"{path}:{n}: label {mode!r} is not in {mpath.name} "

@@ -208,26 +208,23 @@ class Outbox:
                 os.unlink(f"{entry_id}{suffix}", dir_fd=fd)
         fsync_dir(fd)
 
+    def _move(self, entry_id: str, state: dict[str, Any], src: int, dst: int) -> None:
+        """The message to dst with its new state written there, the old state dropped."""
+        os.rename(f"{entry_id}.eml", f"{entry_id}.eml", src_dir_fd=src, dst_dir_fd=dst)
+        self._write_state(dst, entry_id, state)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{entry_id}.json", dir_fd=src)
+        fsync_dir(dst)
+        fsync_dir(src)
+
     def quarantine(self, entry_id: str, state: dict[str, Any]) -> str:
         """Move an entry (with its final state) to quarantine/; returns the new .eml path."""
-        fd, qfd = self._dir(), self._dir(True)
-        os.rename(f"{entry_id}.eml", f"{entry_id}.eml", src_dir_fd=fd, dst_dir_fd=qfd)
-        self._write_state(qfd, entry_id, state)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{entry_id}.json", dir_fd=fd)
-        fsync_dir(qfd)
-        fsync_dir(fd)
+        self._move(entry_id, state, self._dir(), self._dir(True))
         return self.entry_path(entry_id, True)
 
     def requeue(self, entry_id: str, state: dict[str, Any]) -> None:
         """Move a quarantined entry back (the admin fixed the cause), attempts reset."""
-        fd, qfd = self._dir(), self._dir(True)
-        os.rename(f"{entry_id}.eml", f"{entry_id}.eml", src_dir_fd=qfd, dst_dir_fd=fd)
-        self._write_state(fd, entry_id, state)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{entry_id}.json", dir_fd=qfd)
-        fsync_dir(fd)
-        fsync_dir(qfd)
+        self._move(entry_id, state, self._dir(True), self._dir())
 
     @contextlib.contextmanager
     def locked(self, entry_id: str, quarantined: bool = False) -> Iterator[bool]:
