@@ -163,23 +163,113 @@ def render_text(v: dict) -> str:
     return "\n".join(lines)
 
 
-def job_dir_logs(path: str) -> list[str] | str:
-    """The task logs of a job directory's latest attempt (docs/CONTRACTS.md, Attempts), or an
-    error message saying what is wrong."""
-    attempt = spool.latest_attempt(path)
-    tasks = os.path.join(spool.attempt_dir(path, attempt), "tasks")
+class JobDirLogs:
+    """The task logs of a job directory's latest attempt (docs/CONTRACTS.md, Attempts), opened
+    the way the node epilog opens them (hooks/epilog.py open_task_logs: relative to directory
+    fds, O_NOFOLLOW|O_NONBLOCK, then fstat: a plain file of the job's user with one link), so
+    a FIFO or symlink a user planted can neither block nor redirect root's `gpualert classify`.
+    The classifier reads each checked fd through /proc/self/fd; `names` maps those back."""
+
+    def __init__(self, path: str) -> None:
+        from gpualert_slurm.hooks.epilog import JobSpool, open_task_logs
+
+        self.logs: list = []
+        self.left_out: list[str] = []
+        self.names: dict[str, str] = {}
+        # the directory the admin named is followed; nothing below it is
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        afd = fd
+        try:
+            uid = os.fstat(fd).st_uid
+            attempt = spool.latest_attempt(path)
+            sub = spool.attempt_subdir(attempt)
+            apath = os.path.join(path, sub) if sub else path
+            if sub:
+                afd = spool.open_dir(sub, fd, shown=apath)
+                if os.fstat(afd).st_uid not in (uid, 0):
+                    raise spool.SpoolError(f"{apath}: not owned by uid {uid}: refused")
+            self.tasks_dir, self.attempt = os.path.join(apath, "tasks"), attempt
+            js = JobSpool(path=path, uid=uid, fd=fd, attempt=attempt, attempt_path=apath,
+                          attempt_fd=afd)
+            self.logs = open_task_logs(js)
+            # what was there but refused (FIFO, symlink, hard link, someone else's), to say so
+            tfd = js.subdir("tasks")
+            if tfd is None:
+                raise FileNotFoundError(2, "No such file or directory", self.tasks_dir)
+            try:
+                there = {n for n in os.listdir(tfd) if _STEP_RANK.match(n)}
+            finally:
+                os.close(tfd)
+            self.left_out = sorted(there - {t.name for t in self.logs})
+            self.names = {t.proc_path: t.path for t in self.logs}
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            for d in {fd, afd}:
+                os.close(d)
+
+    def task_inputs(self) -> list[TaskInput]:
+        out = []
+        for t in self.logs:
+            e = t.exit or {}
+            out.append(TaskInput(path=t.proc_path, rank=t.rank, node=t.node, step=t.step,
+                                 exit_code=e.get("exit_code"), signal=e.get("signal") or None,
+                                 core_dumped=bool(e.get("core_dumped")),
+                                 end_time=e.get("end_time")))
+        return out
+
+    def unproc(self, v: dict) -> dict:
+        """The verdict with /proc/self/fd/N put back as the spool paths."""
+        for item in [*v.get("evidence", []), *v.get("cascades", [])]:
+            if isinstance(item, dict) and item.get("file") in self.names:
+                item["file"] = self.names[item["file"]]
+        detail = v.get("detail")
+        if detail:  # longest first: /proc/self/fd/1 is a prefix of /proc/self/fd/12
+            for k in sorted(self.names, key=len, reverse=True):
+                detail = detail.replace(k, self.names[k])
+            v["detail"] = detail
+        return v
+
+    def close(self) -> None:
+        from gpualert_slurm.hooks.epilog import close_task_logs
+
+        close_task_logs(self.logs)
+        self.logs = []
+
+
+def job_dir_logs(path: str) -> JobDirLogs | str:
+    """A job directory's task logs, opened safely (JobDirLogs), or an error message saying
+    what is wrong; what was refused is said on stderr."""
     try:
-        names = sorted(n for n in os.listdir(tasks) if n.endswith(".log"))
+        got = JobDirLogs(path)
+    except spool.SpoolError as e:
+        return f"{e} (a job dir's tasks/ and attempt-N/ must be real directories)"
     except OSError as e:
-        return (f"{path} is a directory but not a job's spool directory: cannot list "
-                f"{tasks}: {e.strerror or e} (give task logs, or <spool>/<jobid>)")
-    if not names:
-        return f"no task logs in {tasks} (attempt {attempt}): nothing to classify"
-    return [os.path.join(tasks, n) for n in names]
+        where = e.filename or path
+        return (f"{path} is a directory but not a job's spool directory: cannot open "
+                f"{where}: {e.strerror or e} (give task logs, or <spool>/<jobid>)")
+    if got.left_out:
+        print(f"gpualert classify: left out of {got.tasks_dir} (not a plain file of the job's "
+              f"user: a FIFO, symlink, hard link or device): {', '.join(got.left_out)}",
+              file=sys.stderr)
+    if not got.logs:
+        got.close()
+        return f"no task logs in {got.tasks_dir} (attempt {got.attempt}): nothing to classify"
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    dirs: list[JobDirLogs] = []
+    try:
+        return _main(args, dirs)
+    finally:
+        for d in dirs:
+            d.close()
+
+
+def _main(args: argparse.Namespace, dirs: list[JobDirLogs]) -> int:
     logs: list[str] = []
     for path in args.logs:
         if os.path.isdir(path):
@@ -187,14 +277,13 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(got, str):
                 print(f"gpualert classify: {got}", file=sys.stderr)
                 return 2
-            logs += got
+            dirs.append(got)
         else:
             logs.append(path)
-    args.logs = logs
     if (args.hang is None) != (args.silence is None):
         print("gpualert classify: error: --hang and --silence go together", file=sys.stderr)
         return 2
-    for path in args.logs:
+    for path in logs:
         err = _check_readable(path, "log")
         if err:
             print(f"gpualert classify: {err}", file=sys.stderr)
@@ -209,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuleError as e:
         print(f"gpualert classify: bad rule file: {e}", file=sys.stderr)
         return 2
-    tasks = [task_from_path(p) for p in args.logs]
+    tasks = [t for d in dirs for t in d.task_inputs()] + [task_from_path(p) for p in logs]
     exit_code, sig = args.exit_code, args.signal
     if exit_code is None and sig is None:  # not given: the logs' exit records say it
         exit_code, sig = job_exit_from_tasks(tasks)
@@ -223,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         silence_s=args.silence,
     )
     verdict = classify(tasks, job, rules).to_json()
+    for d in dirs:
+        d.unproc(verdict)
     try:
         print(json.dumps(verdict) if args.json else render_text(verdict), flush=True)
     except BrokenPipeError:  # `| head`: the reader left; not an error of ours
