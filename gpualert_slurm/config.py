@@ -143,6 +143,8 @@ class RetentionConfig:
     max_age_s: int | None = 30 * 86400  # idle longer than this: removed; None: no age limit
     max_total_bytes: int | None = None  # over this, the oldest go first; None: no size limit
     min_age_s: int = 3600  # never removed while younger, whatever the limits
+    # a node-local exit record (/run/gpualert) its node Epilog never moved in: removed after
+    local_max_age_s: int = 2 * 86400
 
 
 @dataclass(frozen=True)
@@ -540,15 +542,16 @@ def _parse_notify(c: _Checker, data: Any) -> NotifyConfig:
 
 
 def _parse_retention(c: _Checker, value: Any) -> RetentionConfig:
-    r = c.mapping("retention", value, ("max_age", "max_total", "min_age"))
+    r = c.mapping("retention", value, ("max_age", "max_total", "min_age", "local_max_age"))
     kw: dict[str, Any] = {}
     for key, attr, parse, what in (
             ("max_age", "max_age_s", parse_duration, "a duration like 30d or 12h, or null"),
             ("min_age", "min_age_s", parse_duration, "a duration like 1h or 2d"),
+            ("local_max_age", "local_max_age_s", parse_duration, "a duration like 2d or 12h"),
             ("max_total", "max_total_bytes", parse_size, "a size like 500G or 50M, or null")):
         if key not in r:
             continue
-        if r[key] is None and key != "min_age":
+        if r[key] is None and key not in ("min_age", "local_max_age"):
             kw[attr] = None
             continue
         try:

@@ -235,7 +235,8 @@ def spool_usage(cfg: Config, time_limit_s: float = SCAN_LIMIT_S) -> list[Result]
     r = cfg.retention
     ret = (f"retention: max_age {fmt_age(r.max_age_s) if r.max_age_s else 'none'}, "
            f"max_total {fmt_bytes(r.max_total_bytes) if r.max_total_bytes else 'none'}, "
-           f"min_age {fmt_age(r.min_age_s)} (applied by `gpualert gc`: "
+           f"min_age {fmt_age(r.min_age_s)}, local_max_age {fmt_age(r.local_max_age_s)} "
+           "(applied by `gpualert gc`: "
            "etc/systemd/gpualert-gc.timer)")
     try:
         entries = scan_spool(cfg.spool, time.monotonic() + time_limit_s)

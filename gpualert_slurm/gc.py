@@ -11,6 +11,12 @@ A job dir is never removed while
   - it is younger than min_age (its newest file, directory or log write).
 Age is the time since the newest mtime in the job dir (a log's mtime is its last output).
 
+It also sweeps this machine's node-local exit records (`--local-dir`, the plugin's `local=`,
+default /run/gpualert): records slurmstepd kept there when the spool hung, which the node
+Epilog moves in, stay until reboot when that Epilog never ran. One older than
+retention.local_max_age whose job Slurm no longer runs is removed. The spool is shared, the
+local dir is not: `--local-only` sweeps just the local dir, for each compute node's timer.
+
 Root walks user-owned job dirs by fd without following symlinks; a job dir is first renamed to
 `.gc-<jobid>-<random>` in the root-owned spool root (so no Prolog joins a half-removed dir) and
 then removed with the standard library's fd-based rmtree. One gc at a time (flock on
@@ -23,6 +29,7 @@ import argparse
 import errno
 import fcntl
 import os
+import re
 import shutil
 import stat
 import sys
@@ -31,13 +38,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from gpualert_slurm.config import Config, ConfigError, RetentionConfig, config_path, load_config
-from gpualert_slurm.spool import SpoolError, check_spool_root, open_dir
+from gpualert_slurm.spool import LOCAL_RECORDS, SpoolError, check_spool_root, open_dir
 
 LOCK_NAME = ".gc.lock"
 REMOVING_PREFIX = ".gc-"  # a job dir being removed: renamed, so nothing else touches it
 TEMP_PREFIX = ".tmp-"  # a Prolog's build dir (spool.create_job_dir); left only by a crash
 FUTURE_SLACK_S = 300  # clock skew between nodes; later mtimes are ignored
 MAX_DEPTH = 64  # deeper trees (a user's own making) are measured down to here only
+# a node-local record, <job>.<attempt>.<step>.<rank>.exit, or the temp file a slurmstepd killed
+# mid-write left, .<that>.<pid>.tmp (spank/records.c write_local_record)
+_LOCAL_RECORD = re.compile(r"^(\.)?(\d+)\.\d+\.[A-Za-z0-9_-]+\.\d+\.exit(?(1)\.\d+\.tmp)$")
 
 
 class GcError(RuntimeError):
@@ -72,6 +82,9 @@ class Summary:
     removed: list[JobUsage] = field(default_factory=list)
     failed: list[tuple[JobUsage, str]] = field(default_factory=list)
     stopped: str = ""  # non-empty when the time limit cut the run short
+    local: Summary | None = None  # the node-local records' sweep, when one was asked for
+    local_dir: str = ""
+    local_error: str = ""  # why the local dir was not swept
 
 
 # ---- measuring -------------------------------------------------------------------------------
@@ -259,6 +272,82 @@ def plan(entries: Iterable[JobUsage], ret: RetentionConfig, now: float,
     return sorted(decisions, key=lambda d: (not d.remove, order[d.job.name]))
 
 
+# ---- node-local exit records ---------------------------------------------------------------
+
+def scan_local(local_dir: str) -> list[JobUsage]:
+    """The exit records in the node-local dir (spank/README.md, "Records the spool did not
+    take"), plain files only; [] when there is no such dir. Like the node Epilog
+    (spool.restore_local_exit_records), it refuses a dir anyone but root can write."""
+    try:
+        fd = open_dir(local_dir)
+    except FileNotFoundError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            raise SpoolError(f"{local_dir}: not root's alone: refused")
+        out = []
+        for name in sorted(os.listdir(fd)):
+            if not _LOCAL_RECORD.match(name):
+                continue
+            try:
+                est = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue  # moved in by a node Epilog meanwhile
+            if stat.S_ISREG(est.st_mode):
+                out.append(JobUsage(name, bytes=est.st_blocks * 512, files=1,
+                                    newest=est.st_mtime))
+        return out
+    finally:
+        os.close(fd)
+
+
+def plan_local(records: Iterable[JobUsage], max_age_s: int, now: float,
+               active: dict[int, str]) -> list[Decision]:
+    """Which node-local records to remove, oldest first: those older than max_age_s of jobs
+    Slurm no longer runs (a running job's node Epilog is still to come)."""
+    out = []
+    for u in sorted(records, key=lambda u: (u.newest, u.name)):
+        m = _LOCAL_RECORD.match(u.name)
+        job, age = (int(m.group(2)) if m else -1), now - u.newest
+        if job in active:
+            out.append(Decision(u, False, f"job still in Slurm ({active[job]})"))
+        elif age <= max_age_s:
+            out.append(Decision(u, False, f"younger than local_max_age ({fmt_age(age)})"))
+        else:
+            out.append(Decision(u, True, f"idle {fmt_age(age)} > local_max_age "
+                                         f"{fmt_age(max_age_s)}: no node Epilog moved it in"))
+    return sorted(out, key=lambda d: not d.remove)
+
+
+def sweep_local(local_dir: str, max_age_s: int, active: dict[int, str], now: float,
+                dry_run: bool = False) -> Summary:
+    """Remove (unlink: never follows a link) what plan_local says; OSError/SpoolError when the
+    dir cannot be read or is not root's alone."""
+    summary = Summary(plan_local(scan_local(local_dir), max_age_s, now, active))
+    fd = -1
+    try:
+        for d in summary.decisions:
+            if not d.remove:
+                continue
+            if dry_run:
+                summary.removed.append(d.job)
+                continue
+            try:
+                if fd < 0:
+                    fd = open_dir(local_dir)
+                os.unlink(d.job.name, dir_fd=fd)
+                summary.removed.append(d.job)
+            except FileNotFoundError:  # a node Epilog moved it in meanwhile: done anyway
+                continue
+            except OSError as e:
+                summary.failed.append((d.job, e.strerror or str(e)))
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return summary
+
+
 # ---- removing ------------------------------------------------------------------------------
 
 def remove_entry(root_fd: int, name: str) -> None:
@@ -286,10 +375,12 @@ def _open_lock(root_fd: int) -> tuple[int, bool]:
 
 
 def run_gc(cfg: Config, dry_run: bool = False, time_limit_s: float | None = None,
-           min_interval_s: float = 0, say: Callable[[str], None] = print) -> Summary | None:
+           min_interval_s: float = 0, say: Callable[[str], None] = print,
+           local_dir: str | None = None) -> Summary | None:
     """One gc pass; None when another gc holds the lock or the last pass was less than
     min_interval_s ago (the job epilog passes one so that it stays cheap). GcError when it
-    cannot tell what is safe to remove; then nothing was removed."""
+    cannot tell what is safe to remove; then nothing was removed. With local_dir, this
+    machine's node-local exit records are swept first (sweep_local)."""
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     root_fd = open_dir(cfg.spool)
     try:
@@ -310,7 +401,15 @@ def run_gc(cfg: Config, dry_run: bool = False, time_limit_s: float | None = None
             active = active_jobs()
             unsent = unsent_reports(cfg.outbox)
             now = time.time()
+            local = local_error = None
+            if local_dir:
+                try:
+                    local = sweep_local(local_dir, ret.local_max_age_s, active, now, dry_run)
+                except OSError as e:  # the spool's own retention goes on regardless
+                    local_error = e.strerror if type(e) is OSError and e.strerror else str(e)
             summary = Summary(plan(scan_spool(cfg.spool, deadline), ret, now, active, unsent))
+            summary.local, summary.local_dir = local, local_dir or ""
+            summary.local_error = local_error or ""
             for d in summary.decisions:
                 if not d.remove:
                     continue
@@ -378,6 +477,24 @@ def report(summary: Summary, dry_run: bool, verbose: bool, say: Callable[[str], 
         + (f"; stopped early: {summary.stopped}" if summary.stopped else ""))
 
 
+def report_local(summary: Summary, local_dir: str, dry_run: bool, verbose: bool,
+                 say: Callable[[str], None]) -> None:
+    verb = "would remove" if dry_run else "removed"
+    removed = {u.name for u in summary.removed}
+    failed = {u.name: why for u, why in summary.failed}
+    for d in summary.decisions:
+        name = d.job.name
+        if d.remove and name in removed:
+            say(f"{verb} local record {name}  {d.reason}")
+        elif d.remove and name in failed:
+            say(f"FAILED to remove local record {name}: {failed[name]}")
+        elif verbose and not d.remove:
+            say(f"keep local record {name}  {d.reason}")
+    kept = len(summary.decisions) - len(removed)
+    say(f"gc: local records in {local_dir}: {verb} {len(removed)}, kept {kept}"
+        + (f"; {len(summary.failed)} failed" if summary.failed else ""))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="gpualert gc", description=__doc__.split("\n")[0])
     ap.add_argument("--config", help="config file (default: $GPUALERT_CONFIG or "
@@ -389,6 +506,12 @@ def main(argv: list[str]) -> int:
                     help="do nothing if the last gc ran less than S seconds ago (epilogs)")
     ap.add_argument("-v", "--verbose", action="store_true", help="also list what is kept, "
                     "and why")
+    ap.add_argument("--local-dir", default=LOCAL_RECORDS, metavar="DIR",
+                    help="this machine's node-local exit records (the plugin's local=; "
+                    f"default {LOCAL_RECORDS}): those older than retention.local_max_age "
+                    "of jobs Slurm no longer runs are removed")
+    ap.add_argument("--local-only", action="store_true", help="sweep only --local-dir, not "
+                    "the spool (run it on each compute node)")
     args = ap.parse_args(argv)
     try:
         cfg = load_config(config_path(args.config))
@@ -400,8 +523,22 @@ def main(argv: list[str]) -> int:
         print("gpualert gc: must run as root (job dirs belong to their users); "
               "--dry-run works for others as far as they can read", file=sys.stderr)
         return 2
+    if args.local_only:
+        try:
+            local = sweep_local(args.local_dir, cfg.retention.local_max_age_s, active_jobs(),
+                                time.time(), args.dry_run)
+        except GcError as e:
+            print(f"gpualert gc: {e}", file=sys.stderr)
+            return 1
+        except OSError as e:
+            print(f"gpualert gc: {args.local_dir}: {e.strerror if type(e) is OSError else e}"
+                  "; nothing removed", file=sys.stderr)
+            return 1
+        report_local(local, args.local_dir, args.dry_run, args.verbose, print)
+        return 1 if local.failed else 0
     try:
-        summary = run_gc(cfg, args.dry_run, args.time_limit, args.min_interval)
+        summary = run_gc(cfg, args.dry_run, args.time_limit, args.min_interval,
+                         local_dir=args.local_dir)
     except (GcError, SpoolError) as e:
         print(f"gpualert gc: {e}", file=sys.stderr)
         return 1
@@ -409,6 +546,13 @@ def main(argv: list[str]) -> int:
         print(f"gpualert gc: spool {cfg.spool}: {e.strerror or e}; nothing removed",
               file=sys.stderr)
         return 1
-    if summary is not None:
-        report(summary, args.dry_run, args.verbose, print)
-    return 1 if summary is not None and summary.failed else 0
+    if summary is None:
+        return 0
+    if summary.local is not None:  # first: the spool's summary stays the last line
+        report_local(summary.local, args.local_dir, args.dry_run, args.verbose, print)
+    elif summary.local_error:
+        print(f"gpualert gc: local records in {args.local_dir} not swept: "
+              f"{summary.local_error}", file=sys.stderr)
+    report(summary, args.dry_run, args.verbose, print)
+    local_failed = summary.local is not None and summary.local.failed
+    return 1 if summary.failed or local_failed or summary.local_error else 0
