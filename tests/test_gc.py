@@ -95,7 +95,8 @@ def test_leftovers():
     ({"max_total": "50T"}, "retention.max_total: expected a size like 500G or 50M, or null"),
     ({"min_age": None}, "retention.min_age: expected a duration like 1h or 2d"),
     ({"max_age": "1h", "min_age": "2h"}, "retention.min_age: expected at most retention.max_age"),
-    ({"keep": "1d"}, "unknown key retention.keep (accepted: max_age, max_total, min_age, local_max_age)"),
+    ({"keep": "1d"}, "unknown key retention.keep (accepted: max_age, max_total, min_age, "
+                     "local_max_age)"),
     ("30d", "retention: expected a mapping of keys"),
 ])
 def test_bad_retention_config(value, message):
