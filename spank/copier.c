@@ -39,6 +39,8 @@
 #define MAX_GAPS 16                /* gaps listed one by one in tap.log; the rest are totals */
 #define LINGER_MS 3000             /* after EOF, how long to wait for task_exit to ask */
 #define FINAL_FLUSH_MS 60000       /* after EOF, how long the log may take to catch up */
+#define HOSTED_FLUSH_MS 3600000    /* the same for a hosted copier: the step does not wait
+                                      for it, so it may outlast a stalled spool */
 #define STUCK_MS 1000              /* a writer this long without progress is stuck (hung spool) */
 
 /* The log side's buffer: a queue of chunks, so the copier's memory (in the job's cgroup) is
@@ -61,6 +63,7 @@ struct tap {
     int lsock;                     /* drain handshake with task_exit; -1 if unavailable */
     int conns[MAX_CONNS], nconns;
     int stats;                     /* GPUALERT_TAP_STATS=1: byte counts and CPU to tap.log */
+    int hosted;                    /* started by the host, outside the step's cgroup */
     struct task_id id;
     pid_t task_pid;
     time_t start_time;
@@ -573,6 +576,12 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
         }
     }
     flush_tail(t);
+    /* Everything is forwarded: Slurm's side sees EOF now, not when the log has caught up. */
+    for (int i = 0; i < 2; i++)
+        if (t->orig[i] >= 0) {
+            close(t->orig[i]);
+            t->orig[i] = -1;
+        }
     pthread_mutex_lock(&t->mu);
     t->eof = 1;
     pthread_cond_signal(&t->cv);
@@ -580,6 +589,7 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
 
     /* The task is gone. Wait (bounded) for the log to catch up, and for task_exit to ask. */
     long start = now_ms(), asked_at = -1;
+    long flush_ms = t->hosted ? HOSTED_FLUSH_MS : FINAL_FLUSH_MS;
     for (;;) {
         accept_all(t);
         pthread_mutex_lock(&t->mu);
@@ -587,13 +597,13 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
         pthread_mutex_unlock(&t->mu);
         if (t->nconns) {
             /* answer() itself answers at once when the writer is stuck on a hung spool */
-            answer(t, done || now_ms() - start > FINAL_FLUSH_MS);
+            answer(t, done || now_ms() - start > flush_ms);
             if (!t->nconns)
                 asked_at = now_ms();
         }
         if (done && (asked_at >= 0 || now_ms() - start > LINGER_MS))
             break;
-        if (now_ms() - start > FINAL_FLUSH_MS + LINGER_MS)
+        if (now_ms() - start > flush_ms + LINGER_MS)
             break;
         struct pollfd pfd = {t->lsock, POLLIN, 0};
         poll(&pfd, t->lsock >= 0 ? 1 : 0, 5);
@@ -632,40 +642,44 @@ static void close_fds(int *fds, int n)
         }
 }
 
-/* In the task, as the user, just before exec. Never fails the task, never touches the spool. */
-int start_tap(spank_t sp, const struct task_id *id)
+/* The copier process itself, in either path: keeps only its fds, says it runs (ack >= 0),
+ * and copies until the task's output ends. */
+void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec)
 {
-    int fds[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
-    enum { OUT_R, OUT_W, ERR_R, ERR_W, ORIG_OUT, ORIG_ERR, PIDFD, LSOCK, NFD };
-    const char *what;
-    char stats[8] = "";
-
-    what = "make pipes";
-    if (pipe2(&fds[OUT_R], O_CLOEXEC) != 0 || pipe2(&fds[ERR_R], O_CLOEXEC) != 0)
-        goto fail;
-    what = "dup stdout/stderr";
-    if ((fds[ORIG_OUT] = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)) < 0 ||
-        (fds[ORIG_ERR] = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)) < 0)
-        goto fail;
-    /* Lets the copier see the task's end even if children keep the pipes open. */
-    fds[PIDFD] = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    /* Bound before the task can exit, so task_exit always finds it while the copier runs. */
-    struct sockaddr_un sa;
-    socklen_t salen;
-    drain_socket_name(id, &sa, &salen);
-    fds[LSOCK] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fds[LSOCK] >= 0 &&
-        (bind(fds[LSOCK], (struct sockaddr *)&sa, salen) != 0 || listen(fds[LSOCK], 8) != 0)) {
-        slurm_info("gpualert: job %u %s.%u: no drain handshake: %s", id->job, id->step_name,
-                   id->rank, strerror(errno));
-        close(fds[LSOCK]);
-        fds[LSOCK] = -1;
+    in_copier = 1;
+    int keep[CF_N + 1];
+    for (int i = 0; i < CF_N; i++)
+        keep[i] = fds[i];
+    keep[CF_N] = ack;
+    close_all_but(keep, CF_N + 1);
+    static struct tap t;
+    t.in[0] = fds[CF_OUT];
+    t.in[1] = fds[CF_ERR];
+    t.orig[0] = fds[CF_ORIG_OUT];
+    t.orig[1] = fds[CF_ORIG_ERR];
+    t.pidfd = fds[CF_PIDFD];
+    t.lsock = fds[CF_LSOCK];
+    t.stats = spec->stats;
+    t.hosted = spec->hosted;
+    t.id = spec->id;
+    t.task_pid = spec->task_pid;
+    t.start_time = time(NULL);
+    t.cap = ring_bytes;
+    t.head_max = spec->id.step == SLURM_BATCH_SCRIPT ? batch_log_max : 0;
+    pthread_mutex_init(&t.mu, NULL);
+    pthread_cond_init(&t.cv, NULL);
+    if (ack >= 0) {
+        if (write(ack, "1", 1) != 1) {
+            /* the task gave up waiting and runs untapped: nothing reaches us but EOF */
+        }
+        close(ack);
     }
-    if (spank_getenv(sp, "GPUALERT_TAP_STATS", stats, sizeof(stats)) != ESPANK_SUCCESS)
-        stats[0] = '\0';
+    run_copier(&t);
+}
 
-    pid_t task_pid = getpid();
-    what = "fork the copier";
+/* The copier as a grandchild of the task (no host): the fallback path. 0 when it runs. */
+static int fork_copier_here(int fds[CF_N], const struct copier_spec *spec)
+{
     /* Every signal is blocked from before the first fork: a signal the job sends to its
      * process group at once (before the copier left it) must not kill the copier. The task
      * gets its mask back right after the fork; what arrived meanwhile is delivered then. */
@@ -677,7 +691,7 @@ int start_tap(spank_t sp, const struct task_id *id)
     pid_t pid = fork();
     if (pid < 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
-        goto fail;
+        return -1;
     }
     if (pid == 0) {
         /* Out of the job's process group and session (the middle process leads a new one,
@@ -687,26 +701,7 @@ int start_tap(spank_t sp, const struct task_id *id)
         pid_t copier = fork();
         if (copier != 0)
             _exit(copier < 0 ? 1 : 0);
-        in_copier = 1;
-        int keep[] = {fds[OUT_R], fds[ERR_R], fds[ORIG_OUT], fds[ORIG_ERR], fds[PIDFD],
-                      fds[LSOCK]};
-        close_all_but(keep, (int)(sizeof(keep) / sizeof(keep[0])));
-        static struct tap t;
-        t.in[0] = fds[OUT_R];
-        t.in[1] = fds[ERR_R];
-        t.orig[0] = fds[ORIG_OUT];
-        t.orig[1] = fds[ORIG_ERR];
-        t.pidfd = fds[PIDFD];
-        t.lsock = fds[LSOCK];
-        t.stats = stats[0] == '1';
-        t.id = *id;
-        t.task_pid = task_pid;
-        t.start_time = time(NULL);
-        t.cap = ring_bytes;
-        t.head_max = id->step == SLURM_BATCH_SCRIPT ? batch_log_max : 0;
-        pthread_mutex_init(&t.mu, NULL);
-        pthread_cond_init(&t.cv, NULL);
-        run_copier(&t);
+        copier_run(fds, -1, spec);
     }
     int wst = 0;
     pid_t r;
@@ -715,21 +710,75 @@ int start_tap(spank_t sp, const struct task_id *id)
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (r == pid && (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0)) {
         errno = EAGAIN;
-        goto fail;
+        return -1;
     }
+    return 0;
+}
+
+/* In the task, as the user, just before exec. Never fails the task, never touches the spool. */
+int start_tap(spank_t sp, const struct task_id *id)
+{
+    int fds[CF_N] = {-1, -1, -1, -1, -1, -1};
+    int wr[2] = {-1, -1};          /* the pipes' write ends: the task's new stdout and stderr */
+    const char *what;
+    char stats[8] = "";
+    int pout[2], perr[2];
+
+    what = "make pipes";
+    if (pipe2(pout, O_CLOEXEC) != 0)
+        goto fail;
+    fds[CF_OUT] = pout[0];
+    wr[0] = pout[1];
+    if (pipe2(perr, O_CLOEXEC) != 0)
+        goto fail;
+    fds[CF_ERR] = perr[0];
+    wr[1] = perr[1];
+    what = "dup stdout/stderr";
+    if ((fds[CF_ORIG_OUT] = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)) < 0 ||
+        (fds[CF_ORIG_ERR] = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)) < 0)
+        goto fail;
+    /* Lets the copier see the task's end even if children keep the pipes open. */
+    fds[CF_PIDFD] = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    /* Bound before the task can exit, so task_exit always finds it while the copier runs. */
+    struct sockaddr_un sa;
+    socklen_t salen;
+    drain_socket_name(id, &sa, &salen);
+    fds[CF_LSOCK] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fds[CF_LSOCK] >= 0 &&
+        (bind(fds[CF_LSOCK], (struct sockaddr *)&sa, salen) != 0 ||
+         listen(fds[CF_LSOCK], 8) != 0)) {
+        slurm_info("gpualert: job %u %s.%u: no drain handshake: %s", id->job, id->step_name,
+                   id->rank, strerror(errno));
+        close(fds[CF_LSOCK]);
+        fds[CF_LSOCK] = -1;
+    }
+    if (spank_getenv(sp, "GPUALERT_TAP_STATS", stats, sizeof(stats)) != ESPANK_SUCCESS)
+        stats[0] = '\0';
+
+    struct copier_spec spec = {.id = *id, .task_pid = getpid(), .stats = stats[0] == '1'};
+    /* The host (outside the step's cgroup) starts the copier when it can; else it is
+     * started here, as before the host existed. */
+    what = "start the copier";
+    int hosted = host_spawn(fds, &spec);
+    if (hosted < 0)
+        goto fail;
+    if (hosted == 0 && fork_copier_here(fds, &spec) != 0)
+        goto fail;
     what = "redirect stdout/stderr";
-    if (dup2(fds[OUT_W], STDOUT_FILENO) < 0 || dup2(fds[ERR_W], STDERR_FILENO) < 0) {
+    if (dup2(wr[0], STDOUT_FILENO) < 0 || dup2(wr[1], STDERR_FILENO) < 0) {
         /* The copier sees EOF and exits once our pipe ends are closed. */
-        dup2(fds[ORIG_OUT], STDOUT_FILENO);
-        dup2(fds[ORIG_ERR], STDERR_FILENO);
+        dup2(fds[CF_ORIG_OUT], STDOUT_FILENO);
+        dup2(fds[CF_ORIG_ERR], STDERR_FILENO);
         goto fail;
     }
-    close_fds(fds, NFD);
+    close_fds(fds, CF_N);
+    close_fds(wr, 2);
     return 0;
 
 fail:
     slurm_info("gpualert: job %u %s.%u: tap: cannot %s: %s; task runs untapped", id->job,
                id->step_name, id->rank, what, strerror(errno));
-    close_fds(fds, NFD);
+    close_fds(fds, CF_N);
+    close_fds(wr, 2);
     return 0;
 }

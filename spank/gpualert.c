@@ -147,6 +147,26 @@ int get_task_id(spank_t sp, struct task_id *id)
     return 0;
 }
 
+/* Runs in slurmstepd with the job's euid, before any task is forked: the copier host. */
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (spank_remote(sp) && monitored() && spool[0] != '\0')
+        host_start(sp);
+    return 0;
+}
+
+/* Runs in slurmstepd (root) after each task's fork. */
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (spank_remote(sp))
+        host_task_forked(sp);
+    return 0;
+}
+
 /* Runs in the task, as the user, just before exec. Never fails the task. */
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
@@ -236,6 +256,8 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
     struct task_id id;
     int status = 0;
     pid_t pid = 0;
+    if (spank_remote(sp))
+        host_close();
     if (!spank_remote(sp) || !monitored() || spool[0] == '\0' || get_task_id(sp, &id) != 0)
         return 0;
     if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)

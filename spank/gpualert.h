@@ -64,5 +64,21 @@ void write_exit_record(const struct task_id *id, int status, pid_t pid,
 
 /* ---- copier.c */
 int start_tap(spank_t sp, const struct task_id *id);
+/* The fds a copier works with (any may be -1 but the pipes and Slurm's two). */
+enum { CF_OUT, CF_ERR, CF_ORIG_OUT, CF_ORIG_ERR, CF_PIDFD, CF_LSOCK, CF_N };
+struct copier_spec {
+    struct task_id id;
+    pid_t task_pid;
+    int stats;                 /* GPUALERT_TAP_STATS=1 */
+    int hosted;                /* started by the host (outside the step's cgroup) */
+};
+__attribute__((noreturn)) void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec);
+
+/* ---- host.c: the copier host, outside the step's cgroup (spank/README.md) */
+void host_start(spank_t sp);           /* slurmstepd, user_init */
+void host_task_forked(spank_t sp);     /* slurmstepd, task_post_fork */
+void host_close(void);                 /* slurmstepd: no more tasks will ask */
+/* In the task: 1 the host started the copier, 0 no host (start it here), -1 unknown. */
+int host_spawn(int fds[CF_N], const struct copier_spec *spec);
 
 #endif

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -384,11 +386,20 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     log.set_spool(cfg.spool)
     if not job_options(env, cfg, log).monitored:
         return
+    uid_s = env.get("SLURM_JOB_UID", "")
+    if jobid.isdigit() and uid_s.isdigit() and \
+            not answers_within(job_dir(cfg.spool, jobid), SPOOL_PROBE_S):
+        log.set_spool("")  # the hooks' log is in the spool too: not another wait there
+        log.error(f"job {jobid}: the spool {cfg.spool} does not answer (a hung mount?): no node "
+                  f"verdict; the exit records kept in {LOCAL_RECORDS} are moved in when it "
+                  f"answers again (waiting up to {RESTORE_WAIT_S / 60:g} min in the background)")
+        if detach():
+            restore_when_back(env, cfg.spool, jobid, int(uid_s), log)
+        return
     if not os.path.isdir(cfg.spool):
         log.error(f"job {jobid}: spool {cfg.spool} does not exist; no node verdict")
         log.set_spool("")
         return
-    uid_s = env.get("SLURM_JOB_UID", "")
     if not uid_s.isdigit():
         log.error(f"job {jobid}: SLURM_JOB_UID={uid_s!r}: cannot tell the job's user")
         return
@@ -405,19 +416,7 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     tasks: list[TaskLog] = []
     try:
         # Exit records slurmstepd could not put in a hung spool wait on this node: first.
-        tfd = js.subdir("tasks")
-        if tfd is not None:
-            try:
-                gid = int(env.get("SLURM_JOB_GID", "")) if env.get("SLURM_JOB_GID", "").isdigit() \
-                    else os.fstat(tfd).st_gid
-                moved = restore_local_exit_records(tfd, jobid, js.attempt, js.uid, gid)
-                if moved:
-                    log.info(f"job {jobid}: exit records moved in from {LOCAL_RECORDS}: "
-                             f"{', '.join(moved)}")
-            except (OSError, SpoolError) as e:
-                log.error(f"job {jobid}: exit records kept in {LOCAL_RECORDS}: {e}")
-            finally:
-                os.close(tfd)
+        restore_records(js, env, log)
         tasks = open_task_logs(js)
         # This node's tasks: those whose exit record names it; the batch log belongs to the
         # batch host, which is the first node (where a batch log has no exit record yet).
@@ -468,6 +467,76 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     finally:
         close_task_logs(tasks)
         js.close()
+
+
+def restore_records(js: JobSpool, env: dict[str, str], log: HookLog) -> None:
+    """Move in the exit records slurmstepd kept on this node because the spool hung."""
+    jobid = env.get("SLURM_JOB_ID", "")
+    tfd = js.subdir("tasks")
+    if tfd is None:
+        return
+    try:
+        gid_s = env.get("SLURM_JOB_GID", "")
+        gid = int(gid_s) if gid_s.isdigit() else os.fstat(tfd).st_gid
+        moved = restore_local_exit_records(tfd, jobid, js.attempt, js.uid, gid)
+        if moved:
+            log.info(f"job {jobid}: exit records moved in from {LOCAL_RECORDS}: "
+                     f"{', '.join(moved)}")
+    except (OSError, SpoolError) as e:
+        log.error(f"job {jobid}: exit records kept in {LOCAL_RECORDS}: {e}")
+    finally:
+        os.close(tfd)
+
+
+SPOOL_PROBE_S = 3.0      # a spool that does not answer a stat in this long counts as hung
+RESTORE_WAIT_S = 900.0   # how long the background restorer waits for a hung spool
+RESTORE_POLL_S = 5.0
+
+
+def answers_within(path: str, timeout: float) -> bool:
+    """Whether stat(path) returns (found or not) within timeout. On a hung NFS, Lustre or FUSE
+    mount it blocks; the probing thread is a daemon, and the wait it is stuck in (a request not
+    yet taken by the server) ends with the process."""
+    done = threading.Event()
+
+    def probe() -> None:
+        with suppress(OSError):
+            os.stat(path)
+        done.set()
+
+    threading.Thread(target=probe, daemon=True, name="spool-probe").start()
+    return done.wait(timeout)
+
+
+def restore_when_back(env: dict[str, str], spool: str, jobid: str, uid: int,
+                      log: HookLog) -> None:
+    """In a detached worker: wait (bounded) for the hung spool, then move the kept exit records
+    in, so the record of a job whose spool stalled still says how much of its log is missing.
+    Never returns."""
+    try:
+        # A hard bound too: a spool that answers the probe and then hangs again ends us here.
+        signal.alarm(int(RESTORE_WAIT_S + 60))
+        deadline = time.monotonic() + RESTORE_WAIT_S
+        while time.monotonic() < deadline:
+            if answers_within(job_dir(spool, jobid), RESTORE_POLL_S):
+                try:
+                    js = open_job_spool(spool, jobid, uid, restart_count(env))
+                except (OSError, SpoolError) as e:
+                    log.error(f"job {jobid}: the spool answers again but: {e}; exit records "
+                              f"stay in {LOCAL_RECORDS}")
+                    break
+                try:
+                    restore_records(js, env, log)
+                finally:
+                    js.close()
+                break
+            time.sleep(RESTORE_POLL_S)
+        else:
+            log.error(f"job {jobid}: the spool did not answer for {RESTORE_WAIT_S / 60:g} min; "
+                      f"exit records stay in {LOCAL_RECORDS} (gpualert gc sweeps them)")
+    except Exception as e:
+        log.error(f"job {jobid}: restoring exit records: {e!r}")
+    os._exit(0)
 
 
 def _hang_s(env: dict[str, str], cfg: Config, log: HookLog) -> float | None:

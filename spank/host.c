@@ -1,0 +1,266 @@
+/*
+ * The copier host: one small process per step, forked by slurmstepd in user_init, that
+ * starts each task's copier. Why: a process forked by the task (in task_init) lives in the
+ * step's cgroup, and a copier stuck in a write to a stalled FUSE or Lustre spool then holds
+ * the step's end until the spool answers (past UnkillableStepTimeout Slurm drains the node).
+ * slurmstepd is not in the step's cgroup (proctrack/cgroup keeps it one level up, at the
+ * job's), so neither is the host nor anything it forks: the step ends when its tasks end,
+ * and a copier waiting on the spool finishes its log once the spool is back.
+ *
+ * The host runs as the job's user (its privileges are dropped for good before it does
+ * anything), in a session of its own with every signal blocked, and holds nothing of
+ * slurmstepd's but one end of a socketpair. Each task (in task_init, our code before exec)
+ * sends its pipe ends, Slurm's original stdout/stderr, its pidfd and drain socket over the
+ * pair (SCM_RIGHTS) with a fresh ack pipe; the host forks the copier, which says "1" on the
+ * ack pipe once it runs. No answer (host gone, fork failed): the task starts the copier
+ * itself, as before the host existed. The host ends when slurmstepd and every task have
+ * closed their end, i.e. once the step's last task has exec'd.
+ */
+#include "gpualert.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+
+#define HOST_ACK_MS 5000           /* how long a task waits for its copier to say it runs */
+
+static int host_sock = -1;         /* slurmstepd's end; inherited by every task it forks */
+static int tasks_forked;
+
+struct host_msg {
+    struct copier_spec spec;
+    unsigned have;                 /* bit i: fds[i] is among the fds sent, in order */
+};
+
+/* Closes every fd but keep (the host must hold nothing of slurmstepd's). */
+static void close_all_except(int keep)
+{
+    if (keep > 0)
+        close_range(0, (unsigned int)keep - 1, 0);
+    close_range((unsigned int)keep + 1, ~0U, 0);
+}
+
+/* For good: the host must be no more than the job's user (real, effective, saved ids). */
+static int become_user(uid_t uid, gid_t gid, const gid_t *groups, int ngroups)
+{
+    if (getuid() == 0 && geteuid() != 0 && seteuid(0) != 0)
+        return -1;
+    if (geteuid() == 0 && setgroups((size_t)ngroups, groups) != 0)
+        return -1;
+    if (setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
+        return -1;
+    return getuid() == uid && geteuid() == uid && getegid() == gid ? 0 : -1;
+}
+
+/* One message and its fds; returns the payload's size, 0 at EOF, -1 on error. */
+static ssize_t recv_task(int sock, struct host_msg *m, int *fds, int *nfds)
+{
+    char cbuf[CMSG_SPACE(sizeof(int) * (CF_N + 1))];
+    struct iovec iov = {m, sizeof(*m)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = sizeof(cbuf)};
+    ssize_t r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    *nfds = 0;
+    if (r <= 0)
+        return r;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < n && *nfds < CF_N + 1; i++)
+            memcpy(&fds[(*nfds)++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    if (mh.msg_flags & MSG_CTRUNC)
+        return -2;
+    return r;
+}
+
+static __attribute__((noreturn)) void host_main(int sock)
+{
+    for (;;) {
+        struct host_msg m;
+        int got[CF_N + 1], ngot;
+        ssize_t r = recv_task(sock, &m, got, &ngot);
+        if (r == 0 || (r == -1 && errno != EINTR))
+            _exit(0);
+        int fds[CF_N], k = 0, ok = r == (ssize_t)sizeof(m);
+        for (int i = 0; i < CF_N; i++)
+            fds[i] = ok && (m.have & (1u << i)) && k < ngot ? got[k++] : -1;
+        int ack = ok && k < ngot ? got[k++] : -1;
+        ok = ok && k == ngot && ack >= 0 && fds[CF_OUT] >= 0 && fds[CF_ERR] >= 0 &&
+             fds[CF_ORIG_OUT] >= 0 && fds[CF_ORIG_ERR] >= 0;
+        if (ok) {
+            /* Middle process: the copier leads nothing and is reaped by init, not by us. */
+            pid_t mid = fork();
+            if (mid == 0) {
+                setsid();
+                pid_t c = fork();
+                if (c != 0)
+                    _exit(c < 0 ? 1 : 0);
+                close(sock);
+                m.spec.hosted = 1;
+                copier_run(fds, ack, &m.spec);
+            }
+            while (mid > 0 && waitpid(mid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
+        /* The copier has its own copies; closing the ack end here is what tells the task
+         * "no copier" (EOF) when none was started. */
+        for (int i = 0; i < ngot; i++)
+            close(got[i]);
+    }
+}
+
+/* slurmstepd, user_init (euid is the job's user): forks the host for this step. */
+void host_start(spank_t sp)
+{
+    uint32_t step;
+    uid_t uid;
+    gid_t gid;
+    if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS)
+        return;
+    if (step == SLURM_EXTERN_CONT || step == SLURM_INTERACTIVE_STEP ||
+        step == SLURM_PENDING_STEP)
+        return;
+    /* The job's groups, as slurmstepd set them for user_init. */
+    int ngroups = getgroups(0, NULL);
+    gid_t *groups = ngroups > 0 ? calloc((size_t)ngroups, sizeof(gid_t)) : NULL;
+    if (ngroups < 0 || (ngroups > 0 && (!groups || getgroups(ngroups, groups) != ngroups))) {
+        free(groups);
+        return;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        slurm_info("gpualert: no copier host (socketpair: %s); copiers start in the tasks",
+                   strerror(errno));
+        free(groups);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* A fork of multithreaded slurmstepd: no slurm_* call (its log lock may be held),
+         * and first of all drop every fd of slurmstepd's (the tasks' pipe ends among them:
+         * holding those would keep slurmstepd's IO waiting for EOF). */
+        in_copier = 1;
+        sigset_t all;
+        sigfillset(&all);
+        sigprocmask(SIG_BLOCK, &all, NULL);
+        close_all_except(sv[1]);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+            dup2(devnull, 0);
+            dup2(devnull, 1);
+            dup2(devnull, 2);
+            if (devnull > 2)
+                close(devnull);
+        }
+        if (sv[1] <= 2) {          /* keep the socket clear of the std fds just made */
+            int moved = fcntl(sv[1], F_DUPFD_CLOEXEC, 3);
+            sv[1] = moved;
+        }
+        if (become_user(uid, gid, groups, ngroups) != 0)
+            _exit(1);
+        setsid();
+        host_main(sv[1]);
+    }
+    free(groups);
+    close(sv[1]);
+    if (pid < 0) {
+        slurm_info("gpualert: no copier host (fork: %s); copiers start in the tasks",
+                   strerror(errno));
+        close(sv[0]);
+        return;
+    }
+    host_sock = sv[0];
+    tasks_forked = 0;
+}
+
+void host_close(void)
+{
+    if (host_sock >= 0)
+        close(host_sock);
+    host_sock = -1;
+}
+
+/* slurmstepd, after each task's fork: once every local task has its copy, ours goes. */
+void host_task_forked(spank_t sp)
+{
+    uint32_t ntasks = 0;
+    if (host_sock < 0)
+        return;
+    if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) != ESPANK_SUCCESS ||
+        (uint32_t)++tasks_forked >= ntasks)
+        host_close();
+}
+
+/* In the task (our code, before exec): hands the copier's fds to the host. */
+int host_spawn(int fds[CF_N], const struct copier_spec *spec)
+{
+    int sock = host_sock;
+    host_sock = -1;                /* the program we exec must not inherit it */
+    if (sock < 0)
+        return 0;
+    int ack[2];
+    if (pipe2(ack, O_CLOEXEC) != 0) {
+        close(sock);
+        return 0;
+    }
+    struct host_msg m = {.spec = *spec};
+    int send[CF_N + 1], n = 0;
+    for (int i = 0; i < CF_N; i++)
+        if (fds[i] >= 0) {
+            m.have |= 1u << i;
+            send[n++] = fds[i];
+        }
+    send[n++] = ack[1];
+    char cbuf[CMSG_SPACE(sizeof(int) * (CF_N + 1))];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {&m, sizeof(m)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
+    memcpy(CMSG_DATA(c), send, sizeof(int) * (size_t)n);
+    ssize_t r;
+    while ((r = sendmsg(sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+        ;
+    close(sock);
+    close(ack[1]);
+    if (r != (ssize_t)sizeof(m)) {
+        close(ack[0]);
+        return 0;                  /* no host: nothing of ours left with it */
+    }
+    int rc = -1;
+    char b = 0;
+    struct pollfd p = {ack[0], POLLIN, 0};
+    for (;;) {
+        int pr = poll(&p, 1, HOST_ACK_MS);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            break;                 /* no answer in time: a copier may still come; untapped */
+        ssize_t k = read(ack[0], &b, 1);
+        if (k < 0 && errno == EINTR)
+            continue;
+        rc = k == 1 && b == '1' ? 1 : k == 0 ? 0 : -1;
+        break;
+    }
+    close(ack[0]);
+    if (rc < 0)
+        errno = ETIMEDOUT;
+    return rc;
+}
