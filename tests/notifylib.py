@@ -126,6 +126,33 @@ def silent_listener() -> Iterator[int]:
 
 
 @contextlib.contextmanager
+def greet_and_hang_up(line: bytes) -> Iterator[int]:
+    """Answers each connection with one greeting line and closes it, as a relay refusing a
+    client outright does (no wait for QUIT)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                c, _ = srv.accept()
+                with c:
+                    c.sendall(line + b"\r\n")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield int(srv.getsockname()[1])
+    finally:
+        stop.set()
+        t.join(5)
+        srv.close()
+
+
+@contextlib.contextmanager
 def drip_listener(interval: float = 0.3) -> Iterator[int]:
     """Accepts and sends '2', '2', '0', ' ' ... one byte every `interval` s, never a newline:
     each read returns in time, so only a hard deadline ends the conversation."""

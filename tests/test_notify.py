@@ -20,6 +20,7 @@ from notifylib import (
     drip_listener,
     fill,
     free_port,
+    greet_and_hang_up,
     make_certs,
     make_cfg,
     report,
@@ -501,3 +502,35 @@ def test_flush_units_verify_and_their_command_runs(tmp_path, smtp_server):
                        text=True, timeout=120)
     assert p.returncode == 0 and "sent 1" in p.stdout, p
     assert len(smtp_server.messages()) == 1
+
+
+def test_554_greeting_is_permanent_421_greeting_is_not(tmp_path, smtp_server):
+    """RFC 5321 3.1: a relay may answer the connection with 554 instead of 220 (this client is
+    not served: a permanent refusal) or 421 (not now). The sink greets as told."""
+    smtp_server.greeting = "554 5.7.1 cluster.example.org: no SMTP service here for you"
+    cfg = make_cfg(tmp_path / "spool", smtp_server.port)
+    t0 = time.monotonic()
+    d = submit(report(subject="refused at hello"), cfg=cfg, job_id="31")
+    assert time.monotonic() - t0 < 2, "a permanent refusal is not retried within the bound"
+    assert d.status == "quarantined", d.reason
+    assert "greeting" in d.reason and "554" in d.reason and "no SMTP service" in d.reason
+    assert outbox_ids(cfg) == [] and len(outbox_ids(cfg, True)) == 1
+    assert smtp_server.messages() == []
+
+    smtp_server.greeting = "421 4.3.2 cluster.example.org: too busy, try later"
+    d = submit(report(subject="not now"), cfg=cfg, job_id="32")
+    assert d.status == "queued" and "421" in d.reason, d.reason
+    assert smtp_server.messages() == []
+
+    smtp_server.greeting = None  # the relay serves again: the 421 one goes at the next flush
+    assert flush(cfg, everything=True).sent == 1
+    [m] = smtp_server.messages()
+    assert read_mail(m)["Subject"] == "not now"
+
+
+def test_554_greeting_then_hang_up_is_permanent(tmp_path):
+    with greet_and_hang_up(b"554 5.7.1 relay.example.org ESMTP not for you") as port:
+        cfg = make_cfg(tmp_path / "spool", port)
+        d = submit(report(), cfg=cfg, job_id="33")
+    assert d.status == "quarantined", d.reason
+    assert "refused at greeting: 554 5.7.1" in d.reason and "not for you" in d.reason

@@ -6,6 +6,9 @@ own sink on a free port:
     python smtp_sink.py --host 127.0.0.1 --port 8025 --maildir /var/lib/gpualert-cluster/mail
 
 or, from Python, ``SmtpSink(maildir, port=0).start()`` (``.port`` then says where it listens).
+``greeting=`` (``--greeting``, or ``.greeting`` between connections) makes it answer each new
+connection with that line instead of 220, as a relay refusing a client does (RFC 5321 3.1:
+554 or 421); it then answers every command but QUIT with 503 and keeps nothing.
 Each message is written to ``<maildir>/.tmp-<name>`` and renamed to ``<name>.eml``, so a reader
 never sees half a message.
 """
@@ -29,6 +32,25 @@ _counter = itertools.count(1)
 _counter_lock = threading.Lock()
 
 
+_BAD_SEQUENCE = "503 5.5.1 Bad sequence of commands (refused at the greeting: send QUIT)"
+
+
+class _GreetingSMTP(SMTP):
+    """aiosmtpd's server, greeting with `greeting` instead of its 220 line when one is set."""
+
+    def __init__(self, *args: object, greeting: str | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.greeting = greeting
+        self._greeted = False
+
+    async def push(self, status: str | bytes) -> None:
+        if not self._greeted:  # the first line this connection sends is the greeting
+            self._greeted = True
+            if self.greeting and str(status).startswith("220"):
+                status = self.greeting
+        await super().push(status)
+
+
 class MaildirHandler:
     """aiosmtpd handler: one file per accepted message, atomically."""
 
@@ -36,7 +58,32 @@ class MaildirHandler:
         self.maildir = Path(maildir)
         self.maildir.mkdir(parents=True, exist_ok=True)
 
+    # After a refusing greeting, RFC 5321 3.1: 503 to everything but QUIT.
+    async def handle_HELO(self, server: SMTP, session: Session, envelope: Envelope,
+                          hostname: str) -> str:
+        if getattr(server, "greeting", None):
+            return _BAD_SEQUENCE
+        session.host_name = hostname
+        return f"250 {server.hostname}"
+
+    async def handle_EHLO(self, server: SMTP, session: Session, envelope: Envelope,
+                          hostname: str, responses: list[str]) -> list[str]:
+        if getattr(server, "greeting", None):
+            return [_BAD_SEQUENCE]
+        session.host_name = hostname
+        return responses
+
+    async def handle_MAIL(self, server: SMTP, session: Session, envelope: Envelope,
+                          address: str, mail_options: list[str]) -> str:
+        if getattr(server, "greeting", None):
+            return _BAD_SEQUENCE
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        if getattr(server, "greeting", None):
+            return _BAD_SEQUENCE
         with _counter_lock:
             seq = next(_counter)
         name = f"{time.time_ns()}.{os.getpid()}.{seq}"
@@ -67,17 +114,24 @@ class SmtpSink:
     """An SMTP sink running in a background thread; port 0 picks a free port."""
 
     def __init__(self, maildir: str | os.PathLike[str], host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+                 port: int = 0, greeting: str | None = None) -> None:
         self.maildir = Path(maildir)
         self.host = host
         self._requested_port = port
         self.port = port
+        self.greeting = greeting  # read at each new connection
         self._controller: Controller | None = None
 
     def start(self) -> SmtpSink:
         port = self._requested_port or _free_port(self.host)
-        self._controller = Controller(MaildirHandler(self.maildir), hostname=self.host,
-                                      port=port, ready_timeout=10)
+        sink = self
+
+        class _Controller(Controller):
+            def factory(self) -> SMTP:
+                return _GreetingSMTP(self.handler, greeting=sink.greeting, **self.SMTP_kwargs)
+
+        self._controller = _Controller(MaildirHandler(self.maildir), hostname=self.host,
+                                       port=port, ready_timeout=10)
         self._controller.start()
         self.port = port
         return self
@@ -112,12 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8025)
     ap.add_argument("--maildir", required=True, help="directory that receives one file a message")
     ap.add_argument("--pid-file", help="write the server's pid here once it listens")
+    ap.add_argument("--greeting", help="greet with this line instead of 220 (e.g. '554 5.7.1 "
+                    "no service'): a relay that refuses every client")
     args = ap.parse_args(argv)
     if not 0 < args.port < 65536:
         print(f"smtp_sink: bad port {args.port}", file=sys.stderr)
         return 2
+    if args.greeting is not None and not (args.greeting[:3].isdigit()
+                                          and args.greeting[3:4] in ("", " ")):
+        print(f"smtp_sink: bad --greeting {args.greeting!r}: expected 'CODE text', e.g. "
+              "'554 5.7.1 no service'", file=sys.stderr)
+        return 2
     try:
-        sink = SmtpSink(args.maildir, args.host, args.port).start()
+        sink = SmtpSink(args.maildir, args.host, args.port, args.greeting).start()
     except OSError as e:
         print(f"smtp_sink: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1

@@ -88,9 +88,13 @@ def _tls_context(ca_file: str | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=ca_file)
 
 
-def _code_outcome(code: int, text: bytes | str, stage: str) -> Outcome:
+def _text(text: bytes | str) -> str:
     msg = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
-    reason = f"relay refused at {stage}: {code} {' '.join(msg.split())}"[:500]
+    return " ".join(msg.split())
+
+
+def _code_outcome(code: int, text: bytes | str, stage: str) -> Outcome:
+    reason = f"relay refused at {stage}: {code} {_text(text)}"[:500]
     return Outcome(False, reason, permanent=code >= 500)
 
 
@@ -144,7 +148,7 @@ def _send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
     stage = "connect"
     try:
         try:
-            client.connect(host, port)
+            code, greeting = client.connect(host, port)
         except smtplib.SMTPConnectError as e:
             return _code_outcome(e.smtp_code, e.smtp_error, "connect")
         except ssl.SSLCertVerificationError as e:  # tls: ssl; a config matter, not an outage
@@ -153,6 +157,14 @@ def _send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
         except (OSError, smtplib.SMTPServerDisconnected) as e:
             return Outcome(False, f"{where}: cannot connect: {_os_reason(e, mail)}",
                            unreachable=True)
+        if code != 220:  # connect() returns the greeting; only __init__ would check it
+            # RFC 5321 3.1: 554 instead of 220 refuses this client (permanent), 421 is "not
+            # now"; either way the relay now answers only QUIT, so EHLO would hide the reason
+            with contextlib.suppress(OSError, smtplib.SMTPException):
+                client.quit()
+            if code == -1:  # smtplib's "no parsable reply": the relay closed or spoke garbage
+                return Outcome(False, f"{where}: no SMTP greeting: {_text(greeting)}")
+            return _code_outcome(code, greeting, "greeting")
         stage = "EHLO"
         client.ehlo_or_helo_if_needed()
         if mail.tls == "starttls":
