@@ -13,7 +13,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -126,23 +126,14 @@ def silent_listener() -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def greet_and_hang_up(line: bytes) -> Iterator[int]:
-    """Answers each connection with one greeting line and closes it, as a relay refusing a
-    client outright does (no wait for QUIT)."""
+def _serving(serve: Callable[[socket.socket, threading.Event], None]) -> Iterator[int]:
+    """A listener on a free port whose connections `serve(srv, stop)` handles in a thread."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(4)
     srv.settimeout(0.2)
     stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError, OSError):
-                c, _ = srv.accept()
-                with c:
-                    c.sendall(line + b"\r\n")
-
-    t = threading.Thread(target=serve, daemon=True)
+    t = threading.Thread(target=serve, args=(srv, stop), daemon=True)
     t.start()
     try:
         yield int(srv.getsockname()[1])
@@ -152,17 +143,23 @@ def greet_and_hang_up(line: bytes) -> Iterator[int]:
         srv.close()
 
 
-@contextlib.contextmanager
-def drip_listener(interval: float = 0.3) -> Iterator[int]:
+def greet_and_hang_up(line: bytes) -> contextlib.AbstractContextManager[int]:
+    """Answers each connection with one greeting line and closes it, as a relay refusing a
+    client outright does (no wait for QUIT)."""
+    def serve(srv: socket.socket, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                c, _ = srv.accept()
+                with c:
+                    c.sendall(line + b"\r\n")
+
+    return _serving(serve)
+
+
+def drip_listener(interval: float = 0.3) -> contextlib.AbstractContextManager[int]:
     """Accepts and sends '2', '2', '0', ' ' ... one byte every `interval` s, never a newline:
     each read returns in time, so only a hard deadline ends the conversation."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(4)
-    stop = threading.Event()
-
-    def serve() -> None:
-        srv.settimeout(0.2)
+    def serve(srv: socket.socket, stop: threading.Event) -> None:
         conns = []
         while not stop.is_set():
             with contextlib.suppress(TimeoutError, OSError):
@@ -177,14 +174,7 @@ def drip_listener(interval: float = 0.3) -> Iterator[int]:
         for c in conns:
             c.close()
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        yield int(srv.getsockname()[1])
-    finally:
-        stop.set()
-        t.join(5)
-        srv.close()
+    return _serving(serve)
 
 
 class HookReceiver:
