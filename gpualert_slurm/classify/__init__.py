@@ -293,6 +293,7 @@ def classify(tasks: list[TaskInput], job: JobFacts, rules: RuleSet | None = None
             s.events = _required(s.events)
             if s.partial:
                 notes.append(f"partial reading of {s.path}: {s.partial}")
+    _resolve_if_seen([s for s in scans if s is not None])
     v = _decide(_Ctx(tasks, scans, kscan, job, rs))
     if notes:
         v.detail = "; ".join([v.detail, *notes]) if v.detail else "; ".join(notes)
@@ -308,6 +309,24 @@ def _required(events: list[Event]) -> list[Event]:
                                for p in events[max(0, i - 50):i]):
             out.append(e)
     return out
+
+
+_SWITCHED: dict[tuple[int, str], Any] = {}  # (id of a rule, class) -> that rule as the class
+
+
+def _resolve_if_seen(scans: list[ScanResult]) -> None:
+    """A rule with `if_seen` takes its other class when a line of the named rule is in any of
+    the job's task logs (XLA's "Out of memory allocating" is GPU memory when a log names a GPU
+    device)."""
+    seen = {e.rule.id for s in scans for e in s.events}
+    for s in scans:
+        for i, e in enumerate(s.events):
+            sw = e.rule.if_seen
+            if sw is not None and sw[0] in seen and sw[1] != e.rule.cls:
+                key = (id(e.rule), sw[1])
+                if key not in _SWITCHED:
+                    _SWITCHED[key] = dataclasses.replace(e.rule, cls=sw[1])
+                s.events[i] = dataclasses.replace(e, rule=_SWITCHED[key])
 
 
 class _Ctx:
@@ -552,6 +571,10 @@ def _step_log_root(c: _Ctx) -> Verdict | None:
         v.detail += (f"; rank {st.rank} reported no timeout: it never reached the "
                      "collective (the straggler)")
         v.cascades = _cascades(c.findings, None)
+    elif (r := _log_straggler(c.root)) is not None:
+        v.root_rank = r
+        v.detail += (f"; rank {r} reported no timeout and was stopped by the launcher: the "
+                     "others waited on it (the straggler)")
     return v
 
 
@@ -771,6 +794,42 @@ def _straggler(findings: list[_Finding], with_root: list[_Finding]) -> _Finding 
     if not silent:
         return None
     return max(silent, key=lambda f: (f.task.end_time or 0.0, -(f.rank or 0)))
+
+
+def _elastic_terminated(events: list[Event]) -> list[int]:
+    """The ranks torchrun's failure summary lists as stopped by the agent (exitcode -15): a
+    `rank : N (local_rank: M)` line just before an `exitcode : -15` one."""
+    out: list[int] = []
+    for i, e in enumerate(events):
+        if e.rule.id != "elastic_rank_terminated":
+            continue
+        prev = next((x for x in reversed(events[max(0, i - 3):i])
+                     if x.rule.id == "elastic_root_rank" and e.order - x.order <= 3), None)
+        if prev is not None and prev.ref_rank is not None and prev.ref_rank not in out:
+            out.append(prev.ref_rank)
+    return out
+
+
+def _log_straggler(f: _Finding | None) -> int | None:
+    """The straggler inside one launcher's log that holds several ranks' lines (torchrun's
+    `[rankN]:` / `[defaultN]:`): when every rank that reported an error timed out in a
+    collective, the one rank the launcher had to stop (exitcode -15) without an error of its
+    own is the rank the others waited on. None when that is not clear."""
+    if f is None or f.incident is None or f.incident.cls != "collective_timeout":
+        return None
+    groups: dict[int | None, list[Event]] = {}
+    for e in f.events:
+        groups.setdefault(e.rank_label if e.rank_label is not None else e.local_label,
+                          []).append(e)
+    reported: set[int] = set()
+    for rank, evs in groups.items():
+        inc, _ = _incident(evs)
+        if inc is not None and inc.cls != "collective_timeout":
+            return None
+        if inc is not None and rank is not None:
+            reported.add(rank)
+    stopped = [r for r in _elastic_terminated(f.events) if r not in reported]
+    return stopped[0] if reported and len(stopped) == 1 else None
 
 
 def _finding_of(findings: list[_Finding], e: Event) -> _Finding | None:

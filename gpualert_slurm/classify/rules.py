@@ -60,6 +60,8 @@ class Rule:
     plits: list[tuple[str, ...]] = field(default_factory=list)  # per pattern: one of these
     # (norm_text'ed) occurs in every line it matches - a cheap test before the regex
     own_literals: bool = False  # plits given in the rule's `literals`, not read off patterns
+    # (rule id, class): the event takes that class when a line of that rule is in the job's logs
+    if_seen: tuple[str, str] | None = None
 
     def match(self, line: str, which: Iterable[int] | None = None) -> re.Match[str] | None:
         """The first pattern matching `line`, of those numbered `which` (all by default: the
@@ -192,7 +194,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             raise RuleError(f"{where}: field 'id': duplicate id in this file")
         seen.add(rid)
         unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns", "scope",
-                          "detail", "confidence", "silent", "requires", "literals"}
+                          "detail", "confidence", "silent", "requires", "literals", "if_seen"}
         if unknown:
             raise RuleError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         cls = r.get("class")
@@ -226,6 +228,16 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
         requires = r.get("requires")
         if requires is not None and not isinstance(requires, str):
             raise RuleError(f"{where}: field 'requires': must be a rule id, got {requires!r}")
+        if_seen = r.get("if_seen")
+        if if_seen is not None:
+            if not (isinstance(if_seen, dict) and set(if_seen) == {"rule", "class"}
+                    and isinstance(if_seen["rule"], str)):
+                raise RuleError(f"{where}: field 'if_seen': must be {{rule: <rule id>, class: "
+                                f"<class id>}}, got {if_seen!r}")
+            if if_seen["class"] not in classes:
+                raise RuleError(f"{where}: field 'if_seen': class {if_seen['class']!r} is not "
+                                "a known class id")
+            if_seen = (if_seen["rule"], if_seen["class"])
         prio = r.get("priority", 50)
         if not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 100:
             raise RuleError(f"{where}: field 'priority': must be an integer 0-100, got {prio!r}")
@@ -267,7 +279,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             digit_lits = [x for x in literals if any(c.isdigit() for c in x)]
         out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
                         scope, fixed, None if cap is None else float(cap), silent, requires,
-                        plits, given is not None))
+                        plits, given is not None, if_seen))
     return out
 
 
@@ -316,6 +328,9 @@ def load_rules(
         if r.requires is not None and r.requires not in by_id:
             raise RuleError(f"{r.origin}: rule {r.id!r}: field 'requires': "
                             f"{r.requires!r} is not a rule id")
+        if r.if_seen is not None and r.if_seen[0] not in by_id:
+            raise RuleError(f"{r.origin}: rule {r.id!r}: field 'if_seen': "
+                            f"{r.if_seen[0]!r} is not a rule id")
     _build_prefilter(rs, gates)
     if use_cache:
         _DEFAULT = rs
