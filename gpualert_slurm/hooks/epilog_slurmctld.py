@@ -603,13 +603,18 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
                  f"(state {sf['slurm_state']}, {len(tasks)} task logs, "
                  f"{len(node_recs)}/{len(nodes)} node verdicts) in {time.monotonic() - t0:.2f} s")
         per_task = not is_array or rc.arrays == "per_task"
+        # Recovery decides (and records) before the report, so that the mail says what it
+        # does and why, within what the send's reserve leaves; it acts after the report.
+        left = bound - reserve - (time.monotonic() - t0)
+        pre = _recover(cfg, js, v, log, left, act=False) if left >= 1.0 else None
         if should_send(opts, v) and per_task:
             _send_job(cfg, opts, env, js, tasks, v, log, t0, bound)
         elif not per_task:
             v["report"] = {"status": "in the array summary", "reason": None}
             save_verdict(js, v, log)
-        # after the report is safe in the outbox: recovery gets what time is left
-        _recover(cfg, js, v, log, bound - (time.monotonic() - t0))
+        # after the report is safe in the outbox: the actions get what time is left
+        if pre is None or pre.get("outcome") in ("planned", "undecided", "error"):
+            _recover(cfg, js, v, log, bound - (time.monotonic() - t0))
         if is_array and rc.arrays == "summary":
             try:
                 s = array_step(cfg, v, array_id, task_id, jobid, log)
@@ -770,18 +775,22 @@ def _fallback_report(cfg: Config, opts: Options, env: dict[str, str], js: JobSpo
         log.error(f"job {v['job_id']}: fallback report failed too: {e!r}")
 
 
-def _recover(cfg: Config, js: JobSpool, v: dict[str, Any], log: HookLog, left: float) -> None:
-    """Hand the verdict to the recovery policy (gpualert_slurm/recovery); what it decided goes
-    into verdict.json's "recovery" for the report. Its failure never touches the epilog."""
+def _recover(cfg: Config, js: JobSpool, v: dict[str, Any], log: HookLog, left: float,
+             act: bool = True) -> dict[str, Any] | None:
+    """Hand the verdict to the recovery policy (gpualert_slurm/recovery; act=False: decide
+    only); what it decided goes into verdict.json's "recovery" for the report. Its failure
+    never touches the epilog."""
     try:
         from gpualert_slurm import recovery
 
-        r = recovery.on_verdict(cfg, v, log, time.monotonic() + max(1.0, left / 2))
+        r = recovery.on_verdict(cfg, v, log, time.monotonic() + max(1.0, left / 2), act=act)
         if r is not None:
             v["recovery"] = r
             save_verdict(js, v, log)
+        return r
     except Exception as e:  # on_verdict promises not to raise; a hook never trusts that
         log.error(f"job {v.get('job_id')}: recovery: {e!r}")
+        return {"outcome": "error"}
 
 
 def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,

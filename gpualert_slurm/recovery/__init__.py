@@ -5,6 +5,11 @@ attribution (the site's command), the facts from Slurm, the policy's decision (p
 the audit line (fsynced before any action), the actions (actions.py). It is bounded by
 recovery.timeout_s: past it the rest is abandoned, Slurm's normal handling proceeds and the
 audit log says so. It never raises (the epilog must not break for it).
+
+The job epilog calls it twice: with act=False before it sends the report (the decision is made
+and recorded, so the mail can say what recovery does and why), then, after the report is safe
+in the outbox, with act=True for the actions. A decision whose actions never came (the epilog
+was killed) is an interrupted decision: `gpualert watch` carries it on (resume_unfinished).
 """
 
 from __future__ import annotations
@@ -87,24 +92,54 @@ def _summary(dec: dict[str, Any], outcome: str | None, results: list[dict[str, A
                    "outcome": r.get("outcome")} for r in results],
         "retries_left": dec.get("retries_left"), "notes": dec.get("notes"),
         "attribution": dec.get("attribution"), "outcome": outcome, "audit_log": audit_file,
+        "not_retried": dec.get("not_retried"),
     }
 
 
 def on_verdict(cfg: Config, verdict: dict[str, Any], log: Any = None,
-               deadline: float | None = None) -> dict[str, Any] | None:
+               deadline: float | None = None, act: bool = True) -> dict[str, Any] | None:
     """Decide (and in action mode act) on one run's verdict; the summary for the report, or
-    None for a run that did not fail. Never raises."""
+    None for a run that did not fail. act=False: decide and record only; the summary's
+    outcome is then "planned" when actions wait for a later act=True call, or "undecided"
+    when the decision lock did not come in time (nothing recorded: the later call decides).
+    Never raises."""
     try:
-        return _on_verdict(cfg, verdict, log, deadline)
+        return _on_verdict(cfg, verdict, log, deadline, act)
     except Exception as e:  # fail open: the epilog and Slurm go on as if gpualert were absent
         if log is not None:
             log.error(f"job {verdict.get('job_id')}: recovery failed: {e!r}")
         return {"outcome": "error", "error": repr(e)[:300]}
 
 
+def _facts(cfg: Config, verdict: dict[str, Any], deadline: float) -> dict[str, Any]:
+    """What the decision needs beyond the audit log: the site's attribution, the suspects,
+    the partition's size, the checkpoint's progress (outside the lock: they take time)."""
+    from gpualert_slurm.recovery import attribution
+
+    rc = cfg.recovery
+    job = verdict.get("job") or {}
+    opts = verdict.get("options") or {}
+    att_timeout = max(0.1, min(rc.attribution_timeout_s, deadline - time.monotonic() - 1))
+    v2, att = attribution.attribute(rc.attribution, verdict, att_timeout)
+    cls = str((v2.get("verdict") or {}).get("class") or "unknown")
+    nodes = [str(n) for n in job.get("nodes") or []]
+    partition = str(job.get("partition") or "").split(",")[0]
+    suspects, notes = _suspects(v2, cls, nodes, deadline)
+    try:
+        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
+        psize = len(slurm.partition_nodes(partition, timeout=max(0.1, left))) if partition else 0
+    except slurm.SlurmError as e:
+        psize = 0
+        notes.append(f"partition {partition}: {e}")
+    return {"verdict": v2, "attribution": att, "nodes": nodes, "partition": partition,
+            "suspects": suspects, "notes": notes, "partition_size": psize,
+            "checkpoint_newest": checkpoint_newest(opts.get("checkpoint"), job.get("work_dir"),
+                                                   deadline)}
+
+
 def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
-                deadline: float | None) -> dict[str, Any] | None:
-    from gpualert_slurm.recovery import actions, attribution, policy
+                deadline: float | None, act: bool = True) -> dict[str, Any] | None:
+    from gpualert_slurm.recovery import actions, policy
     from gpualert_slurm.recovery.audit import AuditLog, audit_path, breaker_open, decision_state
 
     if not (verdict.get("failed") or verdict.get("silent_failure")):
@@ -118,23 +153,14 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
     attempt = int(verdict.get("attempt") or 0)
     audit = AuditLog(audit_path(cfg))
     dec_id = str(verdict.get("decision_id") or f"{job_id}.{attempt}")
-
-    att_timeout = max(0.1, min(rc.attribution_timeout_s, deadline - time.monotonic() - 1))
-    v2, att = attribution.attribute(rc.attribution, verdict, att_timeout)
-    vv = v2.get("verdict") or {}
-    cls = str(vv.get("class") or "unknown")
-    nodes = [str(n) for n in job.get("nodes") or []]
-    partition = str(job.get("partition") or "").split(",")[0]
-    suspects, notes = _suspects(v2, cls, nodes, deadline)
-    try:
-        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
-        psize = len(slurm.partition_nodes(partition, timeout=max(0.1, left))) if partition else 0
-    except slurm.SlurmError as e:
-        psize = 0
-        notes.append(f"partition {partition}: {e}")
-    ck = checkpoint_newest(opts.get("checkpoint"), job.get("work_dir"), deadline)
+    # Decided already (by act=False before the report, or an interrupted run): the facts
+    # (the site's attribution command among them) are not gathered again.
+    known = act and decision_state(audit.read(), dec_id)[0] is not None
+    f = None if known else _facts(cfg, verdict, deadline)
 
     with audit.locked(max(0.1, deadline - time.monotonic() - 0.5)) as held:
+        if not held and not act:  # the act=True call after the report decides
+            return {"outcome": "undecided", "why": LOCK_WHY + " before the report"}
         if not held:
             rec = audit.append({"event": "outcome", "id": dec_id, "job": job_id,
                                 "attempt": attempt, "outcome": "abandoned",
@@ -148,10 +174,15 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
             return {**_summary(old, outcome, [], audit.path), "repeat": True}
         done_now: list[dict[str, Any]] = []
         if old is None:
+            if f is None:  # seen before the lock, gone from the log's tail since: rare
+                f = _facts(cfg, verdict, deadline)
+            v2, partition, nodes = f["verdict"], f["partition"], f["nodes"]
+            suspects, notes, vv = f["suspects"], f["notes"], f["verdict"].get("verdict") or {}
             facts = policy.JobFacts(
                 job_id=job_id, attempt=attempt, partition=partition, nodes=tuple(nodes),
                 suspects=tuple(suspects), recover=opts.get("recover"),
-                checkpoint=opts.get("checkpoint"), checkpoint_newest=ck, partition_size=psize,
+                checkpoint=opts.get("checkpoint"), checkpoint_newest=f["checkpoint_newest"],
+                partition_size=f["partition_size"],
                 breaker_open=breaker_open(records, partition) is not None, time=time.time())
             d = policy.decide(rc, v2, facts, records)
             d.id = dec_id
@@ -168,8 +199,9 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 "user": job.get("user"),
                 "suspects": suspects, "evidence": evidence,
                 "failed_at": job.get("end_time"), "checkpoint": opts.get("checkpoint"),
-                "attribution": att, "notes": [*d.notes, *notes],
-                "user_recover": opts.get("recover")}, *done_now)
+                "attribution": f["attribution"], "notes": [*d.notes, *notes],
+                "user_recover": opts.get("recover"),
+                "not_retried": policy.not_retried(rc, d)}, *done_now)
             if d.trip_breaker:
                 audit.append({"event": "breaker", "partition": partition, "state": "open",
                               "id": dec_id, "why": next(
@@ -180,6 +212,8 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                               "attempt": attempt, "outcome": "recorded",
                               "decided_s": time.monotonic() - t0})
             return _summary(old, "recorded", [], audit.path)
+        if not act:
+            return _summary(old, "planned", [], audit.path)
         out, results = actions.execute(old, old["planned"], audit, deadline, done)
         audit.append({"event": "outcome", "id": dec_id, "job": job_id, "attempt": attempt,
                       "outcome": out, "decided_s": time.monotonic() - t0})
@@ -238,21 +272,33 @@ def resume_unfinished(cfg: Config, log: Any = None, min_age_s: float | None = No
 
 
 def report_lines(summary: dict[str, Any] | None) -> list[str]:
-    """What recovery did (or would have done) for this run, in sentences for the report
-    (verdict.json's "recovery"; the report's templates render these lines)."""
+    """What recovery did, does or would have done for this run, and why, in sentences for the
+    report (verdict.json's "recovery"; the report's templates render these lines). The job
+    epilog decides before it mails and acts after: a "planned" summary says what follows."""
     if not summary:
         return []
-    if summary.get("outcome") == "error":
+    outcome = summary.get("outcome")
+    if outcome == "error":
         return [f"Recovery failed ({summary.get('error')}); Slurm's normal handling applies."]
+    if outcome in ("undecided", "abandoned") and not summary.get("rule"):
+        return [f"Recovery had not decided when this was written ({summary.get('why')}); "
+                "`gpualert show` has the decision once it is made."]
     lines = []
     excl = [p for p in summary.get("planned") or summary.get("would") or []
             if p.get("action") == "requeue"]
+    held = " (held)" if excl and excl[0].get("hold") else ""
     for t in summary.get("taken") or []:
         what = {"drain_node": f"drained node {t.get('target')}",
-                "requeue": f"requeued the job{' (held)' if excl and excl[0].get('hold') else ''}",
+                "requeue": f"requeued the job{held}",
                 "cancel": "cancelled the job", "check": "checked the job"}.get(
                     str(t.get("action")), str(t.get("action")))
         lines.append(f"gpualert {what}: {t.get('outcome')}.")
+    if outcome == "planned":
+        for p in summary.get("planned") or []:
+            what = {"drain_node": f"drains node {p.get('target')}",
+                    "requeue": f"requeues the job{held}", "cancel": "cancels the job"}.get(
+                        str(p.get("action")), f"does {p.get('action')} {p.get('target')}")
+            lines.append(f"gpualert {what} now (right after this report).")
     for w in summary.get("would") or []:
         lines.append(f"In action mode gpualert would {w.get('action').replace('_', ' ')} "
                      f"{w.get('target')}.")
@@ -261,10 +307,15 @@ def report_lines(summary: dict[str, Any] | None) -> list[str]:
         if summary.get("would") and n.get("why", "").startswith(("monitor mode", "rule ",
                                                                  "the user")):
             continue
+        if n.get("action") == "requeue":
+            lines.append(f"Not requeued: {n.get('why')}.")
+            continue
         lines.append(f"Not done: {n.get('action', '').replace('_', ' ')}{tgt}: {n.get('why')}.")
+    if summary.get("not_retried"):
+        lines.append(f"Not requeued: {summary['not_retried']}.")
     if summary.get("would"):
         why = next((n["why"] for n in summary.get("not_taken") or []), "")
         lines.append(f"Nothing was done: {why}.")
-    if summary.get("retries_left") is not None:
+    if summary.get("retries_left") is not None and not summary.get("not_retried"):
         lines.append(f"Retries left for this job: {summary['retries_left']}.")
     return lines

@@ -110,6 +110,20 @@ def check_rule_names(cfg: RecoveryConfig) -> list[str]:
     return bad
 
 
+def not_retried(cfg: RecoveryConfig, d: Decision) -> str | None:
+    """Why the decision requeues nothing when its rule asks for no requeue (the report's
+    "Not requeued: ..."); None when a requeue is planned, would be, or was refused for a
+    reason of its own (retry budget, whitelist, ...: those are in not_taken)."""
+    acts = [p["action"] for p in d.planned + d.would] + [n["action"] for n in d.not_taken]
+    if any(a in ("requeue", "hold") for a in acts):
+        return None
+    if d.rule in dict(cfg.rules):
+        return f"the site's recovery rule {d.rule} does not requeue {d.cls}"
+    why = builtin_policy().get("not_retried") or {}
+    text = why.get(d.cls) or why.get(f"domain:{d.domain}")
+    return f"{text} (rule {d.rule})" if text else f"recovery rule {d.rule} does not requeue it"
+
+
 def find_rule(cfg: RecoveryConfig, cls: str, domain: str) -> Rule:
     table = rules_table(cfg)
     return table.get(cls) or table.get(f"domain:{domain}") or Rule("default")
@@ -141,13 +155,21 @@ def _decisions(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def drains_in_window(history: list[dict[str, Any]], partition: str, since: float
                      ) -> set[str]:
-    """Nodes gpualert drained (done) in this partition since `since`."""
+    """Nodes gpualert drained (done) in this partition since `since`, and those a decision
+    still being carried out plans to drain (the job epilog decides before it mails and acts
+    after: the breaker must count them meanwhile)."""
     out: set[str] = set()
+    ended = {h.get("id") for h in history if h.get("event") == "outcome"}
     for h in history:
+        if float(h.get("time") or 0) < since:
+            continue
         if (h.get("event") == "result" and h.get("action") == "drain_node"
-                and h.get("outcome") == "done" and h.get("partition") == partition
-                and float(h.get("time") or 0) >= since):
+                and h.get("outcome") == "done" and h.get("partition") == partition):
             out.add(str(h.get("target")))
+        elif (h.get("event") == "decision" and h.get("partition") == partition
+              and h.get("id") not in ended):
+            out |= {str(p.get("target")) for p in h.get("planned") or []
+                    if p.get("action") == "drain_node"}
     return out
 
 

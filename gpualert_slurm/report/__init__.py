@@ -185,8 +185,9 @@ def context(v: dict[str, Any]) -> dict[str, Any]:
 
 
 def _recovery_lines(v: dict[str, Any]) -> list[str]:
-    """What recovery did or would do (verdict.json's "recovery"; `gpualert show` has it once
-    the decision is made, the mail only when it was made before sending)."""
+    """What recovery did, does or would do, and why (verdict.json's "recovery"): the job
+    epilog decides before it mails, so the mail has the decision and `gpualert show` the
+    outcome of its actions."""
     from gpualert_slurm.recovery import report_lines
 
     try:
