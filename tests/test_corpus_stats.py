@@ -69,6 +69,19 @@ def test_crlf_and_prefixes_touch_every_line():
         assert transforms.apply(name, LOG, "s").endswith(b"exiting\n")
 
 
+def test_rank_naming_prefixes_use_the_tasks_own_rank_in_multi_rank_cases():
+    tasks = [{"log": "cases/c/run.0.log", "rank": 0}, {"log": "cases/c/run.1.log", "rank": 1},
+             {"log": "cases/c/batch.0.log", "rank": 0}]
+    for name, fmt in [("rank_prefix", b"[rank%d]: "), ("torchrun_prefix", b"[default%d]:"),
+                      ("srun_label", b"%d: ")]:
+        for log, rank in [("run.0.log", 0), ("run.1.log", 1)]:
+            # the same seed for both: only the rank can tell them apart
+            out = transforms.apply(name, LOG, "c", transforms.case_rank(tasks, log))
+            assert all(ln.startswith(fmt % rank) for ln in out.split(b"\n")[:-1]), (name, log)
+    # a single-task case keeps a drawn rank (every rank appears somewhere in the corpus)
+    assert transforms.case_rank(tasks[:1], "run.0.log") is None
+
+
 def test_cr_glue_puts_the_failure_on_the_bar_line():
     out = transforms.apply("cr_glue", LOG, "seed1")
     line = [ln for ln in out.split(b"\n") if b"Traceback" in ln][0]

@@ -82,7 +82,8 @@ def variant_case(root: Path, c: dict, base_labels: dict[str, dict]) -> dict | No
     for f in sorted(src.iterdir()):
         data = f.read_bytes()
         if f.suffix == ".log" and f.name != "kernel.log":
-            data = transforms.apply(c["transform"], data, f"{c['id']}/{f.name}")
+            data = transforms.apply(c["transform"], data, f"{c['id']}/{f.name}",
+                                    transforms.case_rank(base["tasks"], f.name))
         (d / f.name).write_bytes(data)
     lab = json.loads(json.dumps(base))
     lab["id"] = c["id"]

@@ -294,7 +294,8 @@ def run_case(root: Path, c: dict, subs0: dict[str, str]) -> dict | None:
     if c.get("transform"):
         for t in tasks:
             log = root / t["log"]
-            log.write_bytes(transforms.apply(c["transform"], log.read_bytes(), cid))
+            log.write_bytes(transforms.apply(c["transform"], log.read_bytes(), cid,
+                                             transforms.case_rank(tasks, log.name)))
     hang_t = c.get("hang_threshold_s", float(c["hang"]) if c.get("hang") else None)
     return capture.label(
         cid, c["class"], tasks, command=shown(c), root_rank=c.get("root_rank"),

@@ -37,18 +37,20 @@ def crlf(data: bytes, rng: random.Random) -> bytes:
     return re.sub(rb"\r?\n", b"\r\n", data)
 
 
-def rank_prefix(data: bytes, rng: random.Random) -> bytes:
-    r = rng.randrange(1, 8)
+# The prefixes that name a rank: a log of a multi-rank case gets its own task's rank (`rank`),
+# so that the labels agree with the case's ranks; a single log gets a drawn one.
+def rank_prefix(data: bytes, rng: random.Random, rank: int | None = None) -> bytes:
+    r = rng.randrange(1, 8) if rank is None else rank
     return _per_line(lambda i: b"[rank%d]: " % r)(data, rng)
 
 
-def torchrun_prefix(data: bytes, rng: random.Random) -> bytes:
-    r = rng.randrange(0, 8)
+def torchrun_prefix(data: bytes, rng: random.Random, rank: int | None = None) -> bytes:
+    r = rng.randrange(0, 8) if rank is None else rank
     return _per_line(lambda i: b"[default%d]:" % r)(data, rng)
 
 
-def srun_label(data: bytes, rng: random.Random) -> bytes:
-    r = rng.randrange(0, 4)
+def srun_label(data: bytes, rng: random.Random, rank: int | None = None) -> bytes:
+    r = rng.randrange(0, 4) if rank is None else rank
     return _per_line(lambda i: b"%d: " % r)(data, rng)
 
 
@@ -163,11 +165,23 @@ TRANSFORMS: dict[str, Callable[[bytes, random.Random], bytes]] = {
     "cr_glue": cr_glue, "truncate": truncate,
 }
 SHAPES = tuple(TRANSFORMS)
+RANKED = ("rank_prefix", "torchrun_prefix", "srun_label")
 
 
-def apply(spec: str, data: bytes, seed: str) -> bytes:
-    """Apply `a+b+c` to a log's bytes; deterministic for a given seed (the case id)."""
+def apply(spec: str, data: bytes, seed: str, rank: int | None = None) -> bytes:
+    """Apply `a+b+c` to a log's bytes; deterministic for a given seed (the case id). `rank`:
+    the task's own rank, for the logs of a multi-rank case (the rank-naming prefixes use it)."""
     rng = random.Random(seed)
     for name in spec.split("+"):
-        data = TRANSFORMS[name](data, rng)
+        args = (rank,) if name in RANKED else ()
+        data = TRANSFORMS[name](data, rng, *args)  # type: ignore[call-arg]
     return data
+
+
+def case_rank(tasks: list[dict], log_name: str) -> int | None:
+    """The rank a log of a case's label should be prefixed with: its task's own rank when the
+    case has several task logs, else None (a drawn one)."""
+    if len(tasks) < 2:
+        return None
+    return next((t.get("rank") for t in tasks if t["log"].rsplit("/", 1)[-1] == log_name),
+                None)
