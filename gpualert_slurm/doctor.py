@@ -1,7 +1,9 @@
 """`gpualert doctor`: check an installation, one line per check, and say how to fix what fails.
 
     ok   <check>
-    warn <check>: <what is missing> -> <fix>      (optional parts, see the README's install)
+    warn <check>: <what is missing> -> <fix>      (optional parts, see the README's install;
+                                                   the site's state: quarantined mail, an
+                                                   open recovery circuit breaker)
     info <fact>                                   (spool usage, retention)
     FAIL <check>: <what is wrong> -> <fix>
 Exit status 1 when any check fails; warnings do not fail. Reads files only (and asks nothing of
@@ -339,6 +341,47 @@ def check_outbox(cfg: Config) -> list[Result]:
     return res
 
 
+def check_breakers(cfg: Config) -> Result:
+    """The recovery drain circuit breakers (recovery/audit.py): one open stops gpualert from
+    draining nodes in its partition until an admin resets it. Like a quarantined message,
+    an open breaker is the site's state, not a broken installation: a warning."""
+    import time
+
+    from gpualert_slurm.recovery.audit import AuditLog, audit_path, open_breakers
+
+    path = audit_path(cfg)
+    name = "recovery circuit breakers"
+    try:
+        opened = open_breakers(AuditLog(path).read())
+    except OSError as e:
+        fix = ("run gpualert doctor as root (the audit log is root's, 0600)"
+               if isinstance(e, PermissionError) else
+               "make it a file root can read, or set recovery.audit_log")
+        return Result(name, False, f"cannot read {path}: {e.strerror or e}", fix, kind="warn")
+    if not opened:
+        return Result(f"{name}: none open", True)
+    parts = []
+    for p, b in sorted(opened.items()):
+        try:
+            t = float(b.get("time"))
+            since = (f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} "
+                     f"({(time.time() - t) / 3600:.1f} h)")
+        except (TypeError, ValueError):
+            since = "an unknown time"
+        parts.append((p, f"open since {since}: {b.get('why') or 'no reason recorded'}; "
+                         f"gpualert drains no more nodes in partition {p}"))
+    fix = ("see what tripped it (`gpualert history`, `sinfo -R`), fix or resume the nodes, "
+           "then `gpualert resume --breaker {p}`")
+    if len(parts) == 1:
+        p, problem = parts[0]
+        return Result(f"recovery circuit breaker of partition {p}", False, problem,
+                      fix.format(p=p), kind="warn")
+    return Result(f"{name} open in {len(parts)} partitions", False,
+                  "; ".join(f"{p}: {why}" for p, why in parts),
+                  fix.format(p="PARTITION") + " for each (or `gpualert resume --breaker` "
+                  "for all)", kind="warn")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="gpualert doctor", description=__doc__.split("\n")[0])
     ap.add_argument("--config", help="config file (default: $GPUALERT_CONFIG or "
@@ -363,6 +406,7 @@ def main(argv: list[str]) -> int:
                        "configured)", relay.fix, kind="warn")
     results.append(relay)
     results += check_outbox(cfg)
+    results.append(check_breakers(cfg))
     results += spool_usage(cfg)
     for r in results:
         print(r.line(), flush=True)

@@ -84,9 +84,10 @@ def test_good_installation_passes(install):
     assert r.returncode == 0, r.stdout
     assert fails(r) == []
     oks = [line for line in r.stdout.splitlines() if line.startswith("ok   ")]
-    # config, plugstack, plugin file, spool=, 3 hooks, spool, relay, outbox (not made yet)
-    assert len(oks) == 10
-    assert r.stdout.splitlines()[-1] == "10 ok, 0 warnings, 0 failed"
+    # config, plugstack, plugin file, spool=, 3 hooks, spool, relay, outbox (not made yet),
+    # recovery circuit breakers
+    assert len(oks) == 11
+    assert r.stdout.splitlines()[-1] == "11 ok, 0 warnings, 0 failed"
     assert any("mail relay 127.0.0.1:" in line for line in oks)
     assert any("plugstack.conf.d/gpualert.conf:2" in line for line in oks)
 
@@ -233,7 +234,7 @@ def test_optional_epilogs_missing_warn_but_pass(install):
     assert w[1].startswith("warn EpilogSlurmctld= in slurm.conf: not configured (optional)")
     assert "as /etc/slurm/gpualert-epilog-slurmctld (mode 0755) and set EpilogSlurmctld=" \
         "/etc/slurm/gpualert-epilog-slurmctld in slurm.conf (then restart slurmctld)" in w[1]
-    assert r.stdout.splitlines()[-1] == "8 ok, 2 warnings, 0 failed"
+    assert r.stdout.splitlines()[-1] == "9 ok, 2 warnings, 0 failed"  # 8 + the breakers
 
 
 def test_relay_is_a_warning_until_reports_are_configured(install):
@@ -333,3 +334,70 @@ def test_doctor_passes_on_the_test_cluster_as_installed(cluster):
         want = f"ok   {key}= in slurm.conf runs gpualert-{hook}" if configured else \
             f"warn {key}= in slurm.conf: not configured (optional)"
         assert want in out, out
+
+
+def test_an_open_recovery_breaker_is_named_with_its_time_and_the_reset(install):
+    """The drain circuit breaker (recovery/) opened in one partition, reset in another: the
+    doctor warns about the open one only, says since when and why, and how to reset it."""
+    from gpualert_slurm.recovery.audit import AuditLog
+
+    r = doctor(install)
+    assert "ok   recovery circuit breakers: none open" in r.stdout, r.stdout
+    audit = install / "audit.jsonl"
+    (install / "gpualert.yaml").write_text((install / "gpualert.yaml").read_text()
+                                           + f"recovery: {{audit_log: {audit}}}\n")
+    log = AuditLog(str(audit))
+    opened = time.time() - 2 * 3600
+    for rec in ({"event": "breaker", "partition": "gpu", "state": "open", "id": "7.0",
+                 "why": "circuit breaker trips: 2 drains in partition gpu within 600 s",
+                 "time": opened},
+                {"event": "breaker", "partition": "debug", "state": "open", "id": "8.0",
+                 "why": "x", "time": opened},
+                {"event": "breaker", "partition": "debug", "state": "reset", "id": "9.0"}):
+        log.append(rec)
+    r = doctor(install)
+    assert r.returncode == 0, r.stdout  # the site's state, not a broken installation
+    lines = [ln for ln in r.stdout.splitlines() if "circuit breaker" in ln]
+    assert len(lines) == 1, lines
+    (line,) = lines
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(opened))
+    assert line.startswith("warn recovery circuit breaker of partition gpu: open since "
+                           f"{since}"), line
+    assert "(2.0 h)" in line and "2 drains in partition gpu within 600 s" in line
+    assert "-> " in line and "gpualert resume --breaker gpu" in line
+    assert "gpualert history" in line
+
+
+def test_an_unreadable_audit_log_is_said_not_hidden(install):
+    """Not root (the audit log is root's, 0600): said, with the fix; an audit log that is not
+    a file: said too. Never "none open" when the doctor could not tell."""
+    import tempfile
+
+    pub = Path(tempfile.mkdtemp(prefix="gpualert-doctor-"))  # reachable by nobody
+    try:
+        pub.chmod(0o755)
+        audit = pub / "audit.jsonl"
+        audit.write_text('{"event": "breaker"}\n')
+        audit.chmod(0o600)
+        cfg = pub / "gpualert.yaml"
+        cfg.write_text(f"spool: {pub}\nrecovery: {{audit_log: {audit}}}\n")
+        cfg.chmod(0o644)
+        r = subprocess.run([sys.executable, "-m", "gpualert_slurm", "doctor", "--config",
+                            str(cfg), "--slurm-conf", str(pub / "none.conf")],
+                           capture_output=True, text=True, timeout=60, user=65534, group=65534,
+                           cwd="/", env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert "Traceback" not in r.stdout + r.stderr
+        line = next(ln for ln in r.stdout.splitlines() if "circuit breaker" in ln)
+        assert line.startswith(f"warn recovery circuit breakers: cannot read {audit}: "
+                               "Permission denied"), line
+        assert "run gpualert doctor as root" in line
+    finally:
+        shutil.rmtree(pub)
+
+    not_a_file = install / "audit.jsonl"
+    not_a_file.mkdir()
+    (install / "gpualert.yaml").write_text((install / "gpualert.yaml").read_text()
+                                           + f"recovery: {{audit_log: {not_a_file}}}\n")
+    line = next(ln for ln in doctor(install).stdout.splitlines() if "circuit breaker" in ln)
+    assert line.startswith("warn recovery circuit breakers: cannot read "), line
+    assert "Is a directory" in line and "recovery.audit_log" in line
