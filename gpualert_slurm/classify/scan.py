@@ -7,7 +7,10 @@ matches (literals, ASCII classes and repeats kept; lookarounds, anchors and what
 translated left out), so grep prints only the lines a rule can match - on a log where every
 line holds a common word ("error rate 0.01", NCCL_DEBUG=INFO's "NCCL") almost none. Python
 then matches those lines with the rules as below, and gets the same events, line numbers and
-line order as its own path (tests/test_scan_native.py). When grep is missing or fails, the
+line order as its own path (tests/test_scan_native.py). grep's automaton is what bounds the
+speed (about 250 MB/s a core over some 340 patterns): a range of at least SPLIT_MIN (32 MiB) is
+cut at a line end near its middle and each half searched by its own grep at the same time
+(WORKERS: 2 where 2 CPUs are available). When grep is missing or fails, the
 range is scanned in Python, ScanResult.engine says so and a warning is logged;
 GPUALERT_SCAN_NATIVE=0 turns grep off.
 
@@ -35,7 +38,8 @@ chunk (or grep block) and the file's last END_BYTES (256 KiB), which are always 
 numbers after a jump or a budget stop are unknown (null). A line longer than LINE_CAP is matched
 on its first LINE_CAP bytes; the rest is skipped without being buffered (grep is not fed it).
 Environment overrides: GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S,
-GPUALERT_SCAN_NATIVE (0: no grep), GPUALERT_SCAN_NATIVE_MIN (bytes), GPUALERT_SCAN_GREP (path).
+GPUALERT_SCAN_NATIVE (0: no grep), GPUALERT_SCAN_NATIVE_MIN (bytes), GPUALERT_SCAN_GREP (path),
+GPUALERT_SCAN_WORKERS (1: one grep per range), GPUALERT_SCAN_SPLIT_MIN (bytes).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -602,6 +607,11 @@ NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # sm
 # a hook may run with a bare PATH: Debian's grep is /usr/bin/grep (/bin/grep, merged /usr)
 GREP = os.environ.get("GPUALERT_SCAN_GREP") or shutil.which("grep") or "/usr/bin/grep"
 BLOCK = 1 << 20
+# grep's multi-pattern automaton bounds the speed (about 250 MB/s a core): a range of at least
+# SPLIT_MIN bytes is searched by WORKERS greps at the same time, one per half
+_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+WORKERS = min(2, int(os.environ.get("GPUALERT_SCAN_WORKERS", "0") or 0) or _CPUS)
+SPLIT_MIN = int(os.environ.get("GPUALERT_SCAN_SPLIT_MIN", str(32 << 20)))
 # characters whose lower() holds an ASCII letter (match() lower-cases str, grep -i only ASCII)
 # (re's IGNORECASE and str.lower() match them to ASCII letters; grep -i in the C locale does not)
 _FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
@@ -746,7 +756,9 @@ def _native_ok(matcher: _Matcher) -> list[bytes]:
 
 class _Feeder:
     """Thread: file bytes [pos, limit) -> grep's stdin, CR as LF, long segments cut at
-    LINE_CAP; stops past the deadline (after at least one block), then the sentinel."""
+    LINE_CAP; stops past the deadline (after at least one block), then the sentinel. It notes
+    which blocks held CRs (line numbers count LF only), so the file is not read a second time
+    to count them."""
 
     def __init__(self, f, pos: int, limit: int | None, deadline: float | None,
                  pipe, sentinel: bytes) -> None:
@@ -756,6 +768,11 @@ class _Feeder:
         self.fed = 0  # bytes written to grep (without the sentinel)
         self.last = b"\n"  # the last byte fed
         self.skips: list[tuple[int, int]] = []  # (stream offset, file bytes not fed before it)
+        self.crs = 0  # CRs in the bytes read
+        # blocks holding a CR: offsets from pos (appended before the block is fed, so a reader
+        # of grep's output finds the block of every line it gets) and (CRs before, CRs, length)
+        self.cr_starts: list[int] = []
+        self.cr_blocks: list[tuple[int, int, int]] = []
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -783,11 +800,15 @@ class _Feeder:
             block = os.pread(self.f.fileno(), n, self.pos + self.read)
             if not block:
                 break
+            if b"\r" in block:
+                k = block.count(b"\r")
+                self.cr_blocks.append((self.crs, k, len(block)))
+                self.cr_starts.append(self.read)
+                self.crs += k
+                block = block.replace(b"\r", b"\n")
             self.read += len(block)
             if left is not None:
                 left -= len(block)
-            if b"\r" in block:
-                block = block.replace(b"\r", b"\n")
             first_sep = block.find(b"\n")
             head_len = len(block) if first_sep < 0 else first_sep
             if cutting or since + head_len > LINE_CAP:
@@ -818,10 +839,187 @@ class _Feeder:
         return stream + (self.skips[k - 1][1] if k else 0)
 
 
+class _CrCount:
+    """CRs before an offset of a feeder's range: those of the CR blocks before it, plus, inside
+    a CR block, counted from the file (forward only, as grep's lines come in order). A log
+    without CR costs one bisect per line."""
+
+    def __init__(self, f, feeder: _Feeder) -> None:
+        self.fd, self.fe = f.fileno(), feeder
+        self.i = -1  # the CR block being counted in
+        self.data = b""
+        self.done = self.n = 0
+
+    def before(self, off: int) -> int:
+        fe = self.fe
+        i = bisect.bisect_right(fe.cr_starts, off) - 1
+        if i < 0:
+            return 0
+        cum, k, length = fe.cr_blocks[i]
+        rel = off - fe.cr_starts[i]
+        if rel >= length:
+            return cum + k
+        if i != self.i:
+            self.i, self.done, self.n = i, 0, 0
+            self.data = os.pread(self.fd, length, fe.pos + fe.cr_starts[i])
+        if rel < self.done:
+            self.done = self.n = 0
+        self.n += self.data.count(b"\r", self.done, rel)
+        self.done = rel
+        return cum + self.n
+
+
+class _Grep:
+    """One grep over the file bytes [pos, pos + limit) (limit None: to the end of the file),
+    fed by a _Feeder thread."""
+
+    def __init__(self, f, pos: int, limit: int | None, deadline: float | None,
+                 patterns: list[bytes]) -> None:
+        self.sentinel = b"gpualert-scan-end-" + os.urandom(12).hex().encode()
+        cmd = [GREP, "-a", "-b", "-n", "-E", "-i"]
+        for p in [*patterns, self.sentinel]:
+            cmd += ["-e", p]
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C"),
+                                         bufsize=1 << 16)
+        except OSError as e:
+            raise NativeError(f"{GREP} cannot be run: {e}") from None
+        with contextlib.suppress(OSError, AttributeError):  # fewer switches: feeder and grep
+            fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, BLOCK)  # type: ignore
+        self.feeder = _Feeder(f, pos, limit, deadline, self.proc.stdin, self.sentinel)
+        self.crs = _CrCount(f, self.feeder)
+        self.lines_total: int | None = None
+        self.feeder.thread.start()
+
+    def rows(self):
+        """(grep's line index, offset from pos in the file, raw line) of each line grep prints;
+        the sentinel's line sets lines_total. Raises ValueError on output not as expected."""
+        out = self.proc.stdout
+        assert out is not None
+        while True:
+            row = out.readline(LINE_CAP + 64)
+            if not row:
+                return
+            if not row.endswith(b"\n"):  # longer than a capped segment: drop the rest unread
+                while True:
+                    more = out.readline(1 << 16)
+                    if not more or more.endswith(b"\n"):
+                        break
+            a = row.index(b":")
+            b = row.index(b":", a + 1)
+            seg = int(row[:a]) - 1
+            stream = int(row[a + 1 : b])
+            raw = row[b + 1 :].rstrip(b"\n")
+            if raw == self.sentinel and stream == self.feeder.fed + 1:
+                self.lines_total = seg
+                continue
+            yield seg, self.feeder.file_offset(stream), raw
+
+    def finish(self) -> int:
+        """Wait for grep and the feeder; the range's segment count. NativeError if either
+        failed."""
+        self.proc.wait()
+        self.feeder.thread.join()
+        err = self.proc.stderr.read().decode(errors="replace").strip() if self.proc.stderr else ""
+        if self.feeder.error is not None:
+            raise NativeError(f"feeding grep failed: {self.feeder.error}")
+        if self.proc.returncode != 0 or self.lines_total is None:
+            raise NativeError(f"{GREP} failed (exit {self.proc.returncode}): {err[-300:]}")
+        # the sentinel's line: one after an empty line when the range ended with a separator
+        fe = self.feeder
+        return self.lines_total - 1 if fe.fed == 0 or fe.last == b"\n" else self.lines_total
+
+    def close(self) -> None:
+        """Stop grep (if still running) and its feeder; close its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.feeder.thread.join()
+        for s in (self.proc.stdout, self.proc.stderr):
+            if s is not None:
+                s.close()
+
+
+class _Ahead:
+    """A thread reading a _Grep's rows while the lines before its range are matched: at most
+    QUEUE batches ahead (bounded memory; grep and its feeder wait when it is full)."""
+
+    QUEUE, BATCH = 8, 256
+
+    def __init__(self, grep: _Grep) -> None:
+        self.grep = grep
+        self.q: queue.Queue[list | None] = queue.Queue(self.QUEUE)
+        self.stop = False
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            batch: list = []
+            for row in self.grep.rows():
+                batch.append(row)
+                if len(batch) >= self.BATCH:
+                    self._put(batch)
+                    batch = []
+            self._put(batch)
+        except BaseException as e:  # raised again by rows() in the scanning thread
+            self.error = e
+        finally:
+            self._put(None)
+
+    def _put(self, item: list | None) -> None:
+        while not self.stop:
+            with contextlib.suppress(queue.Full):
+                self.q.put(item, timeout=0.1)
+                return
+
+    def rows(self):
+        while (batch := self.q.get()) is not None:
+            yield from batch
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self.stop = True
+        if self.grep.proc.poll() is None:  # its output ends: the thread sees the end
+            self.grep.proc.kill()
+        self.thread.join()
+        self.grep.close()
+
+
+def _split_point(f, start: int, limit: int | None) -> int | None:
+    """Where a range of at least SPLIT_MIN bytes is cut in two for two greps: just after the
+    first line end past its middle (None: too short, one worker, or no line end near it)."""
+    if WORKERS < 2:
+        return None
+    fd = f.fileno()
+    stop = os.fstat(fd).st_size if limit is None else min(start + limit, os.fstat(fd).st_size)
+    if stop - start < SPLIT_MIN:
+        return None
+    at = start + (stop - start) // 2
+    for _ in range(64):  # up to 4 MiB past the middle
+        b = os.pread(fd, 1 << 16, at)
+        if not b:
+            return None
+        i = _first_sep(b)
+        if i >= 0:
+            return at + i + 1 if at + i + 1 < stop else None
+        at += len(b)
+    return None
+
+
 def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
                        deadline=None) -> int:
     """_scan_range with grep finding the candidate lines; the same events, lines, order and
-    file position afterwards. Raises NativeError (nothing added) when grep cannot be used."""
+    file position afterwards. Raises NativeError (nothing added) when grep cannot be used.
+
+    A range of SPLIT_MIN bytes or more is cut at a line end near its middle and each half is
+    searched by its own grep at the same time (grep's automaton is what bounds the speed);
+    the second half's lines are matched after the first's, in file order. When the deadline
+    stops the first half early, the second is dropped: what was read stays one stretch."""
     patterns = _native_ok(matcher)
     start = f.tell()
     read = 0  # bytes before `start` that belong to this range (the resync)
@@ -839,27 +1037,10 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
         start += read
         if limit is not None:
             limit = max(0, limit - read)
-    sentinel = b"gpualert-scan-end-" + os.urandom(12).hex().encode()
-    cmd = [GREP, "-a", "-b", "-n", "-E", "-i"]
-    for p in [*patterns, sentinel]:
-        cmd += ["-e", p]
-    try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C"),
-                                bufsize=1 << 16)
-    except OSError as e:
-        raise NativeError(f"{GREP} cannot be run: {e}") from None
-    with contextlib.suppress(OSError, AttributeError):  # fewer switches between feeder and grep
-        fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, BLOCK)  # type: ignore[union-attr]
-    feeder = _Feeder(f, start, limit, deadline, proc.stdin, sentinel)
-    feeder.thread.start()
     events: list[Event] = []
-    lines_total = segs = None
     chunk_no = -1
     groups: dict[bytes, list[tuple[int, bytes]]] = {}
-    meta: dict[int, tuple[int, int]] = {}  # stream offset -> (segment index, line index)
-    crs = 0  # CRs before the current segment (line numbers count LF only)
-    cr_at = _CrIndex(f, start)
+    meta: dict[int, tuple[int, int]] = {}  # range offset -> (segment index, line index)
 
     def flush() -> None:
         for p, got in sorted(_pick(groups, matcher), key=lambda x: x[0]):
@@ -872,86 +1053,53 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
         groups.clear()
         meta.clear()
 
-    try:
-        out = proc.stdout
-        assert out is not None
-        while True:
-            row = out.readline(LINE_CAP + 64)
-            if not row:
-                break
-            if not row.endswith(b"\n"):  # longer than a capped segment: drop the rest unread
-                while True:
-                    more = out.readline(1 << 16)
-                    if not more or more.endswith(b"\n"):
-                        break
-            a = row.index(b":")
-            b = row.index(b":", a + 1)
-            seg = int(row[:a]) - 1
-            stream = int(row[a + 1 : b])
-            raw = row[b + 1 :].rstrip(b"\n")
-            if raw == sentinel and stream == feeder.fed + 1:
-                lines_total = seg
-                continue
-            where = feeder.file_offset(stream)
-            crs = cr_at.count_before(where)
-            # the chunk the Python path would match this line in: the one holding its end
+    def take(rows, at: int, seg_base: int, cr_base: int, crs: _CrCount) -> None:
+        """Group one grep's candidate lines by chunk (the one holding a line's end, as the
+        Python path reads them) and shape; `at`: where its range starts in this range."""
+        nonlocal chunk_no
+        for seg, where, raw in rows:
+            seg += seg_base
+            n_cr = cr_base + crs.before(where)
+            where += at
             k = (read + where + len(raw)) // CHUNK
             if k != chunk_no:
                 flush()
                 chunk_no = k
             raw = raw[:LINE_CAP]
-            meta[stream] = (seg, seg - crs)
-            groups.setdefault(raw.translate(NORM), []).append((stream, raw))
+            meta[where] = (seg, seg - n_cr)
+            groups.setdefault(raw.translate(NORM), []).append((where, raw))
+
+    mid = _split_point(f, start, limit)
+    first = second = ahead = None
+    try:
+        first = _Grep(f, start, limit if mid is None else mid - start, deadline, patterns)
+        if mid is not None:
+            second = _Grep(f, mid, None if limit is None else start + limit - mid, deadline,
+                           patterns)
+            ahead = _Ahead(second)
+        take(first.rows(), 0, 0, 0, first.crs)
+        segs = first.finish()
+        got, crs = first.feeder.read, first.feeder.crs
+        if second is not None and ahead is not None:
+            if got == mid - start:  # the first half was read to its end
+                take(ahead.rows(), got, segs, crs, second.crs)
+                segs += second.finish()
+                got, crs = got + second.feeder.read, crs + second.feeder.crs
+            else:
+                ahead.close()
         flush()
-        proc.wait()
-        feeder.thread.join()
-        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
     except (ValueError, OSError) as e:  # output not as expected: the Python path decides
         raise NativeError(f"reading {GREP}'s output failed: {e}") from None
     finally:
-        for s in (proc.stdout, proc.stderr):
-            if s is not None:
-                s.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    if feeder.error is not None:
-        raise NativeError(f"feeding grep failed: {feeder.error}")
-    if proc.returncode != 0 or lines_total is None:
-        raise NativeError(f"{GREP} failed (exit {proc.returncode}): {err[-300:]}")
-    # the sentinel's line: one after an empty line when the range ended with a separator
-    ended = feeder.fed == 0 or feeder.last == b"\n"
-    segs = lines_total - 1 if ended else lines_total
+        if ahead is not None:
+            ahead.close()
+        for g in (first, second):
+            if g is not None:
+                g.close()
     for ev in events:
         col.add(ev)
-    res.bytes_read += read + feeder.read
+    res.bytes_read += read + got
     if line_base is not None:
-        res.lines += segs - cr_at.count_before(feeder.read)
-    f.seek(start + feeder.read)
+        res.lines += segs - crs
+    f.seek(start + got)
     return order_base + segs
-
-
-class _CrIndex:
-    """How many CRs come before an offset of a range (line numbers count LF only): read lazily
-    from the file, forward only, one block at a time; no CR in a block costs one find."""
-
-    def __init__(self, f, start: int) -> None:
-        self.fd, self.start = f.fileno(), start
-        self.done = 0  # offsets below this are counted in self.n
-        self.n = 0
-        self.block = b""
-        self.block_at = 0
-
-    def count_before(self, off: int) -> int:
-        while self.done < off:
-            if not (self.block_at <= self.done < self.block_at + len(self.block)):
-                self.block_at = self.done
-                self.block = os.pread(self.fd, BLOCK, self.start + self.done)
-                if not self.block:
-                    return self.n
-            i = self.done - self.block_at
-            j = min(off - self.block_at, len(self.block))
-            if self.block.find(b"\r", i, j) >= 0:
-                self.n += self.block.count(b"\r", i, j)
-            self.done = self.block_at + j
-        return self.n
