@@ -647,6 +647,7 @@ static void close_fds(int *fds, int n)
 void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec)
 {
     in_copier = 1;
+    signal(SIGCHLD, SIG_DFL);
     int keep[CF_N + 1];
     for (int i = 0; i < CF_N; i++)
         keep[i] = fds[i];

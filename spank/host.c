@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <slurm/slurm.h>
@@ -100,19 +99,15 @@ static __attribute__((noreturn)) void host_main(int sock)
         ok = ok && k == ngot && ack >= 0 && fds[CF_OUT] >= 0 && fds[CF_ERR] >= 0 &&
              fds[CF_ORIG_OUT] >= 0 && fds[CF_ORIG_ERR] >= 0;
         if (ok) {
-            /* Middle process: the copier leads nothing and is reaped by init, not by us. */
-            pid_t mid = fork();
-            if (mid == 0) {
+            /* One fork: the copier leads a session of its own, and SIGCHLD ignored (below)
+             * means nobody has to reap it. */
+            pid_t c = fork();
+            if (c == 0) {
                 setsid();
-                pid_t c = fork();
-                if (c != 0)
-                    _exit(c < 0 ? 1 : 0);
                 close(sock);
                 m.spec.hosted = 1;
                 copier_run(fds, ack, &m.spec);
             }
-            while (mid > 0 && waitpid(mid, NULL, 0) < 0 && errno == EINTR)
-                ;
         }
         /* The copier has its own copies; closing the ack end here is what tells the task
          * "no copier" (EOF) when none was started. */
@@ -173,6 +168,9 @@ void host_start(spank_t sp)
         if (become_user(uid, gid, groups, ngroups) != 0)
             _exit(1);
         setsid();
+        /* Copiers that end before the host are reaped by the kernel (the disposition, not the
+         * mask, decides), and copier_run restores the default for its own children. */
+        signal(SIGCHLD, SIG_IGN);
         host_main(sv[1]);
     }
     free(groups);
