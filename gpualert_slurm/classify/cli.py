@@ -179,13 +179,14 @@ class JobDirLogs:
         # the directory the admin named is followed; nothing below it is
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         afd = fd
+        apath = path  # what an error's relative file name is relative to
         try:
             uid = os.fstat(fd).st_uid
             attempt = spool.latest_attempt(path)
             sub = spool.attempt_subdir(attempt)
-            apath = os.path.join(path, sub) if sub else path
             if sub:
-                afd = spool.open_dir(sub, fd, shown=apath)
+                afd = spool.open_dir(sub, fd, shown=os.path.join(path, sub))
+                apath = os.path.join(path, sub)
                 if os.fstat(afd).st_uid not in (uid, 0):
                     raise spool.SpoolError(f"{apath}: not owned by uid {uid}: refused")
             self.tasks_dir, self.attempt = os.path.join(apath, "tasks"), attempt
@@ -202,8 +203,10 @@ class JobDirLogs:
                 os.close(tfd)
             self.left_out = sorted(there - {t.name for t in self.logs})
             self.names = {t.proc_path: t.path for t in self.logs}
-        except BaseException:
+        except BaseException as e:
             self.close()
+            if isinstance(e, OSError) and e.filename and not os.path.isabs(e.filename):
+                e.filename = os.path.join(apath, e.filename)  # opened relative to a dir fd
             raise
         finally:
             for d in {fd, afd}:
@@ -245,10 +248,11 @@ def job_dir_logs(path: str) -> JobDirLogs | str:
         got = JobDirLogs(path)
     except spool.SpoolError as e:
         return f"{e} (a job dir's tasks/ and attempt-N/ must be real directories)"
+    except FileNotFoundError as e:
+        return (f"{path} is a directory but not a job's spool directory: no "
+                f"{e.filename or path} (give task logs, or <spool>/<jobid>)")
     except OSError as e:
-        where = e.filename or path
-        return (f"{path} is a directory but not a job's spool directory: cannot open "
-                f"{where}: {e.strerror or e} (give task logs, or <spool>/<jobid>)")
+        return f"cannot open {e.filename or path}: {e.strerror or e}"
     if got.left_out:
         print(f"gpualert classify: left out of {got.tasks_dir} (not a plain file of the job's "
               f"user: a FIFO, symlink, hard link or device): {', '.join(got.left_out)}",
