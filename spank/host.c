@@ -116,6 +116,37 @@ static __attribute__((noreturn)) void host_main(int sock)
     }
 }
 
+/*
+ * Whether slurmstepd's own cgroup is the step's, where a host would buy nothing: under cgroup
+ * v2 slurmstepd sits in job_X/step_Y/slurm, which Slurm counts (and kills) with the step's
+ * tasks at its end, and 25.05's cgroup.kill would leave a lingering copier there to drain the
+ * node. Under v1 proctrack/cgroup keeps it in the job's freezer cgroup, outside the step's.
+ * Read from the freezer hierarchy when there is one, else from the unified one.
+ */
+static int stepd_in_step_cgroup(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f)
+        return 1;                  /* cannot tell: the task starts its copier, as before */
+    char line[1024], unified[1024] = "", frz[1024] = "";
+    int have_freezer = 0;
+    while (fgets(line, sizeof(line), f)) {
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b)
+            continue;
+        *b = '\0';
+        const char *controllers = a + 1, *path = b + 1;
+        if (!strncmp(line, "0", 1) && a == line + 1 && *controllers == '\0')
+            snprintf(unified, sizeof(unified), "%s", path);
+        else if (strstr(controllers, "freezer")) {
+            have_freezer = 1;
+            snprintf(frz, sizeof(frz), "%s", path);
+        }
+    }
+    fclose(f);
+    return strstr(have_freezer ? frz : unified, "/step_") != NULL;
+}
+
 /* slurmstepd, user_init (euid is the job's user): forks the host for this step. */
 void host_start(spank_t sp)
 {
@@ -127,7 +158,7 @@ void host_start(spank_t sp)
         spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS)
         return;
     if (step == SLURM_EXTERN_CONT || step == SLURM_INTERACTIVE_STEP ||
-        step == SLURM_PENDING_STEP)
+        step == SLURM_PENDING_STEP || stepd_in_step_cgroup())
         return;
     /* The job's groups, as slurmstepd set them for user_init. */
     int ngroups = getgroups(0, NULL);
