@@ -30,8 +30,8 @@ def _sig(res: scan.ScanResult) -> tuple:
 
 
 def _both(monkeypatch, path: Path, **kw) -> scan.ScanResult:
-    """Scan with Python, then with one grep, then with two greps (each range cut in two);
-    assert the same result; return grep's."""
+    """Scan with Python, then with one grep, then with two and three greps (each range cut in
+    pieces at line ends); assert the same result; return grep's."""
     rules = load_rules(site=False)
     monkeypatch.setattr(scan, "NATIVE_MIN", 0)
     monkeypatch.setattr(scan, "NATIVE", False)
@@ -42,11 +42,12 @@ def _both(monkeypatch, path: Path, **kw) -> scan.ScanResult:
     gr = scan.scan_file(str(path), rules, **kw)
     assert gr.engine == "grep", gr.engine
     assert _sig(gr) == _sig(py)
-    monkeypatch.setattr(scan, "WORKERS", 2)
     monkeypatch.setattr(scan, "SPLIT_MIN", 0)
-    two = scan.scan_file(str(path), rules, **kw)
-    assert two.engine == "grep", two.engine
-    assert _sig(two) == _sig(py)
+    for workers in (2, 3):
+        monkeypatch.setattr(scan, "WORKERS", workers)
+        cut = scan.scan_file(str(path), rules, **kw)
+        assert cut.engine == "grep", cut.engine
+        assert _sig(cut) == _sig(py), workers
     return gr
 
 
@@ -157,11 +158,11 @@ def test_partial_reading_is_the_same(tmp_path, monkeypatch):
     assert res.events[1].line is None
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [1, 3])
 def test_time_budget_is_a_bound_on_the_grep_path(tmp_path, monkeypatch, workers):
     monkeypatch.setattr(scan, "NATIVE_MIN", 0)
     monkeypatch.setattr(scan, "WORKERS", workers)
-    monkeypatch.setattr(scan, "SPLIT_MIN", 0)  # two greps: the second half is dropped
+    monkeypatch.setattr(scan, "SPLIT_MIN", 0)  # three greps: the pieces after the first dropped
     log = tmp_path / "slow.log"
     log.write_bytes(b"ModuleNotFoundError: No module named 'early'\n"
                     + _gated(200_000, random.Random(3)) + OOM_TB)

@@ -9,8 +9,8 @@ line holds a common word ("error rate 0.01", NCCL_DEBUG=INFO's "NCCL") almost no
 then matches those lines with the rules as below, and gets the same events, line numbers and
 line order as its own path (tests/test_scan_native.py). grep's automaton is what bounds the
 speed (about 250 MB/s a core over some 340 patterns): a range of at least SPLIT_MIN (32 MiB) is
-cut at a line end near its middle and each half searched by its own grep at the same time
-(WORKERS: 2 where 2 CPUs are available). When grep is missing or fails, the
+cut at line ends into up to WORKERS pieces (one per CPU, at most 4), each searched by its own
+grep at the same time. When grep is missing or fails, the
 range is scanned in Python, ScanResult.engine says so and a warning is logged;
 GPUALERT_SCAN_NATIVE=0 turns grep off.
 
@@ -608,9 +608,10 @@ NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # sm
 GREP = os.environ.get("GPUALERT_SCAN_GREP") or shutil.which("grep") or "/usr/bin/grep"
 BLOCK = 1 << 20
 # grep's multi-pattern automaton bounds the speed (about 250 MB/s a core): a range of at least
-# SPLIT_MIN bytes is searched by WORKERS greps at the same time, one per half
+# SPLIT_MIN bytes is cut in up to WORKERS pieces (at least SPLIT_MIN / 2 each), each searched
+# by its own grep at the same time; at most 4, so a node's next job keeps its CPUs
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-WORKERS = min(2, int(os.environ.get("GPUALERT_SCAN_WORKERS", "0") or 0) or _CPUS)
+WORKERS = min(4, int(os.environ.get("GPUALERT_SCAN_WORKERS", "0") or 0) or _CPUS)
 SPLIT_MIN = int(os.environ.get("GPUALERT_SCAN_SPLIT_MIN", str(32 << 20)))
 # characters whose lower() holds an ASCII letter (match() lower-cases str, grep -i only ASCII)
 # (re's IGNORECASE and str.lower() match them to ASCII letters; grep -i in the C locale does not)
@@ -945,7 +946,7 @@ class _Ahead:
     """A thread reading a _Grep's rows while the lines before its range are matched: at most
     QUEUE batches ahead (bounded memory; grep and its feeder wait when it is full)."""
 
-    QUEUE, BATCH = 8, 256
+    QUEUE, BATCH = 4, 256
 
     def __init__(self, grep: _Grep) -> None:
         self.grep = grep
@@ -990,25 +991,30 @@ class _Ahead:
         self.grep.close()
 
 
-def _split_point(f, start: int, limit: int | None) -> int | None:
-    """Where a range of at least SPLIT_MIN bytes is cut in two for two greps: just after the
-    first line end past its middle (None: too short, one worker, or no line end near it)."""
-    if WORKERS < 2:
-        return None
+def _pieces(f, start: int, limit: int | None) -> list[int]:
+    """Where a range is cut for WORKERS greps: just after the first line end past each
+    1/n-th of it, n such that each piece holds at least SPLIT_MIN / 2 bytes (no cut: [])."""
     fd = f.fileno()
-    stop = os.fstat(fd).st_size if limit is None else min(start + limit, os.fstat(fd).st_size)
-    if stop - start < SPLIT_MIN:
-        return None
-    at = start + (stop - start) // 2
-    for _ in range(64):  # up to 4 MiB past the middle
-        b = os.pread(fd, 1 << 16, at)
-        if not b:
-            return None
-        i = _first_sep(b)
-        if i >= 0:
-            return at + i + 1 if at + i + 1 < stop else None
-        at += len(b)
-    return None
+    size = os.fstat(fd).st_size
+    stop = size if limit is None else min(start + limit, size)
+    span = stop - start
+    n = min(WORKERS, span // max(1, SPLIT_MIN // 2)) if SPLIT_MIN > 0 else WORKERS
+    if n < 2 or span < 2:
+        return []
+    cuts: list[int] = []
+    for k in range(1, n):
+        at = max(start + span * k // n, cuts[-1] if cuts else start)
+        for _ in range(64):  # up to 4 MiB further: no line end there, no cut there
+            b = os.pread(fd, 1 << 16, at)
+            i = _first_sep(b) if b else -1
+            if i >= 0:
+                if at + i + 1 < stop:
+                    cuts.append(at + i + 1)
+                break
+            if not b:
+                break
+            at += len(b)
+    return sorted(set(cuts))
 
 
 def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
@@ -1016,10 +1022,10 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
     """_scan_range with grep finding the candidate lines; the same events, lines, order and
     file position afterwards. Raises NativeError (nothing added) when grep cannot be used.
 
-    A range of SPLIT_MIN bytes or more is cut at a line end near its middle and each half is
+    A range of SPLIT_MIN bytes or more is cut at line ends into up to WORKERS pieces, each
     searched by its own grep at the same time (grep's automaton is what bounds the speed);
-    the second half's lines are matched after the first's, in file order. When the deadline
-    stops the first half early, the second is dropped: what was read stays one stretch."""
+    the pieces' lines are matched one piece after the other, in file order. When the deadline
+    stops a piece early, the pieces after it are dropped: what was read stays one stretch."""
     patterns = _native_ok(matcher)
     start = f.tell()
     read = 0  # bytes before `start` that belong to this range (the resync)
@@ -1069,33 +1075,34 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
             meta[where] = (seg, seg - n_cr)
             groups.setdefault(raw.translate(NORM), []).append((where, raw))
 
-    mid = _split_point(f, start, limit)
-    first = second = ahead = None
+    cuts = _pieces(f, start, limit) if WORKERS > 1 else []
+    bounds = [start, *cuts]
+    greps: list[_Grep] = []
+    aheads: list[_Ahead] = []
+    got = crs = segs = 0  # bytes read, CRs in them, segments: the pieces matched so far
     try:
-        first = _Grep(f, start, limit if mid is None else mid - start, deadline, patterns)
-        if mid is not None:
-            second = _Grep(f, mid, None if limit is None else start + limit - mid, deadline,
-                           patterns)
-            ahead = _Ahead(second)
-        take(first.rows(), 0, 0, 0, first.crs)
-        segs = first.finish()
-        got, crs = first.feeder.read, first.feeder.crs
-        if second is not None and ahead is not None:
-            if got == mid - start:  # the first half was read to its end
-                take(ahead.rows(), got, segs, crs, second.crs)
-                segs += second.finish()
-                got, crs = got + second.feeder.read, crs + second.feeder.crs
+        for k, at in enumerate(bounds):
+            if k + 1 < len(bounds):
+                size: int | None = bounds[k + 1] - at
             else:
-                ahead.close()
+                size = None if limit is None else start + limit - at
+            greps.append(_Grep(f, at, size, deadline, patterns))
+            if k:
+                aheads.append(_Ahead(greps[-1]))
+        for k, g in enumerate(greps):
+            take(g.rows() if k == 0 else aheads[k - 1].rows(), got, segs, crs, g.crs)
+            segs += g.finish()
+            got, crs = got + g.feeder.read, crs + g.feeder.crs
+            if k + 1 < len(bounds) and start + got < bounds[k + 1]:
+                break  # the deadline stopped this piece: the ones after it are dropped
         flush()
     except (ValueError, OSError) as e:  # output not as expected: the Python path decides
         raise NativeError(f"reading {GREP}'s output failed: {e}") from None
     finally:
-        if ahead is not None:
-            ahead.close()
-        for g in (first, second):
-            if g is not None:
-                g.close()
+        for a in aheads:
+            a.close()
+        for g in greps:
+            g.close()
     for ev in events:
         col.add(ev)
     res.bytes_read += read + got
