@@ -182,6 +182,9 @@ def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
     print(f"   grep -c error:     {what}{gmbs:7.1f} MB/s ({med['gdt']:.2f} s, CPU "
           f"{med['gcpu']:.2f} s); gpualert/grep speed ratio {ratio:.3f} (CPU time ratio "
           f"{med['gcpu'] / max(med['cpu'], 1e-3):.3f})")
+    # the scanner's speed per CPU second (it and its greps): what a busy machine says least about
+    print(f"   per CPU second: gpualert {size / 1e6 / max(med['cpu'], 1e-3):.0f} MB, grep -c "
+          f"{size / 1e6 / max(med['gcpu'], 1e-3):.0f} MB")
     print(f"   target >= {TARGET[kind]} MB/s: {'met' if mbs >= TARGET[kind] else 'NOT met'}; "
           f"<= 100 MB RSS: {'met' if rss / 1024 <= 100 else 'NOT met'}", flush=True)
     return ok
@@ -199,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"bench_classify: unknown kind(s) {bad}; known: {', '.join(GEN)}", file=sys.stderr)
         return 2
+    sys.path.insert(0, str(REPO))
+    from gpualert_slurm.classify import scan  # the settings the child scanner has too
+
+    workers, split = getattr(scan, "WORKERS", 1), getattr(scan, "SPLIT_MIN", 0)
+    print(f"scanner: grep {scan.GREP}, up to {workers} grep(s) per range of "
+          f">= {split >> 20} MiB (GPUALERT_SCAN_WORKERS), {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
     ok = True
     with tempfile.TemporaryDirectory(prefix="gpualert-bench-") as d:
         for kind in kinds:
