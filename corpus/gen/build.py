@@ -99,6 +99,9 @@ def variant_case(root: Path, c: dict, base_labels: dict[str, dict]) -> dict | No
 
 def synth_case(root: Path, c: dict) -> dict:
     d = case_dir(root, c["id"])
+    if c["synth"].startswith("s4_"):  # holdout4's composers
+        from corpus.gen import synthetic4
+        return synthetic4.build(root, d, c)
     return synthetic.build(root, d, c)
 
 
