@@ -729,6 +729,37 @@ def fork_lock() -> None:
         say(f"batch {b.sum().item()}")
 
 
+# ---------------------------------------------------------------- node_failure
+
+def ray_far_task() -> None:
+    import ray
+    ray.init(address=ARG)
+    say("cluster nodes alive:", len([n for n in ray.nodes() if n["Alive"]]))
+
+    @ray.remote(resources={"far": 1}, max_retries=0)
+    def shard(i):
+        for _ in range(1000):
+            time.sleep(0.5)
+        return i
+
+    say("scheduling shard 3 of the preprocessing on the far node")
+    say(ray.get(shard.remote(3), timeout=120))
+
+
+def reap_cwd() -> None:
+    """Cleanup, not a case: SIGKILL the processes started from this directory (a local Ray
+    cluster's daemons), by pid, sparing this process and its parent shell."""
+    here = os.getcwd()
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) in (os.getpid(), os.getppid()):
+            continue
+        try:
+            if os.readlink(f"/proc/{p}/cwd") == here:
+                os.kill(int(p), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 # ---------------------------------------------------------------- misc
 
 def sleep_print() -> None:
