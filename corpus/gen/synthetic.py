@@ -108,6 +108,20 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
                       "list of allocated tensors when OOM happens, add report_tensor_allocations_"
                       "upon_oom to RunOptions for current allocation info.\n [Op:__inference_train_"
                       "function_4121]"))
+    elif style == "xla_gpu_alloc":
+        # XLA's older GPU buffer path (MaybeOwningGpuMemory::AllocateShared) words it like the
+        # CPU client: ResourceExhausted("Out of memory allocating %d bytes."); the device lines
+        # JAX / XLA log at start say it is a GPU
+        dev = (f"I0412 09:1{rng.randrange(10)}:2{rng.randrange(10)}.{rng.randrange(10**5, 10**6)}"
+               f"  {rng.randrange(1000, 99999)} pjrt_client.cc:583] Addressable PjRt-IFRT "
+               f"device: CudaDevice(id={dev})" if p.get("device") != "streamexec" else
+               f"I0412 09:14:02.{rng.randrange(10**5, 10**6)}  {rng.randrange(1000, 99999)} "
+               f"service.cc:153]   StreamExecutor device ({dev}): NVIDIA A100-SXM4-80GB, "
+               "Compute Capability 8.0")
+        return dev + "\n" + _tb(
+            rng, [("/home/u/train_flax.py", "<module>", "params = model.init(key, batch)")],
+            "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating "
+            f"{rng.randrange(10**9, 9 * 10**10)} bytes.")
     elif style == "jax":
         return _tb(rng, [("/home/u/jax_train.py", "<module>", "state, m = train_step(state, b)")],
                    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while "
