@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import weakref
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -311,7 +312,8 @@ def _required(events: list[Event]) -> list[Event]:
     return out
 
 
-_SWITCHED: dict[tuple[int, str], Any] = {}  # (id of a rule, class) -> that rule as the class
+# rule -> {class: that rule with the class}; weak keys: rule sets reloaded (site rules) go away
+_SWITCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _resolve_if_seen(scans: list[ScanResult]) -> None:
@@ -323,10 +325,10 @@ def _resolve_if_seen(scans: list[ScanResult]) -> None:
         for i, e in enumerate(s.events):
             sw = e.rule.if_seen
             if sw is not None and sw[0] in seen and sw[1] != e.rule.cls:
-                key = (id(e.rule), sw[1])
-                if key not in _SWITCHED:
-                    _SWITCHED[key] = dataclasses.replace(e.rule, cls=sw[1])
-                s.events[i] = dataclasses.replace(e, rule=_SWITCHED[key])
+                alt = _SWITCHED.setdefault(e.rule, {})
+                if sw[1] not in alt:
+                    alt[sw[1]] = dataclasses.replace(e.rule, cls=sw[1])
+                s.events[i] = dataclasses.replace(e, rule=alt[sw[1]])
 
 
 class _Ctx:
