@@ -92,6 +92,23 @@ def tf_ragged() -> None:
         say(b)
 
 
+def caught_exit0() -> None:
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        stream=sys.stdout)
+    log = logging.getLogger("train")
+    vocab = {"<pad>": 0, "cat": 1, "dog": 2}
+    batches = [["cat", "dog"], ["dog", "dog"], ["cat", "cat"], ["cat", "bird"]]
+    try:
+        for epoch, batch in enumerate(batches):
+            ids = [vocab[w] for w in batch]
+            log.info("epoch %d: %d tokens, loss %.3f", epoch, len(ids), 1.0 / (epoch + 1))
+    except Exception:
+        log.exception("epoch %d failed, giving up", epoch)
+        return
+    log.info("all epochs done")
+
+
 # ---------------------------------------------------------------- file_not_found
 
 def tokenizer_missing() -> None:
@@ -304,6 +321,30 @@ def tf_no_gpu_ok() -> None:
         x = tf.linalg.matmul(x, x) / 256.0
         say(f"matmul round {i}: mean {float(tf.reduce_mean(x)):.5f}")
     say("benchmark done")
+
+
+def ds_init() -> None:
+    import deepspeed
+    import torch
+    say(f"deepspeed {deepspeed.__version__}, torch {torch.__version__}")
+    m = torch.nn.Linear(64, 64)
+    cfg = {"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}
+    deepspeed.initialize(model=m, model_parameters=m.parameters(), config=cfg)
+
+
+def _square(v: int) -> int:
+    if v == 37:  # this worker is SIGKILLed mid-task, as the kernel's OOM killer would
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.01)
+    return v * v
+
+
+def pool_worker_lost() -> None:
+    import multiprocessing as mp
+    warmup("pool-features", 2)
+    with mp.get_context("fork").Pool(4) as pool:
+        say("scoring 64 items on 4 processes")
+        say(sum(pool.map(_square, range(64), chunksize=4)))
 
 
 def tf_memory_growth() -> None:
