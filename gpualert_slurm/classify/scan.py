@@ -974,9 +974,10 @@ class _Grep:
 
 class _Ahead:
     """A thread reading a _Grep's rows while the lines before its range are matched: at most
-    QUEUE batches ahead (bounded memory; grep and its feeder wait when it is full)."""
+    QUEUE batches of BATCH rows or BATCH_BYTES ahead (at most about 9 MiB; then grep and its
+    feeder wait: only a log with that many candidate lines, bound by Python anyway)."""
 
-    QUEUE, BATCH = 4, 256
+    QUEUE, BATCH, BATCH_BYTES = 128, 256, 64 << 10
 
     def __init__(self, grep: _Grep) -> None:
         self.grep = grep
@@ -989,11 +990,13 @@ class _Ahead:
     def _run(self) -> None:
         try:
             batch: list = []
+            size = 0
             for row in self.grep.rows():
                 batch.append(row)
-                if len(batch) >= self.BATCH:
+                size += len(row[2])
+                if len(batch) >= self.BATCH or size >= self.BATCH_BYTES:
                     self._put(batch)
-                    batch = []
+                    batch, size = [], 0
             self._put(batch)
         except BaseException as e:  # raised again by rows() in the scanning thread
             self.error = e
