@@ -209,7 +209,7 @@ def test_grep_lets_through_every_line_a_rule_matches(tmp_path):
     assert len(want) > 50
     src = tmp_path / "lines.log"
     src.write_bytes(b"\n".join(lines) + b"\n")
-    cmd = [scan.GREP, "-a", "-E", "-i"]
+    cmd = [scan.GREP, *scan.GREP_MATCH]
     for p in scan.grep_patterns(rules):
         cmd += ["-e", p]
     out = subprocess.run([*cmd, str(src)], capture_output=True, env=dict(os.environ, LC_ALL="C"),

@@ -1,18 +1,20 @@
 """Streaming scan of one log: fixed memory, any size, any bytes.
 
 Which lines are looked at in Python. A file of at least NATIVE_MIN bytes (1 MiB) is searched by
-GNU grep (`LC_ALL=C grep -a -b -n -E -i`, fed through a pipe, see _scan_range_native): its
+GNU grep (`LC_ALL=C grep -a -b -n -E`, fed through a pipe, see _scan_range_native): its
 patterns are the rules' own regexes translated to EREs that match at least every line the regex
 matches (literals, ASCII classes and repeats kept; lookarounds, anchors and what cannot be
-translated left out; each starts at its least common character, see _rare_start), so grep
-prints only the lines a rule can match - on a log where every line holds a common word ("error
-rate 0.01", NCCL_DEBUG=INFO's "NCCL") almost none. Python then matches those lines with the
-rules as below, and gets the same events, line numbers and line order as its own path
-(tests/test_scan_native.py). grep's automaton is what bounds the speed (about 250-300 MB/s a
-core over some 380 patterns on a training log): a range of at least SPLIT_MIN (32 MiB) is cut
-at line ends into up to WORKERS pieces (one per CPU, at most 4), each searched by its own grep
-at the same time. When grep is missing or fails, the range is scanned in Python,
-ScanResult.engine says so and a warning is logged; GPUALERT_SCAN_NATIVE=0 turns grep off.
+translated left out; case-sensitive where the rule is; each starts at a literal and at its
+rarest character, see _spread and _rare_start: grep's automaton is fast only between pattern
+starts), so grep prints only the lines a rule can match - on a log where every line holds a
+common word ("error rate 0.01", NCCL_DEBUG=INFO's "NCCL") almost none. Python then matches
+those lines with the rules as below, and gets the same events, line numbers and line order as
+its own path (tests/test_scan_native.py). grep's automaton is what bounds the speed (some
+350 MB/s a core over about 390 patterns on a training log): a range of at least SPLIT_MIN
+(32 MiB) is cut at line ends into up to WORKERS pieces (one per CPU, at most 4), each searched
+by its own grep at the same time. When grep is missing or fails, the range is scanned in
+Python, ScanResult.engine says so and a warning is logged; GPUALERT_SCAN_NATIVE=0 turns grep
+off.
 
 The Python path (smaller files, and the fallback): each chunk is normalised with one
 `bytes.translate` (every digit -> '0', CR -> LF) and split into segments; a training log is
@@ -607,14 +609,15 @@ NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # sm
 # a hook may run with a bare PATH: Debian's grep is /usr/bin/grep (/bin/grep, merged /usr)
 GREP = os.environ.get("GPUALERT_SCAN_GREP") or shutil.which("grep") or "/usr/bin/grep"
 BLOCK = 1 << 20
+GREP_MATCH = ("-a", "-E")  # case-sensitive: a rule that ignores case has [xX] classes
 # grep's multi-pattern automaton bounds the speed (about 250 MB/s a core): a range of at least
 # SPLIT_MIN bytes is cut in up to WORKERS pieces (at least SPLIT_MIN / 2 each), each searched
 # by its own grep at the same time; at most 4, so a node's next job keeps its CPUs
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 WORKERS = min(4, int(os.environ.get("GPUALERT_SCAN_WORKERS", "0") or 0) or _CPUS)
 SPLIT_MIN = int(os.environ.get("GPUALERT_SCAN_SPLIT_MIN", str(32 << 20)))
-# characters whose lower() holds an ASCII letter (match() lower-cases str, grep -i only ASCII)
-# (re's IGNORECASE and str.lower() match them to ASCII letters; grep -i in the C locale does not)
+# characters whose lower() holds an ASCII letter (re's IGNORECASE and str.lower() match them to
+# ASCII letters; grep's [xX] classes in the C locale do not): lines holding them always print
 _FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
 
 
@@ -622,9 +625,11 @@ class NativeError(RuntimeError):
     """grep could not be used for a range; the caller scans it in Python."""
 
 
-def _ere_char(ch: str) -> str:
+def _ere_char(ch: str, icase: bool = False) -> str:
     if ch == "/":
         return "[/\\]"  # clean_text reads "\" as "/"
+    if icase and ch.isascii() and ch.isalpha():
+        return f"[{ch.lower()}{ch.upper()}]"
     if ch.isalnum() or ch == " ":
         return ch
     return {"]": "[]]", "^": "\\^", "\\": "[\\]"}.get(ch, f"[{ch}]")
@@ -646,11 +651,12 @@ def _bracket(neg: bool, chars: set[str], ranges: list[str]) -> str:
     return "[" + ("^" if neg else "") + body + "]"
 
 
-def _ere_class(op: str, av) -> tuple[str, bool] | None:
+def _ere_class(op: str, av, icase: bool = False) -> tuple[str, bool] | None:
     """A one-character regex item as a byte class, and whether it may match a non-ASCII
-    character (then it takes 1 to 4 bytes); None: not a one-character item."""
+    character (then it takes 1 to 4 bytes); None: not a one-character item. `icase`: the
+    regex ignores case here (grep does not: both cases are in the class)."""
     if op == "LITERAL":
-        return (_ere_char(chr(av)), False) if av < 128 else ("[" + _HI + "]", True)
+        return (_ere_char(chr(av), icase), False) if av < 128 else ("[" + _HI + "]", True)
     if op == "NOT_LITERAL":
         return (_bracket(True, {chr(av)}, []), True) if av < 128 else (".", True)
     if op == "ANY":
@@ -664,11 +670,15 @@ def _ere_class(op: str, av) -> tuple[str, bool] | None:
             neg = True
         elif name == "LITERAL" and iav < 128:
             chars.add(chr(iav))
+            if icase and not neg:
+                chars |= {chr(iav).lower(), chr(iav).upper()}
         elif name == "RANGE" and iav[1] < 128:
             lo, hi = chr(iav[0]), chr(iav[1])
             if lo in "]^-\\" or hi in "]^-\\":
                 return ".", True  # an odd range: any character (more, never less)
             ranges.append(lo + "-" + hi)
+            if icase and not neg and any(c.isalpha() for c in map(chr, range(iav[0], iav[1] + 1))):
+                ranges += ["a-z", "A-Z"]  # (a negated class stays: it excludes less)
         elif name == "CATEGORY" and str(iav) in _CATEGORY:
             ranges.append(_CATEGORY[str(iav)])
             wide = True
@@ -681,30 +691,37 @@ def _ere_class(op: str, av) -> tuple[str, bool] | None:
     return _bracket(False, chars, ranges), wide
 
 
-def _ere_seq(items, top: bool = False) -> str:
-    """An ERE (for LC_ALL=C grep -E -i, over a line's raw bytes) matching at least every text
+def _icase(icase: bool, group) -> bool:
+    """Whether a group ignores case: (?i:...) turns it on, (?-i:...) off."""
+    add, drop = group[1], group[2]
+    return bool((icase or add & re.IGNORECASE) and not drop & re.IGNORECASE)
+
+
+def _ere_seq(items, top: bool = False, icase: bool = False) -> str:
+    """An ERE (for LC_ALL=C grep -E, over a line's raw bytes) matching at least every text
     the parsed regex sequence matches: literals, ASCII classes and repeats as they are; a
     class that may match a non-ASCII character as 1 to 4 bytes; zero-width items dropped, what
     is not translated (back-references) as ".*". `top`: the whole pattern, searched anywhere
     in a line: what comes before its first and after its last literal part is left off (more
-    lines match, never fewer; grep's automaton is much faster without leading classes)."""
+    lines match, never fewer; grep's automaton is much faster without leading classes).
+    `icase`: the regex ignores case (letters become [xX]; inline (?i:...) groups too)."""
     out: list[tuple[str, bool]] = []  # (ERE, a literal part: a char or a group of them)
     for op, av in items:
         name = str(op)
-        one = _ere_class(name, av)
+        one = _ere_class(name, av, icase)
         if one is not None:
             out.append((one[0] + ("{1,4}" if one[1] else ""), name == "LITERAL" and av < 128))
         elif name == "SUBPATTERN":
-            inner = _ere_seq(list(av[-1]))
+            inner = _ere_seq(list(av[-1]), icase=_icase(icase, av))
             if inner:
                 out.append(("(" + inner + ")", True))
         elif name in ("MAX_REPEAT", "MIN_REPEAT"):
             lo, hi, body = av[0], av[1], list(av[2])
-            one = _ere_class(str(body[0][0]), body[0][1]) if len(body) == 1 else None
+            one = _ere_class(str(body[0][0]), body[0][1], icase) if len(body) == 1 else None
             if one is not None:
                 item, wide = one
             else:
-                inner = _ere_seq(body)
+                inner = _ere_seq(body, icase=icase)
                 if not inner:
                     continue
                 item, wide = "(" + inner + ")", False
@@ -713,7 +730,7 @@ def _ere_seq(items, top: bool = False) -> str:
             else:  # an unbounded, long or byte-width-varying repeat: at least as many
                 out.append((item + ("*" if lo == 0 else "+"), False))
         elif name == "BRANCH":
-            alts = [_ere_seq(list(alt)) for alt in av[1]]
+            alts = [_ere_seq(list(alt), icase=icase) for alt in av[1]]
             if all(alts):
                 out.append(("(" + "|".join(alts) + ")", True))
         elif name in ("AT", "ASSERT", "ASSERT_NOT"):
@@ -726,55 +743,109 @@ def _ere_seq(items, top: bool = False) -> str:
     return "".join(e for e, _ in out)
 
 
-# The printable characters of training logs from the most common (lower-cased; counted over the
-# corpus's logs). grep's automaton runs fast while it stays in its start state and slowly from
-# each byte that can start a pattern, so a pattern is given to grep from its rarest character
-# on (the rest of it is a superset: Python decides), as long as CUT_KEEP letters and digits
-# are left (grep still prints few lines: 2 % more over the corpus's logs, 15-20 % less time).
-_COMMON = " esotral0inc.1p2/34:d6'5m^h7u8,g9=_|f][-kbywv\"(){}x>z*<q+#`~j\\%&"
+# The printable characters of training logs from the most common (counted over the corpus's
+# logs). grep's automaton runs fast while it stays in its start state and slowly from each byte
+# that can start a pattern, so a pattern is given to grep from its rarest character on (the
+# rest of it is a superset: Python decides), as long as CUT_KEEP letters and digits are left
+# (grep still prints few lines); uppercase letters are rare, and grep is case-sensitive where
+# the rule is.
+_COMMON = (" seotr0al.i1ncp2/34:6'5d^mh78,u9g=_|][-kbfywIv\"E()CNT{}FLGAUxDR>BSPO*W<zqZ+#`~MHVj"
+           "\\%&KX;!YJ@?Q")
 CUT_KEEP = 8
 
 
-def _rare_start(items: list) -> list:
-    """The parsed regex sequence from its least common top-level literal character on, keeping
-    at least CUT_KEEP letters and digits (a pattern that is one group: its inside)."""
+def _rank(ch: str, icase: bool) -> int:
+    """How rare a character is in logs (higher: rarer); either case counts when ignored."""
+    ranks = [_COMMON.find(c) for c in ({ch.lower(), ch.upper()} if icase else {ch})]
+    return min(len(_COMMON) if r < 0 else r for r in ranks)
+
+
+def _rare_start(items: list, icase: bool) -> tuple[list, bool]:
+    """The parsed regex sequence from its rarest top-level literal character on, keeping at
+    least CUT_KEEP letters and digits (a pattern that is one group: its inside); and whether
+    that ignores case."""
     while len(items) == 1 and str(items[0][0]) == "SUBPATTERN":
+        icase = _icase(icase, items[0][1])
         items = list(items[0][1][-1])
     left = sum(1 for op, av in items if str(op) == "LITERAL" and av < 128 and chr(av).isalnum())
-    best, rarest = 0, -1
+    # an unbounded repeat after the start keeps the automaton out of its start state to the
+    # line's end: a start past the last one is better than a rarer character before it
+    loops = [i for i, (op, av) in enumerate(items)
+             if str(op) in ("MAX_REPEAT", "MIN_REPEAT") and av[1] == sre_parse.MAXREPEAT]
+    best, rarest = 0, (-1, -1)
     for i, (op, av) in enumerate(items):
         if str(op) != "LITERAL" or av >= 128:
             continue
         if left < CUT_KEEP:
             break
-        rank = _COMMON.find(chr(av).lower())
-        rank = len(_COMMON) if rank < 0 else rank  # not in the list: rarer than all of it
+        rank = (not loops or i > loops[-1], _rank(chr(av), icase))
         if rank > rarest:
             best, rarest = i, rank
         if chr(av).isalnum():
             left -= 1
-    return items[best:]
+    while best + 1 < len(items) and items[best] == (sre_parse.LITERAL, ord(" ")):
+        best += 1  # the most common byte of all: never where grep's patterns start
+    return items[best:], icase
+
+
+def _spread(items: list, icase: bool, budget: int = 16) -> list[tuple[list, bool]]:
+    """The parsed regex sequence as one or more sequences, one of which every match holds,
+    whose heads are literal where the regex's is not: what leads without being needed (zero
+    width, optional, a class) is left off, a leading repeated group is taken once (its last
+    time), and a leading alternation is spread over its alternatives (at most `budget`)."""
+    while items:
+        op, av = items[0]
+        name = str(op)
+        if name == "SUBPATTERN":
+            inner = list(av[-1])
+            if _icase(icase, av) != icase:
+                break
+            if len(inner) == 1 and str(inner[0][0]) == "BRANCH":
+                items = [inner[0], *items[1:]]
+                continue
+            items = inner + items[1:]
+        elif name == "BRANCH":
+            alts = av[1]
+            if any(not _spread([*alt], icase)[0][0] for alt in alts):
+                items = items[1:]  # an alternative needs nothing: the rest alone is searched
+                continue
+            if len(alts) > budget:
+                break
+            out: list[tuple[list, bool]] = []
+            for alt in alts:
+                out += _spread([*alt, *items[1:]], icase, budget // len(alts))
+            return out
+        elif name in ("MAX_REPEAT", "MIN_REPEAT") and av[0] >= 1:
+            items = [*av[2], *items[1:]]
+        elif name == "LITERAL":
+            break
+        else:  # zero width, optional, a class: not needed by a search for the rest
+            items = items[1:]
+    return [(items, icase)]
 
 
 def grep_patterns(rules: list[Rule]) -> list[bytes]:
-    """EREs (for LC_ALL=C grep -E -i) of which one matches every line a pattern of `rules` can
-    match after clean_text: per pattern, its literal parts in order joined by ".*" (case and
-    the rest of the regex left to Python), or, when those are too short, the pattern's own
+    """EREs (for LC_ALL=C grep -E, GREP_MATCH) of which one matches every line a pattern of
+    `rules` can match after clean_text: per pattern, its literal parts in order joined by ".*"
+    (the rest of the regex left to Python), or, when those are too short, the pattern's own
     prefilter literals (digits as [0-9], "error\n" as "error" then no letter or digit). Lines
     holding what clean_text removes or a character whose case folds to ASCII are always
     candidates."""
     out = {b"[*][*]", b"`", b"\x1b", b"\x08"} | {c.encode() for c in _FOLDS_TO_ASCII}
     for r in rules:
         for i, pat in enumerate(r.patterns):
-            ere = _ere_seq(_rare_start(list(sre_parse.parse(pat.pattern, pat.flags))), top=True)
-            if len(re.sub(r"[^A-Za-z]", "", ere)) >= MIN_LITERAL:
-                out.add(ere.encode("latin-1"))
+            heads = _spread(list(sre_parse.parse(pat.pattern, pat.flags)),
+                            bool(pat.flags & re.IGNORECASE))
+            eres = [_ere_seq(cut, top=True, icase=ic)
+                    for cut, ic in (_rare_start(items, icase) for items, icase in heads)]
+            if all(len(re.sub(r"[^A-Za-z]", "", ere)) >= MIN_LITERAL for ere in eres):
+                out.update(ere.encode("latin-1") for ere in eres)
                 continue
             for lit in r.plits[i] if i < len(r.plits) else ():
                 at_end = lit.endswith("\n")
                 body = lit.rstrip("\n").lstrip(" ") or lit.rstrip("\n")
-                rx = "".join("[0-9]" if ch == "0" else _ere_char(ch) if ch.isascii() else "."
-                             for ch in body)
+                rx = "".join("[0-9]" if ch == "0" else _ere_char(ch, True) if ch.isascii()
+                             else "." for ch in body)  # (lower-cased: either case)
                 out.add((rx + ("[^A-Za-z0-9]*$" if at_end else "")).encode())
     return sorted(out)
 
@@ -907,7 +978,7 @@ class _Grep:
     def __init__(self, f, pos: int, limit: int | None, deadline: float | None,
                  patterns: list[bytes]) -> None:
         self.sentinel = b"gpualert-scan-end-" + os.urandom(12).hex().encode()
-        cmd = [GREP, "-a", "-b", "-n", "-E", "-i"]
+        cmd = [GREP, *GREP_MATCH, "-b", "-n"]
         for p in [*patterns, self.sentinel]:
             cmd += ["-e", p]
         try:
