@@ -336,7 +336,9 @@ def test_batch_log_alone_does_not_name_rank_0(tmp_path):
 
 def test_budget_bounds_a_candidate_rich_log_and_still_reads_its_end(tmp_path):
     log = tmp_path / "big.log"
-    words = ["error", "timeout", "nccl", "memory", "failed", "killed"]
+    # capitalised: grep's patterns are case-sensitive where the rules are, and every one of
+    # these lines must reach Python (lower-case words are left out by grep, and fast)
+    words = ["Error", "Timeout", "NCCL", "Memory", "Failed", "Killed"]
     with open(log, "w") as f:
         for i in range(300_000):
             f.write(f"step {i} worker {i % 89} {words[i % 6]} rate 0.{i % 97:02d} "
