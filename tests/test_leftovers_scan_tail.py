@@ -1,19 +1,9 @@
-"""Known weakness of the scanner (gpualert_slurm/classify/scan.py, owned by the scanner's
-helper this session): a line longer than LINE_CAP (8 KiB) is matched on its first LINE_CAP
-bytes only, in both engines, so whatever ends such a line is never seen. A NUL run (a sparse or
+"""A line longer than LINE_CAP (8 KiB) is matched on its first LINE_CAP bytes, else on its last
+LINE_CAP (NULs dropped), in both engines (gpualert_slurm/classify/scan.py). A NUL run (a sparse or
 preallocated log, a log truncated under a writer that keeps its offset) has no newline, so the
-crash line written right after it is lost: 1 GiB, 64 MiB or 100 KiB of NULs, then
-`torch.OutOfMemoryError ...`, is classified `unknown`. The same for any long newline-free run
-(a base64 blob, a progress bar without CR).
-
-Strict xfail: these turn red (XPASS) when the scanner also matches the end of a long line;
-then drop the marker. The proposed change (leftover 6 of the last closing note; a patch was
-handed to the scanner's owner): a line longer than LINE_CAP is matched on its first LINE_CAP
-bytes, else on its last LINE_CAP (NULs dropped, the event text its end), in both engines:
-_Matcher.match splits a capped line (head + tail, at most 2 x LINE_CAP); the Python path keeps
-a rolling tail while it skips a long line and matches head + tail at the line's end; grep's
-feeder feeds the rolling tail just before the separator (the skip list maps it back) and the
-reader keeps a long row's start and end. Same verdicts on every eval set; no cost measured.
+crash line written right after it ends a very long line: before this, 1 GiB, 64 MiB or 100 KiB
+of NULs then `torch.OutOfMemoryError ...` was classified `unknown`. The same for any long
+newline-free run (a base64 blob, a progress bar without CR).
 """
 
 from __future__ import annotations
@@ -39,8 +29,6 @@ def classify(log: Path, native: bool) -> dict:
     return json.loads(p.stdout)
 
 
-@pytest.mark.xfail(strict=True, reason="known: scan.py matches only the first LINE_CAP bytes "
-                   "of a long line, so what ends it is never seen (this file's docstring)")
 @pytest.mark.parametrize("native", [True, False], ids=["grep", "python"])
 @pytest.mark.parametrize("prefix", [
     b"step 1 loss=0.31\n" + b"\0" * (2 << 20),   # a NUL hole, then the crash on the same line

@@ -38,7 +38,8 @@ TAIL_BYTES (64 MiB), or less when the rest of the budget would not read that muc
 measured so far, and the middle is skipped. The whole scan takes BUDGET_S plus at most one slow
 chunk (or grep block) and the file's last END_BYTES (256 KiB), which are always read. Line
 numbers after a jump or a budget stop are unknown (null). A line longer than LINE_CAP is matched
-on its first LINE_CAP bytes; the rest is skipped without being buffered (grep is not fed it).
+on its first LINE_CAP bytes, else on its last LINE_CAP (a crash line glued after a NUL hole or a
+blob ends such a line); the middle is skipped without being buffered (grep is not fed it).
 Environment overrides: GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S,
 GPUALERT_SCAN_NATIVE (0: no grep), GPUALERT_SCAN_NATIVE_MIN (bytes), GPUALERT_SCAN_GREP (path),
 GPUALERT_SCAN_WORKERS (1: one grep per range), GPUALERT_SCAN_SPLIT_MIN (bytes).
@@ -246,6 +247,13 @@ class _Matcher:
         return not any(g in low for g, name in self.gates if name in self.digit_gates)
 
     def match(self, raw: bytes) -> tuple[Rule, str | None, str, Hit] | None:
+        if len(raw) > LINE_CAP:  # a long line, _capped: its start, else its end
+            got = self.match(raw[:LINE_CAP])
+            if got is None:  # its end, without the NULs of a hole before it
+                got = self.match(raw[LINE_CAP:][-LINE_CAP:].replace(b"\0", b""))
+                if got is not None and len(got[2]) > 500:  # events keep 500: the end matched
+                    got = (got[0], got[1], "\u2026" + got[2][-499:], got[3])
+            return got
         if raw in self.cache:
             got = self.cache[raw]
             return None if got is None else (got[0], got[1], _decode(raw), got[2])
@@ -287,6 +295,19 @@ class Hit:
     view: LineView
     ref_rank: int | None
     ref_node: str | None
+
+
+def _capped(line: bytes) -> bytes:
+    """What of a line is matched: all of it up to 2 x LINE_CAP, else its first and its last
+    LINE_CAP bytes (_Matcher.match tries the first, then the rest)."""
+    return line if len(line) <= 2 * LINE_CAP else line[:LINE_CAP] + line[-LINE_CAP:]
+
+
+def _roll(tail: bytes, more: bytes) -> bytes:
+    """The last LINE_CAP bytes of tail + more, without copying a long `more` whole."""
+    if len(more) >= LINE_CAP:
+        return more[-LINE_CAP:]
+    return (tail + more)[-LINE_CAP:]
 
 
 def _decode(raw: bytes) -> str:
@@ -401,6 +422,8 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
     order = order_base
     carry = b""
     skipping = resync  # after a seek we are mid-line: drop up to the first newline
+    long_head: bytes | None = None  # skipping a long line: its first LINE_CAP bytes
+    tail = b""  # ... and the last LINE_CAP bytes skipped so far (matched at its end)
     left = limit
     size = CHUNK  # shrinks when a chunk is slow (candidate-rich lines), so the deadline holds
     while left is None or left > 0:
@@ -415,7 +438,14 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
         if skipping:
             cut = _first_sep(chunk)
             if cut < 0:
+                if long_head is not None:
+                    tail = _roll(tail, chunk)
                 continue
+            if long_head is not None:
+                line = long_head + _roll(tail, chunk[:cut])
+                lines, order = _scan_body(line + b"\n", len(line) + 1, lines, order, line_base,
+                                          col, matcher, res.path, count=False)
+                long_head, tail = None, b""
             lines += chunk.count(b"\n", 0, cut + 1)
             chunk = chunk[cut + 1 :]
             skipping = False
@@ -425,9 +455,9 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
             lines, order = _scan_body(buf, end, lines, order, line_base, col, matcher, res.path)
         rest = buf[end:]
         if len(rest) > LINE_CAP:
-            # a line without end in sight: match its first LINE_CAP bytes, skip the rest
-            lines, order = _scan_body(rest[:LINE_CAP] + b"\n", LINE_CAP + 1, lines, order,
-                                      line_base, col, matcher, res.path, count=False)
+            # a line without end in sight: keep its first LINE_CAP bytes and the last LINE_CAP
+            # read so far, skip the rest; it is matched at its end (_capped)
+            long_head, tail = rest[:LINE_CAP], rest[LINE_CAP:][-LINE_CAP:]
             carry = b""
             skipping = True
         else:
@@ -441,6 +471,10 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
         lines, order = _scan_body(carry + b"\n", len(carry) + 1, lines, order, line_base, col,
                                   matcher, res.path)
     elif skipping:
+        if long_head is not None:
+            line = long_head + tail
+            lines, order = _scan_body(line + b"\n", len(line) + 1, lines, order, line_base,
+                                      col, matcher, res.path, count=False)
         lines += 1
     if line_base is not None:
         res.lines += lines
@@ -480,7 +514,7 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
             continue
         matched = 0
         for p in _positions(normed, s):
-            got = matcher.match(buf[p : p + min(len(s), LINE_CAP)])
+            got = matcher.match(_capped(buf[p : p + len(s)]))
             if got is not None:
                 found.append((p, got))
                 matched += 1
@@ -489,7 +523,7 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
                     # its last occurrence in this chunk are evidence enough
                     last = normed.rfind(b"\n" + s + b"\n") + 1
                     if last > p:
-                        got = matcher.match(buf[last : last + min(len(s), LINE_CAP)])
+                        got = matcher.match(_capped(buf[last : last + len(s)]))
                         if got is not None:
                             found.append((last, got))
                     break
@@ -522,15 +556,15 @@ def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> 
         while m is not None:
             p = m.start()
             start = low.rfind(b"\n", 0, p) + 1
-            if p - start < LINE_CAP:
-                starts.append(start)
             line_end = low.find(b"\n", p)  # the rest of this line is a candidate already
+            if p - start < LINE_CAP or (line_end if line_end != -1 else end) - p <= LINE_CAP:
+                starts.append(start)  # in the part of a long line that is matched
             m = search(low, line_end + 1) if line_end != -1 else None
     groups: dict[bytes, list[tuple[int, bytes]]] = {}
     for start in sorted(set(starts)):
         stop = low.find(b"\n", start)
         groups.setdefault(normed[start:stop], []).append(
-            (start, buf[start : min(stop, start + LINE_CAP)]))
+            (start, _capped(buf[start:stop])))
     return _pick(groups, matcher)
 
 
@@ -890,6 +924,7 @@ class _Feeder:
     def _feed(self) -> None:
         since = 0  # bytes of the current segment fed so far
         cutting = False  # in a segment longer than LINE_CAP: skip to its end
+        tail = b""  # the last LINE_CAP bytes skipped of that segment: fed at its end (_capped)
         skipped = 0
         write = self.pipe.write
         left = self.limit
@@ -921,11 +956,14 @@ class _Feeder:
                     self.fed += keep
                     self.last = block[keep - 1 : keep]
                 if first_sep < 0:
+                    tail = _roll(tail, block[keep:])
                     skipped += len(block) - keep
                     since, cutting = LINE_CAP, True
                     continue
+                tail = _roll(tail, block[keep:first_sep])
                 skipped += first_sep - keep
-                self.skips.append((self.fed, skipped))
+                self._feed_tail(write, tail, skipped)
+                tail = b""
                 cutting = False
                 block = block[first_sep:]
             last_sep = block.rfind(b"\n")
@@ -933,7 +971,18 @@ class _Feeder:
             write(block)
             self.fed += len(block)
             self.last = block[-1:]
+        if cutting:  # the range ends inside a long line: its end as far as read
+            self._feed_tail(write, tail, skipped)
         write(b"\n" + self.sentinel + b"\n")
+
+    def _feed_tail(self, write, tail: bytes, skipped: int) -> None:
+        """Feed the end of a cut segment (the `tail` bytes just before where the segment was
+        left, `skipped` counting them): what follows maps back past what was not fed."""
+        self.skips.append((self.fed, skipped - len(tail)))
+        if tail:
+            write(tail)
+            self.fed += len(tail)
+            self.last = tail[-1:]
 
     def file_offset(self, stream: int) -> int:
         """Offset in the file (from self.pos) of a stream offset grep reports."""
@@ -1000,19 +1049,22 @@ class _Grep:
         out = self.proc.stdout
         assert out is not None
         while True:
-            row = out.readline(LINE_CAP + 64)
+            row = out.readline(2 * LINE_CAP + 64)
             if not row:
                 return
-            if not row.endswith(b"\n"):  # longer than a capped segment: drop the rest unread
+            if not row.endswith(b"\n"):  # a long line: its start and its end (_capped)
+                end = b""
                 while True:
                     more = out.readline(1 << 16)
+                    end = _roll(end, more)
                     if not more or more.endswith(b"\n"):
                         break
+                row += end
             a = row.index(b":")
             b = row.index(b":", a + 1)
             seg = int(row[:a]) - 1
             stream = int(row[a + 1 : b])
-            raw = row[b + 1 :].rstrip(b"\n")
+            raw = _capped(row[b + 1 :].rstrip(b"\n"))
             if raw == self.sentinel and stream == self.feeder.fed + 1:
                 self.lines_total = seg
                 continue
@@ -1175,7 +1227,6 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
             if k != chunk_no:
                 flush()
                 chunk_no = k
-            raw = raw[:LINE_CAP]
             meta[where] = (seg, seg - n_cr)
             groups.setdefault(raw.translate(NORM), []).append((where, raw))
 
