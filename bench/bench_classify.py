@@ -7,7 +7,10 @@ Kinds (generated in a temp dir, deleted afterwards):
   rate 0.01 timeout 30 … nccl … id=<letters>`), the worst case for a prefilter; a CUDA OOM at
   the end;
 - short: 20-character unique random lines (nothing to deduplicate; letters that spell no rule
-  word), a CUDA OOM at the end.
+  word), a CUDA OOM at the end;
+- nccl: `NCCL_DEBUG=INFO` output of a 16-rank job, every line unique (hosts, pids, ranks,
+  channels, bus ids, comm addresses, ring/tree layouts), the real log in which every line holds
+  `NCCL` (the issue's worst case from practice), a CUDA OOM at the end.
 Each is classified by `gpualert classify --json` in a subprocess (wall time, peak RSS of the
 child); the verdict must be cuda_oom (the file's end is always read, even when the time budget
 stops the head: then the verdict says "partial reading" and the MB/s is over the whole file).
@@ -16,9 +19,9 @@ The scanner itself hands files of 1 MiB or more to GNU grep (the rules as EREs; 
 gpualert_slurm/classify/scan.py), so the ratio says how close it comes to grep's own floor;
 the CPU seconds (the child and its grep, user + system) are printed too, since on a busy
 machine wall time says more about the machine than about the scanner.
-Targets: >= 500 MB/s ordinary, >= 200 MB/s gated and short, <= 100 MB peak RSS.
+Targets: >= 500 MB/s ordinary, >= 200 MB/s gated, short and nccl, <= 100 MB peak RSS.
 
-    python bench/bench_classify.py [--size-mb N] [--kinds ordinary,gated,short] [--repeat N]
+    python bench/bench_classify.py [--size-mb N] [--kinds ordinary,gated,short,nccl] [--repeat N]
 
 With --repeat N each kind is measured N times on the same file (grep -c, then the scanner, each
 time) and the medians are printed: the machine may be shared, and one run says little.
@@ -41,7 +44,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TARGET = {"ordinary": 500, "gated": 200, "short": 200}
+TARGET = {"ordinary": 500, "gated": 200, "short": 200, "nccl": 200}
 
 TRACEBACK = """Traceback (most recent call last):
   File "/home/user/train.py", line 212, in <module>
@@ -112,7 +115,42 @@ def gen_short(f, size: int, rnd: random.Random) -> None:
         written += len(b)
 
 
-GEN = {"ordinary": gen_ordinary, "gated": gen_gated, "short": gen_short}
+def gen_nccl(f, size: int, rnd: random.Random) -> None:
+    written, i = 0, 0
+    while written < size:
+        block = []
+        for _ in range(20000):
+            i += 1
+            host, rank = f"gpu{i % 64:03d}", i % 16
+            pid = 20000 + (i * 7919) % 40000
+            head = f"{host}:{pid}:{pid + i % 5} [{rank % 8}] NCCL INFO "
+            k = i % 6
+            if k == 0:
+                body = (f"Channel {i % 32:02d}/32 : {rank}[{rank % 8}] -> {(rank + 1) % 16}"
+                        f"[{(rank + 1) % 8}] via P2P/IPC/read")
+            elif k == 1:
+                body = (f"Channel {i % 32:02d}/0 : {rank}[{rank % 8}] -> {(rank + 8) % 16}"
+                        f"[{rank % 8}] [send] via NET/IB/{i % 4}/GDRDMA")
+            elif k == 2:
+                body = (f"comm 0x{(i * 2654435761) % (1 << 44):x} rank {rank} nranks 16 "
+                        f"cudaDev {rank % 8} busId {(i * 40503) % (1 << 20):x}0 - Init COMPLETE")
+            elif k == 3:
+                body = (f"Trees [{i % 32}] {(rank + 1) % 16}/-1/-1->{rank}->{(rank + 15) % 16}"
+                        f" [{(i + 1) % 32}] -1/-1/-1->{rank}->{(rank + 7) % 16}")
+            elif k == 4:
+                body = (f"NET/IB : Using [{i % 4}]mlx5_{i % 4}:1/IB ; OOB ib0:10.{i % 250}."
+                        f"{(i // 250) % 250}.{rank}<0>")
+            else:
+                body = (f"Connected all rings, comm 0x{(i * 40503) % (1 << 44):x} nRanks 16 "
+                        f"busId {(i * 2654435761) % (1 << 20):x}0 localRanks 8 localRank "
+                        f"{rank % 8} MNNVL 0")
+            block.append(head + body + "\n")
+        b = "".join(block).encode()
+        f.write(b)
+        written += len(b)
+
+
+GEN = {"ordinary": gen_ordinary, "gated": gen_gated, "short": gen_short, "nccl": gen_nccl}
 
 
 def run_child(cmd: list[str]) -> tuple[float, int, str, float]:
@@ -193,7 +231,7 @@ def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=1024, help="size of each generated log")
-    ap.add_argument("--kinds", default="ordinary,gated,short")
+    ap.add_argument("--kinds", default="ordinary,gated,short,nccl")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per kind on the same file (a shared machine: medians are printed)")
     args = ap.parse_args(argv)
