@@ -102,6 +102,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("s4_"):  # holdout4's composers
         from corpus.gen import synthetic4
         return synthetic4.build(root, d, c)
+    if c["synth"].startswith("s5_"):  # the tuning corpus's composers after holdout4
+        from corpus.gen import synthetic5
+        return synthetic5.build(root, d, c)
     return synthetic.build(root, d, c)
 
 

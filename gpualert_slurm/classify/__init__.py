@@ -30,6 +30,9 @@ CHAIN_WINDOW = 1000  # lines from a chain marker to the next exception (its trac
 LIMIT_GAP = 50  # lines from a cause to Slurm's time-limit line: the job had failed before it
 SILENT_TAIL = 50  # silent failure evidence within this many lines of a log's end decides
 CUT_TAIL = 3  # a traceback frame within this many lines of a log's end: the log was cut
+SKIP_RUN = 2  # a log ending in this many skipped-NaN lines in a row: the loop never recovered
+END_TAIL = 5  # an exception within this many lines of a log's end were the program's last words
+ABANDON_RULE = "work_abandoned"  # rules.yaml: a logged error saying the work stops
 MAX_CASCADES = 20
 MAX_EVIDENCE = 8
 
@@ -453,8 +456,10 @@ def _step_node_failure(c: _Ctx) -> Verdict | None:
     v.detail += (f"; rank{'s' if len(lost) > 1 else ''} {names} ran on {node} and left no "
                  "exit record: lost with the node")
     v.evidence = (v.evidence + [{"file": "(task records)", "line": None,
-                                 "text": f"rank {t.rank} (step {t.step}) started on {node}, "
-                                 "no exit record"} for t in lost[:3]])[:MAX_EVIDENCE]
+                                 "text": f"rank {t.rank} (step {t.step}) " + (
+                                     f"started on {node}, no exit record" if t.node else
+                                     "left no start or exit record")} for t in lost[:3]]
+                  )[:MAX_EVIDENCE]
     return v
 
 
@@ -482,7 +487,13 @@ def _lost_node(c: _Ctx) -> tuple[str | None, list[TaskInput]]:
     def order(t: TaskInput) -> tuple:
         step = t.step or ""
         return (not step.isdigit(), int(step) if step.isdigit() else 0, step, t.rank)
-    return node, sorted((t for t in ranks if t.node == node and _no_exit(t)), key=order)
+    lost = sorted((t for t in ranks if t.node == node and _no_exit(t)), key=order)
+    if not lost and named and node not in {t.node for t in ranks}:
+        # no task is known to have run on the named node: its tasks' records went with it,
+        # so the ranks with neither an exit nor a start record (no node) were the lost ones
+        lost = sorted((t for t in c.tasks if t.step != "batch" and t.rank is not None
+                       and not t.node and _no_exit(t)), key=order)
+    return node, lost
 
 
 def _step_hang(c: _Ctx) -> Verdict | None:
@@ -537,18 +548,91 @@ def _step_host_oom_state(c: _Ctx) -> Verdict | None:
                   r if r and r.incident and r.incident.cls == "host_oom" else None)
 
 
+def _lines_after(e: Event, scan: ScanResult) -> int:
+    """Lines of the log after event e's line (by line, not by segment: a CRLF or a `\\r`
+    progress bar makes more segments than lines)."""
+    if e.line is not None and scan.lines >= e.line:
+        return scan.lines - e.line
+    return scan.segments - 1 - e.order
+
+
+def _handled_run(events: list[Event], scan: ScanResult) -> list[Event]:
+    """The run of handled failures (a silent marker: "loss is nan, skipping batch") that
+    ends a log: at least SKIP_RUN of them on consecutive lines (later ones of the same shape
+    extend it: the scanner keeps a repeated shape's first lines and its last), the last within
+    CUT_TAIL lines of the end; [] when the loop went on after them."""
+    run: list[Event] = []
+    for e in events:
+        if e.rule.silent and e.role == "marker":
+            go_on = run and (e.line == run[-1].line + 1 or len(run) >= SKIP_RUN)
+            run = run + [e] if go_on else [e]
+        elif e.role in ("root", "marker") and run and e.order > run[-1].order:
+            run = []
+    if len(run) >= SKIP_RUN and _lines_after(run[-1], scan) < CUT_TAIL:
+        return run
+    return []
+
+
 def _step_silent_failure(c: _Ctx) -> Verdict | None:
     if not c.clean:
         return None
     for f in sorted(c.findings, key=_Finding.key):
+        if f.scan is None:
+            continue
         silent = [e for e in f.events if e.rule.silent and e.role == "root"]
-        if silent and f.scan is not None and silent[-1].order >= f.scan.segments - SILENT_TAIL:
+        if silent and silent[-1].order >= f.scan.segments - SILENT_TAIL:
             first = next(e for e in silent if e.cls == silent[-1].cls)
             v = c.app_verdict(f, 0.75, "the job exited 0, but: ", first)
             if silent[-1] is not first:
                 v.evidence = (v.evidence + [_ev(silent[-1])])[:MAX_EVIDENCE]
             v.silent_failure = True
             return v
+        run = _handled_run(f.events, f.scan)
+        if run:
+            v = c.app_verdict(f, 0.6, "the job exited 0, but it skipped steps from line "
+                              f"{run[0].line} to its end: ", run[0])
+            v.evidence = (v.evidence + [_ev(run[-1])])[:MAX_EVIDENCE]
+            v.silent_failure = True
+            return v
+    return None
+
+
+def _abandoned(events: list[Event], scan: ScanResult) -> tuple[Event, Event] | None:
+    """(the exception, the logged error) when a log ends in an exception that a logged
+    error said ended the work ("ERROR epoch 3 failed, giving up" and its traceback): the
+    error within FRAME_WINDOW lines before the exception or INCIDENT_WINDOW after it, and the
+    later of the two within END_TAIL lines of the log's end (no progress after it)."""
+    marks = [e for e in events if e.rule.id == ABANDON_RULE]
+    if not marks:
+        return None
+    for m in reversed(marks):
+        # the exception it introduced (or the one it followed)
+        after = [e for e in events if m.order < e.order <= m.order + FRAME_WINDOW]
+        before = [e for e in events if e.role == "root" and m.order > e.order
+                  and m.order - e.order <= INCIDENT_WINDOW]
+        inc, _ = _incident(after)
+        if inc is None and before:
+            inc, _ = _incident(before)
+        if inc is None or inc.cls in SCHEDULER:
+            continue
+        if _lines_after(max(inc, m, key=lambda e: e.order), scan) < END_TAIL:
+            return inc, m
+    return None
+
+
+def _step_abandoned(c: _Ctx) -> Verdict | None:
+    if not c.clean:
+        return None
+    for f in sorted(c.findings, key=_Finding.key):
+        hit = _abandoned(f.events, f.scan) if f.scan is not None else None
+        if hit is None:
+            continue
+        inc, mark = hit
+        v = c.app_verdict(f, 0.7, "the job exited 0, but: ", inc)
+        v.evidence = ([_ev(mark)] + [e for e in v.evidence if e != _ev(mark)])[:MAX_EVIDENCE]
+        v.detail += f" (after {mark.text[:120]!r}: the work ended there)"
+        v.silent_failure = True
+        return v
     return None
 
 
@@ -657,8 +741,13 @@ def _step_slurm_state(c: _Ctx) -> Verdict | None:
 def _step_unknown(c: _Ctx) -> Verdict:
     j = c.job
     what = "no exit status given and " if j.exit_code is None and not c.state else ""
-    return c.make("unknown", 0.3, f"{what}nothing recognisable in the logs"
-                  + (f" (exit code {j.exit_code})" if j.exit_code else ""), c.state_ev)
+    v = c.make("unknown", 0.3, f"{what}nothing recognisable in the logs"
+               + (f" (exit code {j.exit_code})" if j.exit_code else ""), c.state_ev)
+    # why is unknown, but where is not when srun or the launcher names the task that failed
+    # ("srun: error: n3: task 1: Exited with exit code 3")
+    if any(e.ref_rank is not None for e in c.all_events):
+        _locate(c, v, None)
+    return v
 
 
 _STEPS = {name[len("_step_"):]: fn for name, fn in list(globals().items())
