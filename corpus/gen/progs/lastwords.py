@@ -220,6 +220,45 @@ def mpi_backend() -> None:
     dist.init_process_group(backend="mpi")
 
 
+def tf_savedmodel_truncated() -> None:
+    """A SavedModel whose saved_model.pb was cut to half its size (an interrupted copy), then
+    loaded (exit 1)."""
+    import tensorflow as tf
+
+    export = os.path.join(sys.argv[2], "export")
+
+    class Scale(tf.Module):
+        def __init__(self) -> None:
+            self.k = tf.Variable(3.0)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def __call__(self, x):
+            return self.k * x
+
+    tf.saved_model.save(Scale(), export)
+    pb = os.path.join(export, "saved_model.pb")
+    size = os.path.getsize(pb)
+    with open(pb, "r+b") as f:
+        f.truncate(size // 2)
+    print(f"copied {export} ({size // 2} of {size} bytes of saved_model.pb); loading", flush=True)
+    tf.saved_model.load(export)
+
+
+def frozen_graph_garbage() -> None:
+    """A TF1-style frozen graph .pb that is an HTML error page (a failed download), parsed
+    into a GraphDef (exit 1)."""
+    import tensorflow as tf
+
+    pb = os.path.join(sys.argv[2], "frozen_inference_graph.pb")
+    with open(pb, "w") as f:
+        f.write("<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>\n")
+    print(f"reading {pb}", flush=True)
+    gd = tf.compat.v1.GraphDef()
+    with open(pb, "rb") as f:
+        gd.ParseFromString(f.read())
+    tf.import_graph_def(gd, name="")
+
+
 def sleep_print() -> None:
     """Prints a line per half second until it is stopped."""
     for i in range(10**6):
