@@ -179,6 +179,30 @@ def classify_facts(cfg: Config, opts: Options, tasks: list[TaskLog], sf: dict[st
             "silence_s": (end - lo) if lo and end else None}
 
 
+MAX_GAP_NOTES = 4
+
+
+def log_gap_notes(tasks: list[TaskLog]) -> list[str]:
+    """What the tap could not log, from the exit records (spank/README.md): output dropped while
+    the spool lagged (log_gaps), and logs not complete when the task ended (log_drained false).
+    Slurm's own output file has every byte; the evidence may not."""
+    out = []
+    for t in tasks:
+        e = t.exit or {}
+        gaps, lost = e.get("log_gaps"), e.get("log_gap_bytes")
+        if isinstance(gaps, int) and gaps > 0 and isinstance(lost, int):
+            out.append(f"{t.name}: {lost} bytes of the task's output are not in this log "
+                       f"({gaps} gap(s): the spool did not keep up); the job's own output file "
+                       "has them")
+        elif e.get("log_drained") is False:
+            out.append(f"{t.name}: the log was not complete when the task ended (the spool was "
+                       "slow); the evidence may miss the task's last lines")
+    if len(out) > MAX_GAP_NOTES:
+        out[MAX_GAP_NOTES - 1:] = [f"{len(out) - MAX_GAP_NOTES + 1} more task logs with gaps "
+                                   "or not complete (their .exit records say how much)"]
+    return out
+
+
 def _node_summary(rec: Any) -> dict[str, Any]:
     """What verdict.json keeps of a node's record (which may still be at its evidence stage,
     without the node's own verdict)."""
@@ -225,6 +249,7 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
         verdict, err = early.result(classify_s)
     if err:
         notes.append(f"the classifier failed ({err}); the verdict is 'unknown'")
+    notes += log_gap_notes(tasks)
     failed = (sf["slurm_state"] not in ("COMPLETED", None)) or bool(sf["exit_code"]) \
         or bool(sf["signal"])
     silent = (not failed and err is None
