@@ -383,10 +383,17 @@ def build(root: Path, d: Path, c: dict) -> dict:
                            node="n1" if slurm_state else None))
     else:
         raise ValueError(f"unknown synthetic template {tmpl!r}")
+    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, slurm_state, kernel, tr)
+
+
+def synthetic_label(c: dict, cid: str, tmpl: str, p: dict, tasks: list, root_rank, state,
+                    kernel=None, tr=None) -> dict:
+    """The label of a composed case (shared by every synthetic*.py): the case's own fields win
+    over what the template made."""
     t0 = tasks[0]
     return capture.label(
         cid, c["class"], tasks, command=f"synthetic:{tmpl} {json.dumps(p, sort_keys=True)}",
         source="synthetic", how=c.get("how") or f"template {tmpl} ({p})",
         root_rank=c.get("root_rank", root_rank),
         exit_code=c.get("exit_code", t0["exit_code"]), signal_=c.get("signal", t0["signal"]),
-        slurm_state=slurm_state, kernel_log=kernel, transform=tr)
+        slurm_state=state, kernel_log=kernel, transform=tr)

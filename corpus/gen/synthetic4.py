@@ -6,12 +6,19 @@ helpers and vary with the case id. A case's `how` names the template and its par
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
-from corpus.gen import capture
-from corpus.gen.synthetic import SITE, T0, _pre, _task, _tb, _user_frames, _write
+from corpus.gen.synthetic import (
+    SITE,
+    T0,
+    _pre,
+    _task,
+    _tb,
+    _user_frames,
+    _write,
+    synthetic_label,
+)
 
 ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
          "stacktrace below might be incorrect.\nFor debugging consider passing "
@@ -379,10 +386,4 @@ def build(root: Path, d: Path, c: dict) -> dict:
         tasks, root_rank, state = node_fail(rng, p, d, root, cid, tr)
     else:
         raise ValueError(f"unknown synthetic template {tmpl!r}")
-    t0 = tasks[0]
-    return capture.label(
-        cid, c["class"], tasks, command=f"synthetic:{tmpl} {json.dumps(p, sort_keys=True)}",
-        source="synthetic", how=c.get("how") or f"template {tmpl} ({p})",
-        root_rank=c.get("root_rank", root_rank),
-        exit_code=c.get("exit_code", t0["exit_code"]), signal_=c.get("signal", t0["signal"]),
-        slurm_state=state, kernel_log=kernel, transform=tr)
+    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)

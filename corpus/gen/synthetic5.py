@@ -10,12 +10,10 @@ The surroundings reuse synthetic.py's preamble and traceback helpers and vary wi
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
-from corpus.gen import capture
-from corpus.gen.synthetic import SITE, T0, _task, _tb, _write
+from corpus.gen.synthetic import SITE, T0, _task, _tb, _write, synthetic_label
 
 STDERR_TAIL = {  # the remote job's stderr that submitit puts in its message, per state
     "TIMEOUT": "slurmstepd: error: *** JOB {jid} ON {node} CANCELLED AT {stamp} DUE TO TIME "
@@ -98,10 +96,4 @@ def build(root: Path, d: Path, c: dict) -> dict:
     if fn is None:
         raise ValueError(f"unknown synthetic template {tmpl!r}")
     tasks, root_rank, state = fn(rng, p, d, root, cid, tr)
-    t0 = tasks[0]
-    return capture.label(
-        cid, c["class"], tasks, command=f"synthetic:{tmpl} {json.dumps(p, sort_keys=True)}",
-        source="synthetic", how=c.get("how") or f"template {tmpl} ({p})",
-        root_rank=c.get("root_rank", root_rank),
-        exit_code=c.get("exit_code", t0["exit_code"]), signal_=c.get("signal", t0["signal"]),
-        slurm_state=state, transform=tr)
+    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, tr=tr)
