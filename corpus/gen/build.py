@@ -105,6 +105,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("s5_"):  # the tuning corpus's composers after holdout4
         from corpus.gen import synthetic5
         return synthetic5.build(root, d, c)
+    if c["synth"].startswith("h5_"):  # holdout5's composers
+        from corpus.gen import synthetic_ho5
+        return synthetic_ho5.build(root, d, c)
     return synthetic.build(root, d, c)
 
 
