@@ -324,14 +324,18 @@ def devmm(rng: random.Random, p: dict) -> str:
                                            "return self.obs[idx], self.act[idx]")]
         return _tb(rng, frames, "RuntimeError: indices should be either on cpu or on the same "
                    "device as the indexed tensor (cpu)")
-    if kind == "tf_resource":
-        frames = [("/home/u/tf_rl/agent.py", "<module>", "agent.learn(batch)"),
-                  ("/home/u/tf_rl/agent.py", "learn", "q = self.q_net(obs)")]
+    if kind == "tf_resource":  # a jit-compiled step reading a variable placed on the GPU
+        frames = [("/home/u/tf_rl/agent.py", "<module>", "agent.fit(replay, epochs=20)"),
+                  (f"{SITE}/keras/src/utils/traceback_utils.py", "error_handler",
+                   "raise e.with_traceback(filtered_tb) from None")]
         return _tb(rng, frames, "tensorflow.python.framework.errors_impl.InvalidArgumentError: "
-                   f"Trying to access resource Resource-{rng.randrange(10, 99)}-at-0x"
-                   f"{rng.randrange(16**11, 16**12):x} located in device /job:localhost/"
-                   "replica:0/task:0/device:GPU:0 from device /job:localhost/replica:0/task:0/"
-                   "device:CPU:0 [Op:ReadVariableOp]")
+                   "Graph execution error:\n\nTrying to access resource q_net/dense_1/kernel/0 "
+                   f"(defined @ {SITE}/keras/src/backend/tensorflow/core.py:38) located in "
+                   "device /job:localhost/replica:0/task:0/device:GPU:0 from device "
+                   "/job:localhost/replica:0/task:0/device:CPU:0\n Cf. https://www.tensorflow.org/"
+                   "xla/known_issues#tfvariable_on_a_different_device\n\t [[{{node "
+                   "StatefulPartitionedCall}}]] [Op:__inference_one_step_on_iterator_"
+                   f"{rng.randrange(1000, 9999)}]")
     raise ValueError(kind)
 
 
