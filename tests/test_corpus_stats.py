@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -48,13 +50,14 @@ def test_problems_names_what_is_missing():
     assert not any(b.startswith("cuda_oom:") and "really run" in b for b in bad)
 
 
-def test_holdout3_labels_are_well_formed():
-    labs = stats.load(ROOT / "corpus" / "holdout3")
+@pytest.mark.parametrize("held_out", ["holdout3", "holdout4", "holdout5"])
+def test_held_out_labels_are_well_formed(held_out: str):
+    labs = stats.load(ROOT / "corpus" / held_out)
     assert len(labs) >= 140
     assert {lab["class"] for lab in labs} == set(stats.CLASSES)
     for lab in labs:
         for t in lab["tasks"]:
-            assert (ROOT / "corpus" / "holdout3" / t["log"]).is_file(), lab["id"]
+            assert (ROOT / "corpus" / held_out / t["log"]).is_file(), lab["id"]
         if lab["source"] == "synthetic":
             assert lab["how"], lab["id"]
 
