@@ -33,6 +33,7 @@ CUT_TAIL = 3  # a traceback frame within this many lines of a log's end: the log
 SKIP_RUN = 2  # a log ending in this many skipped-NaN lines in a row: the loop never recovered
 END_TAIL = 5  # an exception within this many lines of a log's end were the program's last words
 ABANDON_RULE = "work_abandoned"  # rules.yaml: a logged error saying the work stops
+STOP_RULE = "work_stopped"  # rules.yaml: any line saying the work stopped (crashed, exiting)
 MAX_CASCADES = 20
 MAX_EVIDENCE = 8
 
@@ -140,8 +141,9 @@ def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
     exception was the direct cause ...") from the incident at events[i] to the exception that
     finally ended the program. Returns (decisive event, index of its segment's first root).
 
-    The last exception decides; a generic last one (python_exception) leaves the decision to
-    the latest more specific cause in the chain (a RuntimeError wrapping ENOSPC is disk_full).
+    The last exception decides; a generic last one (python_exception) or a weak one (a rule
+    with a confidence cap) leaves the decision to the latest more specific cause in the chain
+    (a RuntimeError wrapping ENOSPC is disk_full).
     """
     def seg_end(k: int) -> int:  # the last root line of the exception starting at events[k]
         end = events[k].order
@@ -157,7 +159,8 @@ def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
     j = i + 1
     while j < len(events):
         e = events[j]
-        if e.role == "chain" and end < e.order <= end + INCIDENT_WINDOW:
+        nested = _nested_traceback(e, segs[-1][0])
+        if (e.role == "chain" or nested) and end < e.order <= end + INCIDENT_WINDOW:
             # the next exception of the chain: the first root after the marker (after its
             # traceback's frames; deep ones are long)
             k = next((k for k in range(j + 1, len(events))
@@ -166,6 +169,8 @@ def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
             if k is None or events[k].order > e.order + CHAIN_WINDOW:
                 break
             b = _segment_best(events, k)
+            if nested and b.cls == "python_exception":
+                break  # a wrapper around a generic error: the wrapper's line says as much
             segs.append((b, k))
             end = seg_end(k)
             j = k + 1
@@ -174,11 +179,24 @@ def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
             break
         j += 1
     last, k = segs[-1]
-    if last.cls == "python_exception":
-        specific = [s for s in segs if s[0].cls != "python_exception"]
+    # a weak last wording (a rule with a confidence cap: fsspec's FileNotFoundError(url) for
+    # any failed request) yields to a firm cause earlier in its chain, like a generic one
+    if last.cls == "python_exception" or last.rule.confidence is not None:
+        specific = [s for s in segs if s[0].cls != "python_exception"
+                    and s[0].rule.confidence is None]
         if specific:
             return specific[-1]
     return last, k
+
+
+def _nested_traceback(e: Event, wrapper: Event) -> bool:
+    """A traceback printed inside a generic exception's message, right after its line: a
+    wrapper that carries the error it caught (torch.distributed.checkpoint's
+    CheckpointException prints each rank's "Traceback (most recent call last): (RANK 0)",
+    Ray's RayTaskError(OSError) the remote frames). The error inside is the cause, as in a
+    chain."""
+    return (wrapper.cls == "python_exception" and e.label_rank == wrapper.label_rank
+            and e.rule.id in ("traceback_header", "traceback_frame"))
 
 
 def _frames(events: list[Event], k: int, lo: int) -> list[Event]:
@@ -357,8 +375,13 @@ class _Ctx:
                           + (f", reason {job.slurm_reason}" if job.slurm_reason else "")}
                          ] if self.state else []
         self.task_failed = any((t.exit_code or 0) != 0 or t.signal for t in tasks)
+        # failed steps the batch script recovered from (a later step ended well after each)
+        # in a job Slurm says COMPLETED with exit 0: the job's own end decides
+        self.recovered = _recovered_steps(tasks) if (
+            self.state == "COMPLETED" and job.exit_code in (0, None) and not job.signal) else []
         self.clean = (job.exit_code == 0 and not job.signal and not self.task_failed) or (
-            job.exit_code is None and self.state == "COMPLETED" and not self.task_failed)
+            job.exit_code is None and self.state == "COMPLETED" and not self.task_failed) or (
+            bool(self.recovered))
         # Slurm's or a launcher's own line in a log ("*** ... DUE TO TIME LIMIT ***", srun's
         # "Node failure on n3"): evidence like the state, unless the job exited cleanly
         self.sched_event: Event | None = None
@@ -405,8 +428,8 @@ class _Ctx:
         if f.first_root is not None and f.first_root is not inc and inc is f.incident:
             # same incident: read in line order; a chained traceback: the exception that
             # ended the program first, the one it started from after it
-            chained = any(e.role == "chain" and f.first_root.order < e.order < inc.order
-                          for e in f.events)
+            chained = any((e.role == "chain" or e.rule.id == "traceback_header")
+                          and f.first_root.order < e.order < inc.order for e in f.events)
             ev.insert(len(ev) if chained else 0, _ev(f.first_root))
         ev += [_ev(e) for e in f.events
                if inc.order < e.order <= inc.order + INCIDENT_WINDOW
@@ -548,6 +571,25 @@ def _step_host_oom_state(c: _Ctx) -> Verdict | None:
                   r if r and r.incident and r.incident.cls == "host_oom" else None)
 
 
+def _recovered_steps(tasks: list[TaskInput]) -> list[TaskInput]:
+    """The failed tasks of a job when each failed in a step that a later step outlived and
+    every task of that later step ended well (the script retried or went on: `srun ...
+    || srun ...`); [] when any failed task has no such later step (its failure stands)."""
+    steps = [t for t in tasks if t.step != "batch"]
+    failed = [t for t in steps if (t.exit_code or 0) != 0 or t.signal]
+    if not failed:
+        return []
+    by_step: dict[str | None, list[TaskInput]] = {}
+    for t in steps:
+        by_step.setdefault(t.step, []).append(t)
+    ok_ends = [max(ts, key=lambda t: t.end_time or 0.0).end_time for ts in by_step.values()
+               if all(t.exit_code == 0 and not t.signal and t.end_time is not None
+                      for t in ts)]
+    if all(t.end_time is not None and any(e > t.end_time for e in ok_ends) for t in failed):
+        return failed
+    return []
+
+
 def _lines_after(e: Event, scan: ScanResult) -> int:
     """Lines of the log after event e's line (by line, not by segment: a CRLF or a `\\r`
     progress bar makes more segments than lines)."""
@@ -566,7 +608,8 @@ def _handled_run(events: list[Event], scan: ScanResult) -> list[Event]:
         if e.rule.silent and e.role == "marker":
             go_on = run and (e.line == run[-1].line + 1 or len(run) >= SKIP_RUN)
             run = run + [e] if go_on else [e]
-        elif e.role in ("root", "marker") and run and e.order > run[-1].order:
+        elif e.role in ("root", "marker") and e.rule.id != STOP_RULE and run \
+                and e.order > run[-1].order:  # a "stopping" line ends a run, it is no step
             run = []
     if len(run) >= SKIP_RUN and _lines_after(run[-1], scan) < CUT_TAIL:
         return run
@@ -577,7 +620,7 @@ def _step_silent_failure(c: _Ctx) -> Verdict | None:
     if not c.clean:
         return None
     for f in sorted(c.findings, key=_Finding.key):
-        if f.scan is None:
+        if f.scan is None or _was_recovered(c, f):
             continue
         silent = [e for e in f.events if e.rule.silent and e.role == "root"]
         if silent and silent[-1].order >= f.scan.segments - SILENT_TAIL:
@@ -597,12 +640,22 @@ def _step_silent_failure(c: _Ctx) -> Verdict | None:
     return None
 
 
+def _logged_traceback(events: list[Event], inc: Event) -> bool:
+    """A traceback header shortly before exception `inc`: the program printed the traceback
+    (logging.exception, traceback.print_exc, a thread's excepthook), not just a message."""
+    return any(e.rule.id == "traceback_header" and inc.order - FRAME_WINDOW <= e.order
+               < inc.order for e in events)
+
+
 def _abandoned(events: list[Event], scan: ScanResult) -> tuple[Event, Event] | None:
-    """(the exception, the logged error) when a log ends in an exception that a logged
-    error said ended the work ("ERROR epoch 3 failed, giving up" and its traceback): the
-    error within FRAME_WINDOW lines before the exception or INCIDENT_WINDOW after it, and the
-    later of the two within END_TAIL lines of the log's end (no progress after it)."""
-    marks = [e for e in events if e.rule.id == ABANDON_RULE]
+    """(the exception, the line saying the work stopped) when a log ends in an exception
+    that a line said ended the work: a logged error ("ERROR epoch 3 failed, giving up") and
+    its traceback, or any line saying the work stopped ("evaluation crashed; exiting",
+    "worker failed, stopping") next to a printed traceback. The line within FRAME_WINDOW
+    lines before the exception or INCIDENT_WINDOW after it, and the later of the two within
+    END_TAIL lines of the log's end (no progress after it: a traceback logged and then work
+    that went on is survived)."""
+    marks = [e for e in events if e.rule.id in (ABANDON_RULE, STOP_RULE)]
     if not marks:
         return None
     for m in reversed(marks):
@@ -615,6 +668,8 @@ def _abandoned(events: list[Event], scan: ScanResult) -> tuple[Event, Event] | N
             inc, _ = _incident(before)
         if inc is None or inc.cls in SCHEDULER:
             continue
+        if m.rule.id == STOP_RULE and not _logged_traceback(events, inc):
+            continue
         if _lines_after(max(inc, m, key=lambda e: e.order), scan) < END_TAIL:
             return inc, m
     return None
@@ -624,7 +679,8 @@ def _step_abandoned(c: _Ctx) -> Verdict | None:
     if not c.clean:
         return None
     for f in sorted(c.findings, key=_Finding.key):
-        hit = _abandoned(f.events, f.scan) if f.scan is not None else None
+        hit = _abandoned(f.events, f.scan) if f.scan is not None and not _was_recovered(
+            c, f) else None
         if hit is None:
             continue
         inc, mark = hit
@@ -636,13 +692,48 @@ def _step_abandoned(c: _Ctx) -> Verdict | None:
     return None
 
 
+def _was_recovered(c: _Ctx, f: _Finding) -> bool:
+    """A failed step's own log in a job that went on after it: not where the job ended."""
+    return not f.from_batch and any(f.task is t for t in c.recovered)
+
+
 def _step_clean_exit(c: _Ctx) -> Verdict | None:
     if not c.clean:
         return None
+    if c.recovered:
+        t = c.recovered[0]
+        how = f"signal {t.signal}" if t.signal else f"exit code {t.exit_code}"
+        return c.make("success", 0.8, f"job {c.state or 'ended'} with exit code 0; step "
+                      f"{t.step} had failed ({how}) and a later step ended well: the script "
+                      "recovered", [{"file": "(task records)", "line": None,
+                                     "text": f"step {t.step} rank {t.rank}: {how}"}])
     if c.root is not None and c.root.incident is not None:
         return c.make("success", 0.6, "exit code 0 (the log shows "
                       f"{c.root.incident.cls} evidence that the job survived)", [])
     return c.make("success", 0.95, "exit code 0, no failure evidence", [])
+
+
+def _step_worker_oom(c: _Ctx) -> Verdict | None:
+    """The first cause is a worker that vanished and the OOM killer's report is anywhere:
+    host_oom, the worker's death its symptom (precedence.yaml lists the symptom rules)."""
+    if c.clean:
+        return None
+    symptoms = _SYMPTOMS.get("worker_oom", frozenset())
+    r = c.root
+    lost = [r.incident] if r is not None and r.incident is not None else []
+    if not lost:  # no cause in the logs: a symptom that only confirms (torchrun's exitcode -9)
+        lost = [e for e in c.confirmations if e.rule.id in symptoms][:1]
+    if not lost or lost[0].rule.id not in symptoms:
+        return None
+    oom = [e for e in c.kevents + c.all_events
+           if e.cls == "host_oom" and e.role in ("root", "confirmation")]
+    if not oom:
+        return None
+    return c.make("host_oom", 0.85, f"{oom[0].text[:160]} (the worker's death, "
+                  f"{lost[0].text[:100]!r}, is its symptom)",
+                  [_ev(e) for e in oom[:3]] + [_ev(lost[0])],
+                  r if r is not None and r.incident is not None else _finding_of(
+                      c.findings, lost[0]))
 
 
 def _step_log_root(c: _Ctx) -> Verdict | None:
@@ -669,7 +760,7 @@ def _step_cut_traceback(c: _Ctx) -> Verdict | None:
     if c.clean:
         return None
     for f in sorted(c.findings, key=_Finding.key):
-        evs, scan = f.events, f.scan
+        evs, scan = [e for e in f.events if e.rule.id != STOP_RULE], f.scan
         if not evs or scan is None or not (evs[-1].rule.scope == "traceback" or evs[-1].rule.id
                                            in ("traceback_frame", "traceback_header")):
             continue
@@ -723,13 +814,36 @@ def _step_signal(c: _Ctx) -> Verdict | None:
                   [{"file": "(exit status)", "line": None, "text": how}], who or c.first_fail)
 
 
+def _first_failed_rank(c: _Ctx) -> int | None:
+    """The rank that failed first by the launcher's word (torchrun's Root Cause block, srun's
+    "task N: Exited with exit code") or, else, by the exit records; None when unknown."""
+    for s in c.scans:
+        if s is None:
+            continue
+        rank, _ = _elastic_root(s.events) or (None, None)
+        if rank is None:
+            rank = next((e.ref_rank for e in s.events if e.ref_rank is not None
+                         and e.rule.id == "srun_task_exited"), None)
+        if rank is not None:
+            return rank
+    t = c.first_fail
+    return t.rank if t is not None and t.step != "batch" else None
+
+
 def _step_cascade(c: _Ctx) -> Verdict | None:
     casc = sorted((f for f in c.findings if any(e.role == "cascade" for e in f.events)),
                   key=_Finding.key)
     if not casc:
         return None
-    e = next(e for e in casc[0].events if e.role == "cascade")
-    return c.make(e.cls, 0.45, f"only symptoms found: {e.text[:160]}", [_ev(e)], casc[0])
+    f = casc[0]
+    e = next(e for e in f.events if e.role == "cascade")
+    # a peer's "lost my peer" is no cause when the rank that failed first is another one that
+    # said nothing: that rank's end decides (its exit code alone: unknown)
+    root = _first_failed_rank(c)
+    mine = e.label_rank if e.label_rank is not None else (None if f.from_batch else f.rank)
+    if root is not None and mine is not None and root != mine:
+        return None
+    return c.make(e.cls, 0.45, f"only symptoms found: {e.text[:160]}", [_ev(e)], f)
 
 
 def _step_slurm_state(c: _Ctx) -> Verdict | None:
@@ -777,10 +891,21 @@ def load_precedence(text: str | None = None) -> list[str]:
                         f"{', '.join(_STEPS)}")
     if len(set(ids)) != len(ids) or "unknown" not in ids:
         raise RuleError(f"{PRECEDENCE_FILE}: field 'steps': each step once, 'unknown' included")
+    global _SYMPTOMS
+    _SYMPTOMS = {}
+    for s in steps:
+        sym = s.get("symptoms") if isinstance(s, dict) else None
+        if sym is None:
+            continue
+        if not (isinstance(sym, list) and all(isinstance(x, str) for x in sym)):
+            raise RuleError(f"{PRECEDENCE_FILE}: step {s.get('id')!r}: field 'symptoms' must be "
+                            f"a list of rule ids, got {sym!r}")
+        _SYMPTOMS[s["id"]] = frozenset(sym)
     return ids
 
 
 _PRECEDENCE: list[str] | None = None
+_SYMPTOMS: dict[str, frozenset[str]] = {}  # a step's `symptoms` (rule ids), precedence.yaml
 
 
 def _decide(c: _Ctx) -> Verdict:

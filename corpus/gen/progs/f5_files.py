@@ -1,0 +1,186 @@
+"""File, storage and checkpoint failures of the families held-out set 5 missed, run for real on
+a CPU: `f5_files.py SCENARIO [ARG ...]` (tuning-corpus cases f5f-*).
+
+Each scenario does some ordinary work first and then fails by itself: a real local server that
+misbehaves (corpus/gen/servers.py, or one started here for answers servers.py does not give),
+a real full tmpfs, a real missing or damaged file. Frameworks are imported lazily.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+
+ARGS = sys.argv[2:]
+ARG = ARGS[0] if ARGS else ""
+
+
+def say(*a: object) -> None:
+    print(*a, flush=True)
+
+
+def steps(name: str, n: int = 3) -> None:
+    say(f"-- {name}: pid={os.getpid()}")
+    for s in range(n):
+        say(f"{name} step {s + 1}/{n}: loss {1.9 / (s + 1):.4f} {180 + 9 * s} samples/s")
+        time.sleep(0.02)
+
+
+def status_server(status: str) -> int:
+    """A local HTTP server that answers every request with `status` ("503 Service
+    Unavailable", "404 Not Found"), on a thread of this process; returns its port."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+
+    def serve() -> None:
+        while True:
+            c, _ = srv.accept()
+            try:
+                c.recv(65536)
+                body = status.encode()
+                c.sendall(b"HTTP/1.1 " + body + b"\r\nContent-Length: " + str(len(body)).encode()
+                          + b"\r\nConnection: close\r\n\r\n" + body)
+            finally:
+                c.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+# ---------------------------------------------------------------- storage_io
+
+def fsspec_cat_reset() -> None:
+    """fsspec's HTTP filesystem reads shards whole (cat_file); the server resets the
+    connection."""
+    import fsspec
+    fs = fsspec.filesystem("http")
+    steps("ingest", 2)
+    for i in range(3):
+        url = f"http://127.0.0.1:{ARG}/webdata/part-{i:05d}.parquet"
+        say(f"fetching {url}")
+        data = fs.cat_file(url)
+        say(f"  {len(data)} bytes")
+
+
+def aiohttp_stream_cut() -> None:
+    """A downloader streams a weights file with aiohttp; the server sends part of the body
+    and closes."""
+    import asyncio
+
+    import aiohttp
+
+    async def main() -> None:
+        url = f"http://127.0.0.1:{ARG}/weights/shard-0003.bin"
+        say(f"downloading {url}")
+        got = 0
+        async with aiohttp.ClientSession() as s, s.get(url) as r:
+            async for chunk in r.content.iter_chunked(8192):
+                got += len(chunk)
+        say(f"done: {got} bytes")
+    steps("prefetch", 2)
+    asyncio.run(main())
+
+
+def fsspec_open_503() -> None:
+    """fsspec opens a file on an HTTP store that answers 503: it raises FileNotFoundError(url)
+    from aiohttp's ClientResponseError."""
+    import fsspec
+    port = status_server("503 Service Unavailable")
+    url = f"http://127.0.0.1:{port}/eval/val-000.jsonl"
+    steps("eval-prep", 2)
+    say(f"opening {url}")
+    with fsspec.open(url, "rt") as f:
+        say(f.readline())
+
+
+def fsspec_open_404() -> None:
+    """The same read of a file the server does not have (404): a missing remote file."""
+    import fsspec
+    port = status_server("404 Not Found")
+    url = f"http://127.0.0.1:{port}/eval/val-001.jsonl"
+    steps("eval-prep", 2)
+    say(f"opening {url}")
+    with fsspec.open(url, "rt") as f:
+        say(f.readline())
+
+
+# ---------------------------------------------------------------- disk_full
+
+def ray_save() -> None:
+    """A Ray task writes a torch checkpoint to a full filesystem: RayTaskError carries the
+    task's traceback and torch's writer error."""
+    import ray
+    import torch
+
+    @ray.remote
+    def write_shard(i: int, path: str) -> str:
+        torch.save({"w": torch.randn(256, 256)}, f"{path}/shard-{i}.pt")
+        return path
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=True)
+    steps("export", 2)
+    say(f"writing 4 shards to {ARG} with Ray")
+    say(ray.get([write_shard.remote(i, ARG) for i in range(4)]))
+
+
+def dcp_async_save() -> None:
+    """torch.distributed.checkpoint's async_save to a full filesystem; the future's result
+    raises CheckpointException with the writer's traceback inside its message."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    model = torch.nn.Sequential(*[torch.nn.Linear(384, 384) for _ in range(5)])
+    steps("finetune", 3)
+    say(f"async checkpoint to {ARG}")
+    fut = dcp.async_save({"model": model.state_dict()}, checkpoint_id=ARG)
+    say("training goes on while the checkpoint is written")
+    fut.result()
+    say("checkpoint done")
+
+
+def dcp_load_missing() -> None:
+    """torch.distributed.checkpoint.load from a directory that is not there: the
+    CheckpointException carries the reader's FileNotFoundError."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    sd = {"model": torch.nn.Linear(16, 16).state_dict()}
+    say(f"resuming from {ARG}")
+    dcp.load(sd, checkpoint_id=ARG)
+
+
+def cache_write_logged() -> None:
+    """A feature cache writer that logs a failed write and returns normally (exit 0): nothing
+    was cached."""
+    import pickle
+    steps("featurize", 2)
+    path = os.path.join(ARG, "feats.pkl")
+    try:
+        with open(path, "wb") as f:
+            pickle.dump([os.urandom(4096) for _ in range(300)], f)
+    except OSError as e:
+        say(f"ERROR could not write feature cache {path}: {e}")
+    say("featurize finished")
+
+
+def spill_recovered() -> None:
+    """A writer that hits a full scratch dir once, moves to another and goes on for a long
+    time (exit 0): a recovered ENOSPC early in a long log."""
+    full, spare = ARGS[0], ARGS[1]
+    blob = os.urandom(1 << 20)
+    try:
+        with open(os.path.join(full, "buf.bin"), "wb") as f:
+            f.write(blob)
+    except OSError as e:
+        say(f"warning: scratch write failed ({e}); spilling to {spare} instead")
+    with open(os.path.join(spare, "buf.bin"), "wb") as f:
+        f.write(blob)
+    for s in range(80):
+        say(f"epoch 0 step {s:03d}: loss {2.0 / (s + 1) ** 0.5:.4f} spill ok")
+    say("training finished: 80 steps")
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]]()
