@@ -108,6 +108,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("h5_"):  # holdout5's composers
         from corpus.gen import synthetic_ho5
         return synthetic_ho5.build(root, d, c)
+    if c["synth"].startswith("h6_"):  # holdout6's composers
+        from corpus.gen import synthetic_ho6
+        return synthetic_ho6.build(root, d, c)
     return synthetic.build(root, d, c)
 
 
