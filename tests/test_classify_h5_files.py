@@ -42,7 +42,8 @@ def tb(*fr: tuple[str, str, str], exc: str) -> str:
 # ---- storage_io: remote object / HTTP storage client errors ----
 
 AIO = (f"{SITE}/aiohttp/client.py", "_request", "resp = await handler(req)")
-FSSPEC = (f"{SITE}/fsspec/implementations/http.py", "_info", "raise FileNotFoundError(url) from exc")
+FSSPEC = (f"{SITE}/fsspec/implementations/http.py", "_info",
+          "raise FileNotFoundError(url) from exc")
 
 
 @pytest.mark.parametrize("exc", [
@@ -169,3 +170,42 @@ def test_exit0_with_an_early_recovered_enospc_stays_success(tmp_path: Path) -> N
             + "done\n")
     v = verdict(tmp_path, text, exit_code=0)
     assert v.cls == "success" and not v.silent_failure
+
+
+# ---- file_not_found: a library's own words for a path that is not there ----
+
+@pytest.mark.parametrize("exc", [
+    "OSError: SavedModel file does not exist at: /exports/serving/enc/7/"
+    "{saved_model.pbtxt|saved_model.pb}",
+    "tensorflow.python.framework.errors_impl.NotFoundError: Unsuccessful TensorSliceReader "
+    "constructor: Failed to find any matching files for /scratch/u/run4/ckpt-1200",
+    "OSError: /models/enc-small does not appear to have a file named config.json. Checkout "
+    "'https://huggingface.co//models/enc-small/tree/main' for available files.",
+    "OSError: Error no file named model.safetensors, or pytorch_model.bin, found in directory "
+    "./runs/exp3/final.",
+    "OSError: Can't load tokenizer for '/models/tok-v2'. If you were trying to load it from "
+    "'https://huggingface.co/models', make sure you don't have a local directory with the same "
+    "name.",
+    "ValueError: The provided filename ./exports/scripted.pt does not exist",
+    "AssertionError: annotation file ~/data/coco/instances_val.json doesn't exist",
+    "RuntimeError: Could not find vocabulary at /opt/models/spm/vocab.model",
+    "RuntimeError: '/data/shards/train-000.tar' not found",
+])
+def test_a_library_says_a_path_is_not_there(tmp_path: Path, exc: str) -> None:
+    v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
+    assert v.cls == "file_not_found", (v.cls, v.evidence)
+
+
+@pytest.mark.parametrize("text, exit_code, cls", [
+    # log lines, not exceptions: the program goes on
+    ("INFO output directory /scratch/u/run3 does not exist, creating it\n" + PROGRESS, 0,
+     "success"),
+    ("warning: /data/cache does not exist, caching disabled\n" + PROGRESS, 0, "success"),
+    # a checkpoint key, not a path; a key with slashes
+    (tb(USER, exc="tensorflow.python.framework.errors_impl.NotFoundError: Key dense/kernel not "
+                  "found in checkpoint"), 1, "python_exception"),
+    (tb(USER, exc="KeyError: \"key 'model/encoder' not found\""), 1, "python_exception"),
+])
+def test_benign_or_keyed_does_not_exist_mentions(tmp_path: Path, text: str, exit_code: int,
+                                                 cls: str) -> None:
+    assert verdict(tmp_path, text, exit_code=exit_code).cls == cls

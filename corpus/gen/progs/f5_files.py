@@ -182,5 +182,35 @@ def spill_recovered() -> None:
     say("training finished: 80 steps")
 
 
+# ---------------------------------------------------------------- file_not_found
+
+def tf_savedmodel_missing() -> None:
+    """A serving export directory that was never written: TensorFlow's own wording."""
+    import tensorflow as tf
+    steps("serve-warmup", 1)
+    say(f"loading SavedModel from {ARG}")
+    m = tf.saved_model.load(ARG)
+    say(m)
+
+
+def tf_ckpt_missing() -> None:
+    """A checkpoint prefix whose files are not there (the run that wrote it was on another
+    filesystem)."""
+    import tensorflow as tf
+    say(f"reading variables of {ARG}")
+    r = tf.train.load_checkpoint(ARG)
+    say(sorted(r.get_variable_to_shape_map())[:3])
+
+
+def hf_no_weights() -> None:
+    """A model directory holding only its config (the weights were never copied)."""
+    from transformers import AutoModel, BertConfig
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+               intermediate_size=37).save_pretrained(ARG)
+    say(f"config copied to {ARG}; loading the model")
+    m = AutoModel.from_pretrained(ARG)
+    say(type(m).__name__)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()
