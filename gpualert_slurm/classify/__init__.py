@@ -858,8 +858,11 @@ def _step_unknown(c: _Ctx) -> Verdict:
     v = c.make("unknown", 0.3, f"{what}nothing recognisable in the logs"
                + (f" (exit code {j.exit_code})" if j.exit_code else ""), c.state_ev)
     # why is unknown, but where is not when srun or the launcher names the task that failed
-    # ("srun: error: n3: task 1: Exited with exit code 3")
-    if any(e.ref_rank is not None for e in c.all_events):
+    # ("srun: error: n3: task 1: Exited with exit code 3") or the exit records of several
+    # ranks say which failed first (the others' peer-lost cascades came after it)
+    ranks = {t.rank for t in c.tasks if t.step != "batch"}
+    if any(e.ref_rank is not None for e in c.all_events) or (
+            len(ranks) > 1 and c.first_fail is not None and c.first_fail.step != "batch"):
         _locate(c, v, None)
     return v
 

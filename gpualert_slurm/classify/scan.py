@@ -126,6 +126,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 _MARKUP = re.compile(r"^(\s*)(?:\*\*(?!\*)|`+)|(?<!\*)(?:\*\*|`+)\s*$|(?<=\s)\*\*(?=[^\s*])"
                      r"|(?<=[^\s*])\*\*(?=[\s:,.])")
 MAX_PREFIXES = 8
+# an exception line quoted inside prose ("The error was **KeyError: 'x'** here", "got
+# `torch.cuda.OutOfMemoryError: CUDA out of memory` again"): a bold or code span that opens
+# after some text and holds `[module.]Name: message`; the span is read as the line
+_EXC_SPAN = re.compile(r"(?<=\S)\s+(\*\*|`+)((?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S.*?)(?:\1|$)")
+_SPAN_MARK = "\ue000"  # where such a span began: line_view reads the body from there
 
 
 @dataclass
@@ -148,6 +153,9 @@ def clean_text(text: str) -> str:
     if "\\" in body:  # Windows paths: rules are written with "/"
         body = body.replace("\\", "/")
     if "**" in body or "`" in body:
+        span = _EXC_SPAN.search(body)
+        if span is not None:
+            body = body[:span.start()] + " " + _SPAN_MARK + span.group(2)
         body = _MARKUP.sub(lambda m: m.group(1) or "", body)
     return body
 
@@ -162,6 +170,8 @@ def line_view(text: str, cleaned: bool = False) -> LineView:
         if _PREFIX_KIND[i] is not None:
             setattr(v, _PREFIX_KIND[i], int(m.group(f"n{i}")))
         v.body = v.body[m.end():]
+    if _SPAN_MARK in v.body:  # an exception quoted in prose: the span is the line (the
+        v.body = v.body[v.body.index(_SPAN_MARK) + 1:]  # launcher prefixes before it kept)
     return v
 
 
