@@ -25,6 +25,15 @@ if ! "$FVENV/bin/python" -c "import torch, tensorflow, jax, lightning, transform
 fi
 chmod -R a+rX "$FVENV"
 
+# Debian packages some cases run: Open MPI's mpirun (f5g-nodefail-mpirun-daemon-killed)
+DEB_PACKAGES=(openmpi-bin)
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "make-corpus: Debian packages: ${missing[*]}"
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
 # The Slurm cases need the test cluster; `up` is harmless when it already runs.
 kinds=()
 if ! docker/slurm-cluster/cluster up >/tmp/make-corpus-cluster.log 2>&1; then

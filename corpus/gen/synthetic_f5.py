@@ -1,0 +1,177 @@
+"""Composed tuning-corpus cases (templates `f5_*`, ids `f5g-*`) for the GPU wording families
+held-out set 5 showed unknown, where no CPU machine can cause the failure: libraries that turn a
+CUDA OOM into their own message, Triton's resource errors, CUDA errors that mean the hardware
+failed, torch's older device-check wordings. Each message follows its source's format (cited
+per template and in corpus/README.md); the surroundings reuse synthetic.py's preamble and
+traceback helpers and vary with the case id.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from corpus.gen.synthetic import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
+
+ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
+         "stacktrace below might be incorrect.\nFor debugging consider passing "
+         "CUDA_LAUNCH_BLOCKING=1")
+DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+
+
+def _vllm_stamp(rng: random.Random) -> str:
+    return (f"{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d} {rng.randrange(10, 24)}:"
+            f"{rng.randrange(10, 60)}:{rng.randrange(10, 60)}")
+
+
+def cuda_oom(rng: random.Random, p: dict) -> str:
+    kind = p["kind"]
+    if kind == "trainer_auto_batch":
+        # transformers Trainer(auto_find_batch_size=True) -> accelerate's
+        # find_executable_batch_size (accelerate/utils/memory.py): every size down to 0 OOMed
+        frames = [("/home/u/sft/run_sft.py", "<module>", "trainer.train()"),
+                  (f"{SITE}/transformers/trainer.py", "train",
+                   "return inner_training_loop("),
+                  (f"{SITE}/accelerate/utils/memory.py", "decorator",
+                   'raise RuntimeError("No executable batch size found, reached zero.")')]
+        return _tb(rng, frames, "RuntimeError: No executable batch size found, reached zero.")
+    if kind == "vllm_kv_needed":
+        # vLLM v1 (v1/core/kv_cache_utils.py check_enough_kv_cache_memory), raised in the
+        # EngineCore process whose log lines carry its "(EngineCore_DP0 pid=N)" prefix
+        pid = rng.randrange(2000, 90000)
+        need = rng.choice([16.0, 32.0, 12.5])
+        have = round(need * rng.uniform(0.3, 0.8), 2)
+        pre = f"(EngineCore_DP0 pid={pid}) "
+        head = (f"{pre}INFO {_vllm_stamp(rng)} [gpu_model_runner.py:{rng.randrange(1800, 2400)}]"
+                f" Model loading took {rng.uniform(14, 60):.4f} GiB and "
+                f"{rng.uniform(5, 40):.6f} seconds\n"
+                f"{pre}INFO {_vllm_stamp(rng)} [gpu_worker.py:{rng.randrange(200, 300)}] "
+                f"Available KV cache memory: {have} GiB\n")
+        lines = ["Traceback (most recent call last):",
+                 f'  File "{SITE}/vllm/v1/engine/core.py", line {rng.randrange(600, 800)}, in '
+                 "run_engine_core",
+                 "    engine_core = EngineCoreProc(*args, **kwargs)",
+                 f'  File "{SITE}/vllm/v1/core/kv_cache_utils.py", line '
+                 f"{rng.randrange(600, 800)}, in check_enough_kv_cache_memory",
+                 "    raise ValueError(",
+                 f"ValueError: To serve at least one request with the models's max seq len "
+                 f"(131072), ({need:.2f} GiB KV cache is needed, which is larger than the "
+                 f"available KV cache memory ({have:.2f} GiB). Based on the available memory, "
+                 f"the estimated maximum model length is {int(131072 * have / need)}. Try "
+                 "increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+                 "initializing the engine."]
+        return head + "".join(f"{pre}ERROR {_vllm_stamp(rng)} [core.py:{rng.randrange(600, 800)}]"
+                              f" {ln}\n" for ln in lines)
+    if kind == "vllm_free_mem":
+        # vLLM v1 gpu worker's start-up check (another process holds part of the GPU)
+        total = rng.choice([79.19, 39.38, 93.1])
+        free = round(total * rng.uniform(0.2, 0.7), 2)
+        frames = [("/home/u/eval/serve_judge.py", "<module>", "llm = LLM(model=args.model)"),
+                  (f"{SITE}/vllm/v1/worker/gpu_worker.py", "init_device",
+                   "raise ValueError(")]
+        return _tb(rng, frames, f"ValueError: Free memory on device ({free}/{total} GiB) on "
+                   f"startup is less than desired GPU memory utilization (0.9, "
+                   f"{total * 0.9:.2f} GiB). Decrease GPU memory utilization or reduce GPU "
+                   "memory used by other processes.")
+    raise ValueError(kind)
+
+
+def cuda_error(rng: random.Random, p: dict) -> str:
+    kind = p["kind"]
+    if kind == "inductor_threads":
+        # torch.compile's generated Triton kernel launched with more threads than a block may
+        # have (triton/runtime/errors.py OutOfResources, name "threads"), wrapped by Inductor
+        frames = _user_frames(rng)[:2] + [
+            (f"{SITE}/torch/_dynamo/eval_frame.py", "_fn", "return fn(*args, **kwargs)"),
+            (f"{SITE}/torch/_inductor/compile_fx.py", "compile_fx_inner",
+             "raise InductorError(e, currentframe()).with_traceback(")]
+        warps = rng.choice([32, 64])
+        return _tb(rng, frames, "torch._inductor.exc.InductorError: OutOfResources: out of "
+                   f"resource: threads, Required: {warps * 32 * 2}, Hardware limit: 1024. "
+                   "Reducing block sizes or `num_stages` may help.\n\nSet "
+                   "TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially"
+                   " if you're reporting a bug to PyTorch). For even more developer context, "
+                   "set TORCH_LOGS=\"+dynamo\"")
+    if kind == "triton_launch":
+        # triton's generated launcher: cuLaunchKernel refused (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+        frames = _user_frames(rng)[:2] + [
+            ("/home/u/kernels/fused_norm.py", "forward",
+             "_rmsnorm_fwd[grid](x, w, y, N, BLOCK=BLOCK, num_warps=num_warps)"),
+            (f"{SITE}/triton/runtime/jit.py", "run",
+             "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, *args)"),
+            (f"{SITE}/triton/backends/nvidia/driver.py", "__call__",
+             "self.launch(*args, **kwargs)")]
+        return _tb(rng, frames, "RuntimeError: Triton Error [CUDA]: too many resources "
+                   "requested for launch")
+    raise ValueError(kind)
+
+
+def gpu_hw(rng: random.Random, p: dict) -> str:
+    kind = p["kind"]
+    if kind == "jax_nvlink":
+        # XLA's GPU runtime reports the driver's CUDA_ERROR_NVLINK_UNCORRECTABLE (cuGetErrorName
+        # and cuGetErrorString) when a collective's peer copy fails
+        frames = [("/home/u/jx/train.py", "<module>",
+                   "state, metrics = p_train_step(state, batch)")]
+        return _tb(rng, frames, "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA error: "
+                   "Failed to synchronize stream: CUDA_ERROR_NVLINK_UNCORRECTABLE: uncorrectable "
+                   "NVLink error detected during the execution")
+    if kind == "smi_gpu_lost":
+        # the program fails with a generic launch failure; the job's epilogue runs nvidia-smi,
+        # which says (NVML_ERROR_GPU_IS_LOST) the GPU is gone
+        bus = f"{rng.randrange(16, 200):02X}"
+        return (_tb(rng, _user_frames(rng), f"RuntimeError: CUDA error: unspecified launch "
+                    f"failure\n{ASYNC}\n{DSA}")
+                + "+ nvidia-smi --query-gpu=index,temperature.gpu,memory.used --format=csv\n"
+                f"Unable to determine the device handle for GPU 00000000:{bus}:00.0: GPU is "
+                "lost.  Reboot the system to recover this GPU\n")
+    raise ValueError(kind)
+
+
+def devmm(rng: random.Random, p: dict) -> str:
+    kind = p["kind"]
+    if kind == "index_put_cuda":
+        # TensorAdvancedIndexing's check: a CPU buffer indexed with CUDA indices
+        frames = _user_frames(rng)[:2] + [("/home/u/rl/buffer.py", "add",
+                                           "self.priorities[idx] = new_prio")]
+        return _tb(rng, frames, "RuntimeError: indices should be either on cpu or on the same "
+                   "device as the indexed tensor (cpu)")
+    if kind == "old_checked_args":
+        # torch 1.x checkSameGPU wording (ATen TensorUtils.cpp)
+        frames = _user_frames(rng) + [(f"{SITE}/torch/nn/functional.py", "linear",
+                                       "ret = torch.addmm(bias, input, weight.t())")]
+        return _tb(rng, frames, "RuntimeError: Tensor for argument #2 'mat1' is on CPU, but "
+                   "expected it to be on GPU (while checking arguments for addmm)")
+    raise ValueError(kind)
+
+
+def tf_placement(rng: random.Random, p: dict) -> str:
+    # the GPU is there, the op has no GPU kernel: a program error, not the node's setup
+    frames = [("/home/u/tf_img/pipeline.py", "<module>", "imgs = decode(batch)"),
+              ("/home/u/tf_img/pipeline.py", "decode", "return tf.io.decode_jpeg(raw)")]
+    return ("GPU devices: [PhysicalDevice(name='/physical_device:GPU:0', device_type='GPU')]\n"
+            + _tb(rng, frames, "tensorflow.python.framework.errors_impl.InvalidArgumentError: "
+                  "Could not satisfy device specification "
+                  "'/job:localhost/replica:0/task:0/device:GPU:0'. enable_soft_placement=0. "
+                  "Supported device types [CPU]. All available devices "
+                  "[/job:localhost/replica:0/task:0/device:CPU:0, "
+                  "/job:localhost/replica:0/task:0/device:GPU:0]. [Op:DecodeJpeg]"))
+
+
+TEMPLATES = {"f5_cuda_oom": cuda_oom, "f5_cuda_error": cuda_error, "f5_gpu_hw": gpu_hw,
+             "f5_devmm": devmm, "f5_tf_placement": tf_placement}
+PLAIN = ("vllm_kv_needed",)  # a log that is the library's own output from its first line
+
+
+def build(root: Path, d: Path, c: dict) -> dict:
+    """Compose one `f5_*` case into `d`; return its label."""
+    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
+    if tmpl not in TEMPLATES:
+        raise ValueError(f"unknown synthetic template {tmpl!r}")
+    rng = random.Random(cid)
+    tr = c.get("transform")
+    body = TEMPLATES[tmpl](rng, p)
+    pre = "" if p.get("kind") in PLAIN else _pre(rng, c.get("name", "job"), rng.randrange(2, 7))
+    _write(d, "run.0.log", pre + body, tr, cid)
+    tasks = [_task(root, d, "run.0.log", 0, 1, None, T0 + rng.randrange(0, 10**6))]
+    return synthetic_label(c, cid, tmpl, p, tasks, None, c.get("slurm_state"), None, tr)
