@@ -82,7 +82,8 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
                 f"W external/xla/xla/tsl/framework/bfc_allocator.cc:{rng.randrange(490, 520)}] "
                 f"Allocator (GPU_0_bfc) ran out of memory trying to allocate "
                 f"{n / 2**30:.2f}GiB (rounded to {n})requested by op \n")
-        frames = [("/home/u/flax_lm/train.py", "<module>", "state, metrics = train_step(state, batch)"),
+        frames = [("/home/u/flax_lm/train.py", "<module>",
+                   "state, metrics = train_step(state, batch)"),
                   ("/home/u/flax_lm/train.py", "train_step",
                    "grads = jax.grad(loss_fn)(state.params)")]
         return head + _tb(rng, frames, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: "
@@ -102,7 +103,8 @@ def oom_srun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str
         pre = _pre(rng, "detr-ft", rng.randrange(3, 6), dist=True, rank=r)
         if r == bad:
             msg = (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.52 GiB. GPU "
-                   f"{r % 2} has a total capacity of 39.49 GiB of which 2.06 GiB is free. Including "
+                   f"{r % 2} has a total capacity of 39.49 GiB of which 2.06 GiB is free. "
+                   "Including "
                    "non-PyTorch memory, this process has 37.42 GiB memory in use. Of the allocated "
                    f"memory {rng.uniform(30, 34):.2f} GiB is allocated by PyTorch, and "
                    f"{rng.uniform(1, 3):.2f} GiB is reserved by PyTorch but unallocated. If "
@@ -112,7 +114,8 @@ def oom_srun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str
                    "environment-variables)")
             frames = _user_frames(rng) + [(f"{SITE}/torch/nn/functional.py",
                                            "multi_head_attention_forward",
-                                           "attn_output_weights = torch.bmm(q_scaled, k.transpose(-2, -1))")]
+                                           "attn_output_weights = torch.bmm(q_scaled, "
+                                           "k.transpose(-2, -1))")]
             body, code, sig, t = _tb(rng, frames, msg), 1, None, end
         else:
             body, code, sig, t = "", None, 9, end + rng.uniform(1, 3)
@@ -141,7 +144,8 @@ def cuda_error(rng: random.Random, p: dict) -> str:
                   ("/home/u/sim/kernels.py", "compute_forces",
                    "return out.get()"),
                   ("cupy/_core/core.pyx", "cupy._core.core._ndarray_base.get", ""),
-                  ("cupy_backends/cuda/api/runtime.pyx", "cupy_backends.cuda.api.runtime.check_status", "")]
+                  ("cupy_backends/cuda/api/runtime.pyx",
+                   "cupy_backends.cuda.api.runtime.check_status", "")]
         return ("step 0 energy -5123.88\nstep 100 energy -5130.02\n"
                 + _tb(rng, frames, "cupy_backends.cuda.api.runtime.CUDARuntimeError: "
                       "cudaErrorIllegalAddress: an illegal memory access was encountered"))
@@ -175,7 +179,8 @@ def cuda_error(rng: random.Random, p: dict) -> str:
 def device_assert(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
     if kind == "index_select":  # embedding lookup with a token id past the vocabulary
-        f = "/opt/conda/conda-bld/pytorch_1708025845868/work/aten/src/ATen/native/cuda/Indexing.cu:1290"
+        f = ("/opt/conda/conda-bld/pytorch_1708025845868/work/aten/src/ATen/native/cuda/"
+             "Indexing.cu:1290")
         blk = rng.randrange(0, 400)
         lines = [f"{f}: indexSelectLargeIndex: block: [{blk},0,0], thread: [{t},0,0] Assertion "
                  "`srcIndex < srcSelectDimSize` failed."
@@ -218,9 +223,11 @@ def assert_torchrun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, 
                f"failed (exitcode: 1) local_rank: {bad} (pid: {rng.randrange(1000, 99999)}) of "
                "binary: /opt/conda/envs/train/bin/python\n"
                "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
-               + "=" * 60 + "\ntrain_clf.py FAILED\n" + "-" * 60 + "\nFailures:\n  <NO_OTHER_FAILURES>\n"
+               + "=" * 60 + "\ntrain_clf.py FAILED\n" + "-" * 60
+               + "\nFailures:\n  <NO_OTHER_FAILURES>\n"
                + "-" * 60 + "\nRoot Cause (first observed failure):\n[0]:\n"
-               f"  time      : {t}\n  host      : gpu-a40-09\n  rank      : {bad} (local_rank: {bad})\n"
+               f"  time      : {t}\n  host      : gpu-a40-09\n"
+               f"  rank      : {bad} (local_rank: {bad})\n"
                f"  exitcode  : 1 (pid: {rng.randrange(1000, 99999)})\n  error_file: <N/A>\n"
                "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/"
                "errors.html\n" + "=" * 60 + "\n")
@@ -237,13 +244,14 @@ def nccl(rng: random.Random, p: dict) -> str:
     ver = rng.choice(["2.19.3", "2.21.5", "2.23.4"])
     c10d = "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
     if kind == "shm_extend":  # /dev/shm of the container too small for NCCL's SHM transport
-        shm = f"/dev/shm/nccl-{''.join(rng.choice('abcdefghiJKLMNpqrs0123456789') for _ in range(6))}"
+        tag = "".join(rng.choice("abcdefghiJKLMNpqrs0123456789") for _ in range(6))
+        shm = f"/dev/shm/nccl-{tag}"
         size = rng.choice([9637892, 33030144])
         warn = (f"{host}:{pid}:{pid + 77} [1] NCCL WARN Error: failed to extend {shm} to {size} "
                 "bytes, error: No space left on device (28)")
         frames = _user_frames(rng)[:2] + [(f"{SITE}/torch/distributed/distributed_c10d.py",
                                            "all_reduce", "work = group.allreduce([tensor], opts)")]
-        return (warn + "\n" + _tb(rng, frames, f"torch.distributed.DistBackendError: NCCL error in: "
+        return (warn + "\n" + _tb(rng, frames, "torch.distributed.DistBackendError: NCCL error in: "
                                   f"{c10d}:{rng.randrange(1900, 3200)}, unhandled system error "
                                   f"(run with NCCL_DEBUG=INFO for details), NCCL version {ver}\n"
                                   "ncclSystemError: System call (e.g. socket, malloc) or external "
@@ -280,7 +288,8 @@ def nccl_cascade(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr:
         pre = _pre(rng, "llm-sft", rng.randrange(3, 5), dist=True, rank=r)
         frames = _user_frames(rng)[:2] + [(f"{SITE}/torch/distributed/distributed_c10d.py",
                                            "reduce_scatter_tensor",
-                                           "work = group._reduce_scatter_base(output, input, opts)")]
+                                           "work = group._reduce_scatter_base(output, input, "
+                                           "opts)")]
         if r == bad:
             warn = (f"{host}:{pid}:{pid + 412} [{r}] NCCL WARN NET/IB : Got async event : port "
                     "error\n"
@@ -370,7 +379,8 @@ def devmm(rng: random.Random, p: dict) -> str:
         return _tb(rng, frames, "RuntimeError: Expected object of device type cuda but got device "
                    "type cpu for argument #2 'mat2' in call to _th_mm")
     if kind == "device_map":  # accelerate's device_map="auto" split a model over two GPUs
-        frames = [("/home/u/rerank/score.py", "<module>", "scores = head(model(**enc).last_hidden_state[:, 0])"),
+        frames = [("/home/u/rerank/score.py", "<module>",
+                   "scores = head(model(**enc).last_hidden_state[:, 0])"),
                   (f"{SITE}/torch/nn/modules/module.py", "_call_impl",
                    "return forward_call(*args, **kwargs)"),
                   (f"{SITE}/torch/nn/modules/linear.py", "forward",
@@ -425,7 +435,8 @@ def storage(rng: random.Random, p: dict) -> tuple[str | None, str]:
                    "for tarinfo in stream:"),
                   ("/usr/lib/python3.10/tarfile.py", "next",
                    "tarinfo = self.tarinfo.fromtarfile(self)")]
-        return kern, ("".join(f"shard {i:05d}: {rng.randrange(900, 1100)} samples\n" for i in range(4))
+        return kern, ("".join(f"shard {i:05d}: {rng.randrange(900, 1100)} samples\n"
+                              for i in range(4))
                       + _tb(rng, frames, "OSError: [Errno 5] Input/output error"))
     if kind == "nfs_timeout":  # a soft-mounted NFS export stops answering; pyarrow read fails
         srv = rng.choice(["nas03", "fs-home2", "datastore1"])
@@ -463,7 +474,8 @@ def watchdog_22(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: 
             body = (f"[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective "
                     f"operation timeout: {work} ran for {600000 + rng.randrange(10, 900)} "
                     "milliseconds before timing out.\n"
-                    f"[rank{r}]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank {r}] Timeout at NCCL work: "
+                    f"[rank{r}]:[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank {r}] Timeout at NCCL "
+                    "work: "
                     f"{seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}.\n"
                     f"[rank{r}]:[E ProcessGroupNCCL.cpp:577] [Rank {r}] Some NCCL operations have "
                     "failed or timed out. Due to the asynchronous nature of CUDA kernels, "
@@ -524,7 +536,8 @@ def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
                     (f"{SITE}/torch/distributed/distributed_c10d.py", "all_reduce",
                      "work.wait()")],
                     "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] "
-                    f"Connection closed by peer [10.1.0.{lost_ranks[0] + 20}]:{rng.randrange(20000, 60000)}")
+                    f"Connection closed by peer [10.1.0.{lost_ranks[0] + 20}]:"
+                    f"{rng.randrange(20000, 60000)}")
             _write(d, f"0.{r}.log", text, tr, cid)
             if r in lost_ranks:
                 tasks.append({"log": str((d / f"0.{r}.log").relative_to(root)), "rank": r,
