@@ -209,3 +209,51 @@ def test_a_library_says_a_path_is_not_there(tmp_path: Path, exc: str) -> None:
 def test_benign_or_keyed_does_not_exist_mentions(tmp_path: Path, text: str, exit_code: int,
                                                  cls: str) -> None:
     assert verdict(tmp_path, text, exit_code=exit_code).cls == cls
+
+
+# ---- checkpoint_corrupt: a model / config / tokenizer file that is there but does not parse ----
+
+TOK_LOADER = (f"{SITE}/transformers/tokenization_utils_base.py", "_from_pretrained",
+              "with open(tokenizer_file, encoding=\"utf-8\") as f: tokenizer_json = json.load(f)")
+JSON_FRAMES = (("/usr/lib/python3.11/json/__init__.py", "loads",
+                "return _default_decoder.decode(s)"),
+               ("/usr/lib/python3.11/json/decoder.py", "raw_decode",
+                "raise JSONDecodeError(\"Expecting value\", s, err.value) from None"))
+
+
+@pytest.mark.parametrize("exc", [
+    "OSError: It looks like the config file at '/models/llm-7b/preprocessor_config.json' is not "
+    "a valid JSON file.",
+    "Exception: EOF while parsing an object at line 812 column 0",
+    "Exception: trailing characters at line 3 column 5",
+    "Exception: key must be a string at line 1 column 2",
+])
+def test_model_files_that_do_not_parse(tmp_path: Path, exc: str) -> None:
+    v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
+    assert v.cls == "checkpoint_corrupt", (v.cls, v.evidence)
+
+
+@pytest.mark.parametrize("exc", [
+    "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+    "json.decoder.JSONDecodeError: Unterminated string starting at: line 4 column 3 (char 86)",
+])
+def test_json_error_inside_a_model_loader(tmp_path: Path, exc: str) -> None:
+    text = PROGRESS + tb(USER, (f"{SITE}/transformers/models/auto/tokenization_auto.py",
+                                "from_pretrained", "return tokenizer_class.from_pretrained("),
+                         TOK_LOADER, *JSON_FRAMES, exc=exc)
+    v = verdict(tmp_path, text)
+    assert v.cls == "checkpoint_corrupt", (v.cls, v.evidence)
+
+
+def test_json_error_reading_data_stays_a_program_error(tmp_path: Path) -> None:
+    reader = ("/home/u/proj/data.py", "read_jsonl", "rows.append(json.loads(line))")
+    exc = "json.decoder.JSONDecodeError: Expecting ',' delimiter: line 1 column 88 (char 87)"
+    text = PROGRESS + tb(USER, reader, *JSON_FRAMES, exc=exc)
+    assert verdict(tmp_path, text).cls == "python_exception"
+
+
+def test_tokenizer_json_of_a_newer_format_is_no_damage(tmp_path: Path) -> None:
+    # serde's data errors: the file parsed, this tokenizers version does not know its layout
+    exc = ("Exception: data did not match any variant of untagged enum ModelWrapper at line 250373 "
+           "column 3")
+    assert verdict(tmp_path, PROGRESS + tb(USER, exc=exc)).cls == "python_exception"

@@ -212,5 +212,62 @@ def hf_no_weights() -> None:
     say(type(m).__name__)
 
 
+# ---------------------------------------------------------------- checkpoint_corrupt
+
+def _tokenizer_dir(d: str) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {w: i for i, w in enumerate(["[UNK]", "[PAD]", "the", "cat", "sat", "on", "mat"])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]",
+                            pad_token="[PAD]").save_pretrained(d)
+
+
+def _cut(path: str, keep: float) -> None:
+    with open(path, "rb") as f:
+        raw = f.read()
+    with open(path, "wb") as f:
+        f.write(raw[:int(len(raw) * keep)])
+
+
+def hf_tokenizer_json_cut() -> None:
+    """A tokenizer directory whose tokenizer.json was copied half-way (transformers reads it
+    with json.load)."""
+    from transformers import AutoTokenizer
+    _tokenizer_dir(ARG)
+    _cut(os.path.join(ARG, "tokenizer.json"), 0.5)
+    say(f"loading tokenizer from {ARG}")
+    tok = AutoTokenizer.from_pretrained(ARG)
+    say(tok("the cat sat"))
+
+
+def tokenizers_lfs_pointer() -> None:
+    """tokenizer.json is a git-lfs pointer (the repository was cloned without lfs): the
+    tokenizers library's JSON reader fails on its first byte."""
+    from tokenizers import Tokenizer
+    path = os.path.join(ARG, "tokenizer.json")
+    os.makedirs(ARG, exist_ok=True)
+    with open(path, "w") as f:
+        f.write("version https://git-lfs.github.com/spec/v1\n"
+                "oid sha256:9f2c3b7e41d0a8c5e6f1b2a3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7\n"
+                "size 2113710\n")
+    steps("tokenize", 1)
+    say(f"reading {path}")
+    tok = Tokenizer.from_file(path)
+    say(tok.get_vocab_size())
+
+
+def hf_generation_config_cut() -> None:
+    """generation_config.json cut short (a disk that filled while it was saved)."""
+    from transformers import GenerationConfig
+    GenerationConfig(max_new_tokens=64, do_sample=True, temperature=0.7,
+                     top_p=0.9).save_pretrained(ARG)
+    _cut(os.path.join(ARG, "generation_config.json"), 0.4)
+    say(f"loading generation settings from {ARG}")
+    g = GenerationConfig.from_pretrained(ARG)
+    say(g)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()
