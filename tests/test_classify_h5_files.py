@@ -257,3 +257,18 @@ def test_tokenizer_json_of_a_newer_format_is_no_damage(tmp_path: Path) -> None:
     exc = ("Exception: data did not match any variant of untagged enum ModelWrapper at line 250373 "
            "column 3")
     assert verdict(tmp_path, PROGRESS + tb(USER, exc=exc)).cls == "python_exception"
+
+
+# ---- sqlite: SQLITE_CANTOPEN says the same for a missing directory and an unwritable one ----
+
+def test_sqlite_cantopen_is_modest_and_names_both_causes(tmp_path: Path) -> None:
+    text = PROGRESS + tb(USER, ("/home/u/proj/track.py", "open_db", "con = sqlite3.connect(path)"),
+                         exc="sqlite3.OperationalError: unable to open database file")
+    v = verdict(tmp_path, text)
+    assert v.cls == "file_not_found" and v.confidence <= 0.6
+    assert "missing" in v.detail and "not writable" in v.detail
+
+
+def test_sqlite_readonly_database_is_permission(tmp_path: Path) -> None:
+    text = PROGRESS + tb(USER, exc="sqlite3.OperationalError: attempt to write a readonly database")
+    assert verdict(tmp_path, text).cls == "permission_denied"

@@ -269,5 +269,17 @@ def hf_generation_config_cut() -> None:
     say(g)
 
 
+# ---------------------------------------------------------------- sqlite
+
+def sqlite_missing_dir() -> None:
+    """An experiment tracker's sqlite database in a directory nobody created: sqlite's
+    SQLITE_CANTOPEN (the same line as a directory the user may not write to)."""
+    import sqlite3
+    steps("hparam-search", 2)
+    say(f"logging trials to {ARG}")
+    con = sqlite3.connect(ARG)
+    con.execute("create table if not exists trials (id integer, score real)")
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()
