@@ -129,7 +129,7 @@ MAX_PREFIXES = 8
 # an exception line quoted inside prose ("The error was **KeyError: 'x'** here", "got
 # `torch.cuda.OutOfMemoryError: CUDA out of memory` again"): a bold or code span that opens
 # after some text and holds `[module.]Name: message`; the span is read as the line
-_EXC_SPAN = re.compile(r"(?<=\S)\s+(\*\*|`+)((?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S.*?)(?:\1|$)")
+_EXC_SPAN = re.compile(r"(?<=\S)\s+(\*\*|`+)((?:[A-Za-z_]\w*\.)*_?[A-Z]\w*: \S.*?)(?:\1|$)")
 _SPAN_MARK = "\ue000"  # where such a span began: line_view reads the body from there
 
 
