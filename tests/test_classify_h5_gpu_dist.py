@@ -88,6 +88,11 @@ def test_connect_retry_warning_then_success(tmp_path: Path) -> None:
     "RuntimeError: Unable to initialize backend 'cuda': INTERNAL: no supported devices found for "
     "platform CUDA (you may need to uninstall the failing plugin package, or set "
     "JAX_PLATFORMS=cpu to skip this backend.)",
+    # a GPU index past the ones the task can see
+    "RuntimeError: CUDA error: invalid device ordinal\nCUDA kernel errors might be "
+    "asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+    "tensorflow.python.framework.errors_impl.InvalidArgumentError: Invalid device ordinal value "
+    "(3). Valid range is [0, 1].",
 ])
 def test_gpu_asked_for_is_not_there(tmp_path: Path, exc: str) -> None:
     v = verdict(tmp_path, PROGRESS[:40] + tb(USER, exc=exc))

@@ -145,6 +145,22 @@ def devmm(rng: random.Random, p: dict) -> str:
     raise ValueError(kind)
 
 
+def cuda_setup(rng: random.Random, p: dict) -> str:
+    kind = p["kind"]
+    if kind == "invalid_ordinal":
+        # srun --gpus-per-task=1: each task sees one GPU (cuda:0), the script picks
+        # cuda:LOCAL_RANK; "CUDA error: <cudaGetErrorString(cudaErrorInvalidDevice)>"
+        rank = rng.randrange(1, 8)
+        frames = [("/home/u/ddp/train.py", "<module>", "main()"),
+                  ("/home/u/ddp/train.py", "main", "torch.cuda.set_device(local_rank)"),
+                  (f"{SITE}/torch/cuda/__init__.py", "set_device",
+                   "torch._C._cuda_setDevice(device)")]
+        return (f"local_rank={rank} world_size=8 CUDA_VISIBLE_DEVICES={rank}\n"
+                + _tb(rng, frames, f"RuntimeError: CUDA error: invalid device ordinal\n{ASYNC}\n"
+                      f"{DSA}"))
+    raise ValueError(kind)
+
+
 def tf_placement(rng: random.Random, p: dict) -> str:
     # the GPU is there, the op has no GPU kernel: a program error, not the node's setup
     frames = [("/home/u/tf_img/pipeline.py", "<module>", "imgs = decode(batch)"),
@@ -159,7 +175,7 @@ def tf_placement(rng: random.Random, p: dict) -> str:
 
 
 TEMPLATES = {"f5_cuda_oom": cuda_oom, "f5_cuda_error": cuda_error, "f5_gpu_hw": gpu_hw,
-             "f5_devmm": devmm, "f5_tf_placement": tf_placement}
+             "f5_devmm": devmm, "f5_tf_placement": tf_placement, "f5_cuda_setup": cuda_setup}
 PLAIN = ("vllm_kv_needed",)  # a log that is the library's own output from its first line
 
 
