@@ -26,6 +26,8 @@ for Slurm jobs (corpus.yaml kind slurm)
   pool_grow MB     a ProcessPoolExecutor whose worker keeps MB-sized blocks until the cgroup
                    OOM killer kills it (BrokenProcessPool in the parent)
   spawn_grow MB    torch.multiprocessing.spawn, child 1 keeps MB-sized blocks until killed
+  dl_table MB      DataLoader workers whose worker_init_fn loads an MB-sized lookup table each
+                   (and worker 1 a copy per batch): the cgroup OOM killer kills a worker
 """
 
 from __future__ import annotations
@@ -291,6 +293,33 @@ def md_summary(kind: str, workdir: str) -> None:
     sys.exit(1 if failed else 0)
 
 
+def dl_table(mb: int) -> None:
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+    class Captions(Dataset):
+        table: list = []
+
+        def __len__(self) -> int:
+            return 4096
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            info = get_worker_info()
+            if info is not None and info.id == 1:  # this worker re-reads the table per batch
+                self.table.append(np.ones(mb << 17))
+            return torch.full((16,), float(i % 7))
+
+    def load_table(worker_id: int) -> None:
+        Captions.table = [np.ones(mb << 17)]  # mb MiB of float64 per worker
+
+    say(f"captioning with 2 workers, a {mb} MiB lookup table each")
+    dl = DataLoader(Captions(), batch_size=8, num_workers=2, worker_init_fn=load_table)
+    for step, batch in enumerate(dl):
+        if step % 20 == 0:
+            say(f"step {step} mean {batch.mean():.3f}")
+
+
 def main() -> None:
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "thread_crash":
@@ -315,6 +344,8 @@ def main() -> None:
         flaky(args[0])
     elif mode == "pool_grow":
         pool_grow(int(args[0]))
+    elif mode == "dl_table":
+        dl_table(int(args[0]))
     elif mode == "spawn_grow":
         spawn_grow(int(args[0]))
     else:
