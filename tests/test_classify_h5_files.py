@@ -158,6 +158,9 @@ def test_a_wrapper_around_a_generic_error_stays_generic(tmp_path: Path) -> None:
     "tar: shards/part-0003.tar: Cannot write: No space left on device",
     "ERROR writing embeddings cache: [Errno 122] Disk quota exceeded: '/home/u/.cache/emb.pkl'",
     "dd: error writing '/scratch/u/blob.bin': No space left on device",
+    # a short write (numpy's tofile, tar) with no errno
+    "ERROR saving features: 160000 requested and 32752 written",
+    "tar: shards.tar: Wrote only 4096 of 10240 bytes",
 ])
 def test_exit0_with_disk_full_at_the_end_is_a_silent_failure(tmp_path: Path, line: str) -> None:
     v = verdict(tmp_path, PROGRESS + line + "\npacked 0 files\n", exit_code=0)

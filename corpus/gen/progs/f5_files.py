@@ -281,5 +281,34 @@ def sqlite_missing_dir() -> None:
     con.execute("create table if not exists trials (id integer, score real)")
 
 
+# ---------------------------------------------------------------- torch.multiprocessing.spawn
+
+def _spawn_load(rank: int, path: str) -> None:
+    import torch
+    say(f"rank {rank}: loading {path}/rank{rank}.pt")
+    torch.load(f"{path}/rank{rank}.pt")
+
+
+def _spawn_save(rank: int, path: str) -> None:
+    import torch
+    say(f"rank {rank}: saving optimizer shard")
+    torch.save({"exp_avg": torch.randn(512, 512)}, f"{path}/optim-rank{rank}.pt")
+
+
+def spawn_load_missing() -> None:
+    """torch.multiprocessing.spawn workers resume from per-rank files that are not there:
+    ProcessRaisedException prints the worker's traceback inside its message."""
+    import torch.multiprocessing as mp
+    steps("launch", 1)
+    mp.spawn(_spawn_load, args=(ARG,), nprocs=2)
+
+
+def spawn_save_full() -> None:
+    """spawn workers save optimizer shards to a full filesystem."""
+    import torch.multiprocessing as mp
+    steps("launch", 1)
+    mp.spawn(_spawn_save, args=(ARG,), nprocs=2)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()
