@@ -62,6 +62,15 @@ FSSPEC = (f"{SITE}/fsspec/implementations/http.py", "_info",
     "botocore.exceptions.IncompleteReadError: 65536 read, but total bytes expected is 1048576.",
     "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the GetObject "
     "operation (reached max retries: 4): Please reduce your request rate.",
+    # requests / urllib3 / google-api-core / fsspec lines alone (no chain printed)
+    "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='data.example.org', port=443): "
+    "Read timed out. (read timeout=30)",
+    "requests.exceptions.ChunkedEncodingError: (\"Connection broken: InvalidChunkLength(got "
+    "length b'', 0 bytes read)\", InvalidChunkLength(got length b'', 0 bytes read))",
+    "urllib3.exceptions.ProtocolError: Response ended prematurely",
+    "google.api_core.exceptions.ServiceUnavailable: 503 GET https://storage.googleapis.com/"
+    "download/storage/v1/b/bkt/o/shard-7: We encountered an internal error. Please try again.",
+    "fsspec.exceptions.FSTimeoutError",
 ])
 def test_remote_storage_client_errors(tmp_path: Path, exc: str) -> None:
     v = verdict(tmp_path, PROGRESS + tb(USER, AIO, exc=exc))
@@ -275,3 +284,19 @@ def test_sqlite_cantopen_is_modest_and_names_both_causes(tmp_path: Path) -> None
 def test_sqlite_readonly_database_is_permission(tmp_path: Path) -> None:
     text = PROGRESS + tb(USER, exc="sqlite3.OperationalError: attempt to write a readonly database")
     assert verdict(tmp_path, text).cls == "permission_denied"
+
+
+@pytest.mark.parametrize("exc, cls", [
+    ("botocore.exceptions.ClientError: An error occurred (NoSuchKey) when calling the GetObject "
+     "operation: The specified key does not exist.", "file_not_found"),
+    ("google.api_core.exceptions.NotFound: 404 GET https://storage.googleapis.com/storage/v1/b/"
+     "bkt/o/ckpt%2Fstep-900: No such object: bkt/ckpt/step-900", "file_not_found"),
+    ("botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the "
+     "PutObject operation: Access Denied", "permission_denied"),
+    ("google.api_core.exceptions.Forbidden: 403 GET https://storage.googleapis.com/storage/v1/b/"
+     "bkt/o/x: svc@p.iam.gserviceaccount.com does not have storage.objects.get access to the "
+     "Google Cloud Storage object.", "permission_denied"),
+])
+def test_object_store_not_found_and_denied(tmp_path: Path, exc: str, cls: str) -> None:
+    v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
+    assert v.cls == cls, (v.cls, v.evidence)

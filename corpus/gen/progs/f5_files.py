@@ -108,6 +108,25 @@ def fsspec_open_404() -> None:
         say(f.readline())
 
 
+def requests_read_timeout() -> None:
+    """A shard reader with a read timeout; the data server accepted and never answered."""
+    import requests
+    steps("stream", 2)
+    url = f"http://127.0.0.1:{ARG}/shards/train-{7:05d}.tar"
+    say(f"GET {url} (timeout 3 s)")
+    r = requests.get(url, timeout=3)
+    say(len(r.content))
+
+
+def requests_body_cut() -> None:
+    """requests downloads a checkpoint whose body the server cuts short."""
+    import requests
+    url = f"http://127.0.0.1:{ARG}/ckpt/model-00002-of-00004.safetensors"
+    say(f"downloading {url}")
+    data = requests.get(url, timeout=10).content
+    say(f"{len(data)} bytes")
+
+
 # ---------------------------------------------------------------- disk_full
 
 def ray_save() -> None:
