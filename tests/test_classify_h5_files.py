@@ -300,3 +300,37 @@ def test_sqlite_readonly_database_is_permission(tmp_path: Path) -> None:
 def test_object_store_not_found_and_denied(tmp_path: Path, exc: str, cls: str) -> None:
     v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
     assert v.cls == cls, (v.cls, v.evidence)
+
+
+# ---- torch weights_only: a refused global is an intact file; an unreadable one is damage ----
+
+TORCH_LOAD = (f"{SITE}/torch/serialization.py", "load",
+              "raise pickle.UnpicklingError(_get_wo_message(str(e))) from None")
+WO = ("_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
+      "so you have two options, do those steps only if you trust the source of the checkpoint.\n"
+      "\t(1) In PyTorch 2.6, we changed the default value of the `weights_only` argument in "
+      "`torch.load` from `False` to `True`. Re-running `torch.load` with `weights_only` set to "
+      "`False` will likely succeed.\n")
+
+
+@pytest.mark.parametrize("why, cls", [
+    ("\tWeightsUnpickler error: Unsupported global: GLOBAL numpy.core.multiarray._reconstruct "
+     "was not an allowed global by default. Please use `torch.serialization.add_safe_globals("
+     "[_reconstruct])` to allowlist this global if you trust this class/function.",
+     "python_exception"),
+    ("\tWeightsUnpickler error: Unsupported global: GLOBAL trainer.config.TrainConfig was not an "
+     "allowed global by default.", "python_exception"),
+    ("Please file an issue with the following so that we can make `weights_only=True` compatible "
+     "with your use case: WeightsUnpickler error: \n\nUnsupported operand 60",
+     "checkpoint_corrupt"),
+])
+def test_weights_only_refusal_vs_damage(tmp_path: Path, why: str, cls: str) -> None:
+    v = verdict(tmp_path, PROGRESS + tb(USER, TORCH_LOAD, exc=WO + why))
+    assert v.cls == cls, (v.cls, v.evidence)
+
+
+def test_npy_cut_short(tmp_path: Path) -> None:
+    read = (f"{SITE}/numpy/lib/_format_impl.py", "read_array", "raise ValueError(")
+    exc = ("ValueError: Failed to read all data for array. Expected (600, 256) = 153600 elements, "
+           "could only read 84464 elements. (file seems not fully written?)")
+    assert verdict(tmp_path, PROGRESS + tb(USER, read, exc=exc)).cls == "checkpoint_corrupt"

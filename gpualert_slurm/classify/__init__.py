@@ -227,7 +227,9 @@ def _incident(events: list[Event]) -> tuple[Event | None, Event | None]:
             seg_lo = max((e.order for e in events[:k] if e.role == "chain"), default=lo)
             frames = _frames(events, k, seg_lo)
         conf = [f for f in frames if f.role == "confirmation"]
-        if best.cls == "python_exception" and conf:
+        # a python_exception rule with a detail of its own names a known program error (not
+        # a generic one): the frames it was raised in do not change what it is
+        if best.cls == "python_exception" and best.rule.detail is None and conf:
             f = conf[-1]
             best = dataclasses.replace(best, file=f.file, line=f.line, text=f.text, rule=f.rule,
                                        detail=best.text[:200])

@@ -288,6 +288,37 @@ def hf_generation_config_cut() -> None:
     say(g)
 
 
+def npy_half_written() -> None:
+    """Precomputed embeddings in an .npy file whose writer was killed half-way."""
+    import numpy as np
+    path = os.path.join(ARG, "emb.npy")
+    os.makedirs(ARG, exist_ok=True)
+    np.save(path, np.random.rand(600, 256).astype("float32"))
+    _cut(path, 0.55)
+    say(f"loading embeddings {path}")
+    emb = np.load(path)
+    say(emb.shape)
+
+
+class RunConfig:
+    """A config object saved inside a checkpoint (weights_only=True refuses it)."""
+
+    lr = 3e-4
+    warmup = 500
+
+
+def torch_weights_only_global() -> None:
+    """torch >= 2.6 loads with weights_only=True: an intact checkpoint that holds a config
+    object is refused by name (not a damaged file)."""
+    import torch
+    path = os.path.join(ARG, "last.pt")
+    os.makedirs(ARG, exist_ok=True)
+    torch.save({"model": torch.nn.Linear(8, 8).state_dict(), "cfg": RunConfig()}, path)
+    say(f"resuming from {path}")
+    ck = torch.load(path)
+    say(sorted(ck))
+
+
 # ---------------------------------------------------------------- sqlite
 
 def sqlite_missing_dir() -> None:
