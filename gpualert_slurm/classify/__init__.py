@@ -136,6 +136,11 @@ def _segment_best(events: list[Event], i: int) -> Event:
     return best
 
 
+# a JVM cause: "Caused by: <fq.Class>[: msg]" comes after the frames of the exception it caused
+# (Throwable.printStackTrace), the next exception of the chain on its own line, no marker before
+_JVM_CAUSE = re.compile(r"(?:^|[\s:\]])Caused by: (?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?::\s|\s*$)")
+
+
 def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
     """Follow a chained traceback ("During handling of the above exception ..." / "The above
     exception was the direct cause ...") from the incident at events[i] to the exception that
@@ -160,6 +165,12 @@ def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
     while j < len(events):
         e = events[j]
         nested = _nested_traceback(e, segs[-1][0])
+        if (e.role == "root" and end < e.order <= end + CHAIN_WINDOW
+                and _JVM_CAUSE.search(e.text)):
+            segs.append((_segment_best(events, j), j))  # a JVM cause: the line is its exception
+            end = seg_end(j)
+            j += 1
+            continue
         if (e.role == "chain" or nested) and end < e.order <= end + INCIDENT_WINDOW:
             # the next exception of the chain: the first root after the marker (after its
             # traceback's frames; deep ones are long)
