@@ -140,6 +140,7 @@ def test_the_jobs_own_disk_full_stays_disk_full(tmp_path: Path) -> None:
 @pytest.mark.parametrize("line", [
     "lightgbm.basic.LightGBMError: GPU Tree Learner was not enabled in this build.",
     "[LightGBM] [Fatal] CUDA Tree Learner was not enabled in this build.",
+    "lightgbm.basic.LightGBMError: No OpenCL device found",
     "numba.cuda.cudadrv.error.CudaSupportError: CUDA is disabled due to setting "
     "NUMBA_DISABLE_CUDA=1 in the environment, or because CUDA is unsupported on 32-bit systems.",
     "numba.cuda.cudadrv.error.CudaSupportError: Error at driver init: ",

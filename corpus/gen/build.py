@@ -114,6 +114,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("f5_"):  # GPU wording families holdout5 showed unknown
         from corpus.gen import synthetic_f5
         return synthetic_f5.build(root, d, c)
+    if c["synth"].startswith("f6_"):  # memory / shm / GPU-backend families holdout6 missed
+        from corpus.gen import synthetic_f6
+        return synthetic_f6.build(root, d, c)
     return synthetic.build(root, d, c)
 
 
