@@ -23,6 +23,7 @@ case is checked by its own test.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -262,6 +263,18 @@ def submitted(c: ClusterFacts) -> Iterator[dict[str, Submitted]]:
         cancel_quietly(*(j for s in out.values() for j in s.jobs))
 
 
+# slurmstepd's own complaint when the signal it sends (and the SIGCONT after it) finds the batch
+# shell already gone: written into slurm-%j.out by slurmstepd, not by the job, with or without
+# the tap (seen once in the job *without* it, pgid cluster, --signal=B:HUP). Only this race line
+# is set aside; any other slurmstepd line still counts as a difference.
+SIGNAL_RACE = re.compile(rb"^slurmstepd(?:-[\w.-]+)?: error: _handle_signal_container: "
+                         rb"failed signal \d+ pid \d+ StepId=\S+ No such process\n", re.M)
+
+
+def job_output(path: Path) -> bytes:
+    return SIGNAL_RACE.sub(b"", path.read_bytes())
+
+
 @pytest.mark.parametrize("case_id", [case.id for case in CASES])
 def test_signal_leaves_job_unchanged(c: ClusterFacts, submitted: dict[str, Submitted],
                                      case_id: str) -> None:
@@ -272,8 +285,8 @@ def test_signal_leaves_job_unchanged(c: ClusterFacts, submitted: dict[str, Submi
         s.sender.join(150)
         assert s.sender_error is None, f"sending the signal failed: {s.sender_error}"
     assert_same_outcome(tapped, plain)
-    out_t = (s.dir / f"slurm-{tapped}.out").read_bytes()
-    out_p = (s.dir / f"slurm-{plain}.out").read_bytes()
+    out_t = job_output(s.dir / f"slurm-{tapped}.out")
+    out_p = job_output(s.dir / f"slurm-{plain}.out")
     assert b"batch line 3000" in out_p or s.case.ranks or case_id.startswith("untrapped"), (
         f"the job without the tap did not run to its end:\n{out_p[-400:]!r}")
     assert out_t == out_p, (f"slurm-%j.out differs with the tap ({len(out_t)} bytes) and "
