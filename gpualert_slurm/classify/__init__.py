@@ -829,14 +829,12 @@ def _step_signal(c: _Ctx) -> Verdict | None:
 
 def _first_failed_rank(c: _Ctx) -> int | None:
     """The rank that failed first by the launcher's word (torchrun's Root Cause block, srun's
-    "task N: Exited with exit code") or, else, by the exit records; None when unknown."""
+    "task N: Exited with exit code", mpirun's "process rank N ... exited on signal" / "Process
+    name: [[j,1],N]") or, else, by the exit records; None when unknown."""
     for s in c.scans:
         if s is None:
             continue
-        rank, _ = _elastic_root(s.events) or (None, None)
-        if rank is None:
-            rank = next((e.ref_rank for e in s.events if e.ref_rank is not None
-                         and e.rule.id == "srun_task_exited"), None)
+        rank, _ = _launcher_root(s.events) or (None, None)
         if rank is not None:
             return rank
     t = c.first_fail
@@ -939,12 +937,13 @@ def _decide(c: _Ctx) -> Verdict:
 def _locate(c: _Ctx, v: Verdict, at: _Finding | TaskInput | None) -> None:
     """Which rank and node failed first, from the best witness there is: the rank's own log
     (its global [rankN] label when one Slurm task runs several ranks); else torchrun's Root
-    Cause block, srun's task-level lines (srun: error: n2: task 1: Out Of Memory), the exit
+    Cause block, mpirun's / Hydra's line naming the rank, srun's task-level lines (srun: error:
+    n2: task 1: Out Of Memory), the exit
     records (the first to end by itself, not by srun's SIGTERM); the batch log never names a
     rank by itself, it holds every rank's forwarded lines."""
     if isinstance(at, _Finding) and not at.from_batch and at.incident is not None:
         inc = at.incident
-        elastic = _elastic_root(at.events)
+        elastic = _launcher_root(at.events)
         # torch's [rankN] is the global rank; it says more than the Slurm task's rank when the
         # task runs several ranks (torchrun per node: its log holds several labels)
         labels = {e.rank_label for e in at.events if e.rank_label is not None}
@@ -956,6 +955,8 @@ def _locate(c: _Ctx, v: Verdict, at: _Finding | TaskInput | None) -> None:
         else:
             v.root_rank = at.rank
         v.root_node, v.root_step = at.task.node, at.task.step
+        if elastic and elastic[0] is not None and elastic[1] and not at.task.node:
+            v.root_node = elastic[1]  # mpirun's ranks run on hosts the Slurm task is not on
         return
     if isinstance(at, TaskInput) and at.step != "batch":
         v.root_rank, v.root_node, v.root_step = at.rank, at.node, at.step
@@ -963,7 +964,7 @@ def _locate(c: _Ctx, v: Verdict, at: _Finding | TaskInput | None) -> None:
     for s in c.scans:
         if s is None:
             continue
-        rank, node = _elastic_root(s.events) or (None, None)
+        rank, node = _launcher_root(s.events) or (None, None)
         if rank is None:
             srun = [e for e in s.events if e.ref_rank is not None or e.ref_node is not None]
             # a line that names a task failing by itself beats one naming a lost node
@@ -1002,6 +1003,26 @@ def _elastic_root(events: list[Event]) -> tuple[int | None, str | None] | None:
             if rank is not None or node is not None:
                 return rank, node
     return None
+
+
+# lines of a launcher that name the rank that failed first (rules with a (?P<rank>) group:
+# srun's task lines, Open MPI's mpirun, MPICH's Hydra); torchrun's summary is read as a block
+_ELASTIC_RULES = ("elastic_root_rank", "elastic_root_host", "elastic_rank_terminated")
+
+
+def _launcher_root(events: list[Event]) -> tuple[int | None, str | None] | None:
+    """(rank, node) of the first failure by a launcher's word: torchrun's Root Cause block,
+    else the first line that names a failed rank (srun "n2: task 1: Exited with exit code 3",
+    mpirun "process rank 2 with PID .. on node n3 exited on signal 11", its "Process name:
+    [[31091,1],2]" under "detected that one or more processes exited with non-zero status",
+    Hydra's "RANK 2 PID .. RUNNING AT n3"). A single Slurm task that runs mpirun holds every MPI
+    rank: the launcher's rank says more than the task's."""
+    elastic = _elastic_root(events)
+    if elastic is not None:
+        return elastic
+    e = next((e for e in events if e.ref_rank is not None
+              and e.rule.id not in _ELASTIC_RULES), None)
+    return (e.ref_rank, e.ref_node) if e is not None else None
 
 
 def _exception_name(dotted: str) -> str:
