@@ -25,13 +25,24 @@ if ! "$FVENV/bin/python" -c "import torch, tensorflow, jax, lightning, transform
 fi
 chmod -R a+rX "$FVENV"
 
-# Debian packages some cases run: Open MPI's mpirun (f5g-nodefail-mpirun-daemon-killed)
-DEB_PACKAGES=(openmpi-bin)
+# Debian packages some cases run: Open MPI's mpirun (f5g-nodefail-mpirun-daemon-killed, f6r-*),
+# the JDK (f6j-* compile and run F6Jobs.java)
+DEB_PACKAGES=(openmpi-bin openjdk-17-jdk-headless)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "make-corpus: Debian packages: ${missing[*]}"
     apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Libraries of the f6*- cases (and holdout6's), kept out of the corpus venv so that its
+# import-error cases stay as they are: the programs append this directory to sys.path.
+HO6=/opt/gpualert-ho6/site-packages
+if ! PYTHONPATH=$HO6 "$FVENV/bin/python" -c "import pyarrow, pandas, sklearn, numba, lightgbm, hydra, omegaconf" 2>/dev/null; then
+    echo "make-corpus: installing pyarrow, pandas, scikit-learn, numba, lightgbm, hydra-core into $HO6"
+    "$FVENV/bin/pip" install -q "${find_links[@]}" --target "$HO6" pandas==3.1.1 pyarrow==26.0.1 \
+        scikit-learn==1.9.1 numba==0.68.1 lightgbm==4.7.0 hydra-core==1.3.8 omegaconf==2.3.1
+    chmod -R a+rX "$HO6"
 fi
 
 # The Slurm cases need the test cluster; `up` is harmless when it already runs.
