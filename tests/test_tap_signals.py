@@ -61,17 +61,21 @@ SIGNALS = ("USR1", "USR2", "ALRM", "HUP", "CONT", "STOP+CONT")
 
 # Bash prelude of every job script and rank script. The traps only record; `wait_for` prints
 # "got SIG" once the awaited signal came, so the output does not depend on when signals
-# arrive (Slurm adds a SIGCONT to some signals, seen under proctrack/pgid). `nap` sleeps in a
-# child that ignores the signals: a sleep killed by one would make bash print "User defined
-# signal 1" or not, depending on timing. `wait_for` is bounded: a signal that never comes
-# fails the job with exit 3, in both runs alike. `burst` prints 3000 lines (~130 KB, two pipe
-# buffers) on stdout, then one on stderr after a pause (the tap carries the two streams in
-# two pipes, so only a pause makes their order in the file certain).
+# arrive (Slurm adds a SIGCONT to some signals, seen under proctrack/pgid). `nap` sleeps in bash
+# itself (`read -t` on a pipe nobody writes), with no child to kill: a sleep child, even one
+# that set `trap ''` at once, could be hit between its fork and that trap (a subshell resets
+# the shell's traps), and bash then printed "User defined signal 1" in one run and not in the
+# other (seen once, in the job without the tap, a rank signalling its own group). `wait_for`
+# is bounded: a signal that never comes fails the job with exit 3, in both runs alike.
+# `burst` prints 3000 lines (~130 KB, two pipe buffers) on stdout, then one on stderr after a
+# pause (the tap carries the two streams in two pipes, so only a pause makes their order in
+# the file certain).
 PRELUDE = r"""#!/bin/bash
 got=
 on() { got="$got $1"; }
 for s in USR1 USR2 ALRM HUP CONT; do trap "on $s" "$s"; done
-nap() { (trap '' USR1 USR2 ALRM HUP; exec sleep "$1"); }
+exec {NAPFD}<> <(:)
+nap() { read -r -t "$1" -u "$NAPFD" _ || true; }
 wait_for() {  # wait_for SIG [most seconds, 90 by default]
     local n=0
     until [[ "$got" == *" $1"* ]]; do
