@@ -16,6 +16,11 @@ from corpus.gen import capture, transforms
 
 SITE = "/opt/conda/envs/train/lib/python3.10/site-packages"
 T0 = 1796000000.0
+# What torch appends to a CUDA error's message: the asynchronous-report hint, the DSA note.
+ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
+         "stacktrace below might be incorrect.\nFor debugging consider passing "
+         "CUDA_LAUNCH_BLOCKING=1")
+DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
 
 
 def _pre(rng: random.Random, name: str, steps: int, dist: bool = False, rank: int = 0) -> str:
@@ -137,13 +142,10 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
 
 def cuda_error(rng: random.Random, p: dict) -> str:
     err = p.get("err", "an illegal memory access was encountered")
-    msg = (f"RuntimeError: CUDA error: {err}\nCUDA kernel errors might be asynchronously reported "
-           "at some other API call, so the stacktrace below might be incorrect.\nFor debugging "
-           "consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable "
-           "device-side assertions.\n")
+    msg = f"RuntimeError: CUDA error: {err}\n{ASYNC}\n{DSA}"
     frames = _user_frames(rng) + [(f"{SITE}/torch/_tensor.py", "backward",
                                    "torch.autograd.backward(")]
-    return _tb(rng, frames, msg.rstrip("\n"))
+    return _tb(rng, frames, msg)
 
 
 def device_assert(rng: random.Random, p: dict) -> str:
@@ -164,10 +166,7 @@ def device_assert(rng: random.Random, p: dict) -> str:
     for t in range(rng.randrange(2, 6)):
         lines.append(f"{f}:{rng.randrange(90, 1500)}: {fn}: block: [{rng.randrange(0, 512)},0,0], "
                      f"thread: [{t * rng.randrange(1, 32)},0,0] Assertion `{cond}` failed.")
-    msg = ("RuntimeError: CUDA error: device-side assert triggered\nCUDA kernel errors might be "
-           "asynchronously reported at some other API call, so the stacktrace below might be "
-           "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with "
-           "`TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    msg = f"RuntimeError: CUDA error: device-side assert triggered\n{ASYNC}\n{DSA}"
     return "\n".join(lines) + "\n" + _tb(rng, _user_frames(rng), msg)
 
 
@@ -181,10 +180,7 @@ def cuda_setup(rng: random.Random, p: dict) -> str:
                "version of the CUDA driver.")
     elif kind == "no_kernel":
         msg = ("RuntimeError: CUDA error: no kernel image is available for execution on the "
-               "device\nCUDA kernel errors might be asynchronously reported at some other API "
-               "call, so the "
-               "stacktrace below might be incorrect.\nFor debugging consider passing "
-               "CUDA_LAUNCH_BLOCKING=1")
+               f"device\n{ASYNC}")
     else:
         msg = ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"
                "CUDA kernel errors might be asynchronously reported at some other API call, so the "
@@ -287,17 +283,94 @@ def _task(root: Path, d: Path, name: str, rank: int, code: int | None, sig: int 
         "rank", "node", "step", "exit_code", "signal", "core_dumped", "end_time")}}
 
 
+def _lost_task(root: Path, d: Path, name: str, rank: int, step: str = "0") -> dict:
+    """A task whose node died with it: no exit record, nothing known of its end."""
+    return {"log": str((d / name).relative_to(root)), "rank": rank, "node": None, "step": step,
+            "exit_code": None, "signal": None, "core_dumped": False, "end_time": None}
+
+
+def _one_task(root: Path, d: Path, text: str, tr: str | None, cid: str, end: float,
+              code: int | None = 1, sig: int | None = None) -> list[dict]:
+    """A case of one task: its log `run.0.log` (shaped by the transform `tr`) and exit record."""
+    _write(d, "run.0.log", text, tr, cid)
+    return [_task(root, d, "run.0.log", 0, code, sig, end)]
+
+
+def _kernel_log(root: Path, d: Path, kern: str) -> str:
+    """Write the driver's lines as the case's kernel.log; its path as the label names it."""
+    (d / "kernel.log").write_text(kern)
+    return str((d / "kernel.log").relative_to(root))
+
+
+def _node_failure(node: str, what: str, stamp: str) -> str:
+    """srun's and slurmstepd's lines when node `node` of the job stops answering (`what`: `JOB
+    <id>` or `STEP <id>.<step>`, the step slurmstepd on n1 cancels)."""
+    return (f"srun: error: Node failure on {node}\n"
+            f"slurmstepd: error: *** {what} ON n1 CANCELLED AT {stamp} DUE TO NODE FAILURE, SEE "
+            "SLURMCTLD LOG FOR DETAILS ***\n")
+
+
+def _daemon_lost(rte: str, hnp: str, remote: str) -> str:
+    """Open MPI's runtime (`rte`: ORTE, or PRTE from Open MPI 5) when it loses a node's daemon."""
+    bar = "-" * 74
+    return (f"{bar}\n{rte} has lost communication with a remote daemon.\n\n"
+            f"  HNP daemon   : {hnp}\n  Remote daemon: {remote}\n\n"
+            "This is usually due to either a failure of the TCP network\nconnection to the "
+            "node, or possibly an internal failure of\nthe daemon itself. We cannot recover "
+            f"from this failure, and\ntherefore will terminate the job.\n{bar}\n")
+
+
+def _ranked(text: str, r: int) -> str:
+    """torch >= 2.2 prefixes each line of a rank's uncaught exception with `[rankN]:`."""
+    return "".join(f"[rank{r}]:{' ' if ln else ''}{ln}\n" for ln in text.rstrip("\n").split("\n"))
+
+
+def _case(c: dict) -> tuple[str, dict, str, random.Random, str | None]:
+    """(id, params, template, the case's random source seeded by its id, transform)."""
+    return c["id"], c.get("params") or {}, c["synth"], random.Random(c["id"]), c.get("transform")
+
+
+def compose(root: Path, d: Path, c: dict, single: dict | None = None,
+            logged: dict | None = None, multi: dict | None = None, plain: tuple = (),
+            aborted: tuple = ()) -> dict:
+    """Compose one case of a set's composer (synthetic4, synthetic_ho5, …) into `d`; its label.
+
+    The case's end time is drawn first, then the template's text. A template is one of
+    - `single[tmpl](rng, p)`: the message of one task, after the job's preamble unless the
+      case's `kind` is in `plain` (a log that is the library's own output from its first line);
+      the task exits 1, or is killed by SIGABRT where the kind is in `aborted`;
+    - `logged[tmpl](rng, p)`: (the kernel's lines or None, one task's whole log);
+    - `multi[tmpl](rng, p, d, root, cid, tr)`: writes its logs itself, returns (tasks, root
+      rank) or (tasks, root rank, Slurm state)."""
+    cid, p, tmpl, rng, tr = _case(c)
+    end = T0 + rng.randrange(0, 10**6)
+    kernel, root_rank, state = None, None, c.get("slurm_state")
+    if single and tmpl in single:
+        body = single[tmpl](rng, p)
+        pre = "" if p.get("kind") in plain else _pre(rng, c.get("name", "job"), rng.randrange(2, 8))
+        sig = 6 if p.get("kind") in aborted else None
+        tasks = _one_task(root, d, pre + body, tr, cid, end, None if sig else 1, sig)
+    elif logged and tmpl in logged:
+        kern, text = logged[tmpl](rng, p)
+        kernel = _kernel_log(root, d, kern) if kern else None
+        tasks = _one_task(root, d, text, tr, cid, end)
+    elif multi and tmpl in multi:
+        tasks, root_rank, *rest = multi[tmpl](rng, p, d, root, cid, tr)
+        state = rest[0] if rest and rest[0] else state
+    else:
+        raise ValueError(f"unknown synthetic template {tmpl!r}")
+    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)
+
+
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one synthetic case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
+    cid, p, tmpl, rng, tr = _case(c)
     if tmpl in ("tuning_single", "tuning_cascade"):  # the tuning corpus's GPU composer
         from corpus.gen import synthetic_gpu
         lab = synthetic_gpu.build(root, c)
         if lab["id"] != cid:
             raise ValueError(f"synthetic case {cid} builds {lab['id']}")
         return lab
-    rng = random.Random(cid)
-    tr = c.get("transform")
     name = c.get("name", "job")
     kernel = None
     tasks = []
@@ -307,20 +380,17 @@ def build(root: Path, d: Path, c: dict) -> dict:
     if tmpl in ("cuda_oom", "cuda_error", "device_assert", "cuda_setup"):
         body = {"cuda_oom": cuda_oom, "cuda_error": cuda_error, "device_assert": device_assert,
                 "cuda_setup": cuda_setup}[tmpl](rng, p)
-        _write(d, "run.0.log", _pre(rng, name, rng.randrange(2, 9)) + body, tr, cid)
-        tasks.append(_task(root, d, "run.0.log", 0, 1, None, end))
+        tasks = _one_task(root, d, _pre(rng, name, rng.randrange(2, 9)) + body, tr, cid, end)
     elif tmpl == "xid":
         kern, job = xid(rng, p)
         pre = _pre(rng, name, rng.randrange(2, 9))
         body = _tb(rng, _user_frames(rng), job)
         if p.get("where", "kernel") == "kernel":
-            (d / "kernel.log").write_text(kern)
-            kernel = str((d / "kernel.log").relative_to(root))
+            kernel = _kernel_log(root, d, kern)
             text = pre + body
         else:  # a container that prints dmesg into the job's own output
             text = pre + "--- dmesg ---\n" + kern + body
-        _write(d, "run.0.log", text, tr, cid)
-        tasks.append(_task(root, d, "run.0.log", 0, 1, None, end))
+        tasks = _one_task(root, d, text, tr, cid, end)
     elif tmpl in ("nccl", "nccl_cascade", "watchdog_cascade"):
         n = p.get("ranks", 1)
         root_rank = p.get("root", 0) if n > 1 else None
@@ -352,23 +422,20 @@ def build(root: Path, d: Path, c: dict) -> dict:
                         "argument in method wrapper_CUDA__index_select)",
                "twogpu": "RuntimeError: Expected all tensors to be on the same device, but found "
                          "at least two devices, cuda:1 and cuda:0!"}[where]
-        _write(d, "run.0.log", _pre(rng, name, 3) + _tb(rng, _user_frames(rng), msg), tr, cid)
-        tasks.append(_task(root, d, "run.0.log", 0, 1, None, end))
+        tasks = _one_task(root, d, _pre(rng, name, 3) + _tb(rng, _user_frames(rng), msg), tr, cid,
+                          end)
     elif tmpl == "stale":
         proj = "/nfs/projects/lm/data"
         msg = f"OSError: [Errno 116] Stale file handle: '{proj}/shard-{rng.randrange(999):05d}.bin'"
-        _write(d, "run.0.log", _pre(rng, name, 5) + _tb(rng, _user_frames(rng), msg), tr, cid)
-        tasks.append(_task(root, d, "run.0.log", 0, 1, None, end))
+        tasks = _one_task(root, d, _pre(rng, name, 5) + _tb(rng, _user_frames(rng), msg), tr, cid,
+                          end)
     elif tmpl == "node_fail":
         # What srun and slurmstepd print when a node of the job stops answering.
         jid = rng.randrange(100000, 999999)
         bad = p.get("node", "n3")
-        text = (_pre(rng, name, rng.randrange(3, 9)) +
-                f"srun: error: Node failure on {bad}\n"
-                f"slurmstepd: error: *** JOB {jid} ON n1 CANCELLED AT "
-                f"2026-02-1{rng.randrange(0, 9)}T0{rng.randrange(0, 9)}:1{rng.randrange(0, 9)}:44 "
-                "DUE TO NODE FAILURE, SEE "
-                "SLURMCTLD LOG FOR DETAILS ***\n")
+        text = (_pre(rng, name, rng.randrange(3, 9)) + _node_failure(
+            bad, f"JOB {jid}",
+            f"2026-02-1{rng.randrange(0, 9)}T0{rng.randrange(0, 9)}:1{rng.randrange(0, 9)}:44"))
         if p.get("style") == "ray":
             text = (_pre(rng, name, 4) + "(raylet) The node with node id: "
                     f"{rng.randrange(1 << 60):x}{rng.randrange(1 << 60):x} and address: 10.1.0."

@@ -10,20 +10,21 @@ import random
 from pathlib import Path
 
 from corpus.gen.synthetic import (
+    ASYNC,
+    DSA,
     SITE,
     T0,
+    _lost_task,
+    _node_failure,
+    _one_task,
     _pre,
     _task,
     _tb,
     _user_frames,
     _write,
-    synthetic_label,
+    compose,
 )
 
-ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-         "stacktrace below might be incorrect.\nFor debugging consider passing "
-         "CUDA_LAUNCH_BLOCKING=1")
-DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
 ERR_DOC = "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
 
 
@@ -285,10 +286,8 @@ def node_fail(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
     if style == "srun_steps":  # 2 nodes x 2 ranks; n2 is lost: its ranks leave no exit record
         tasks = []
         stamp = f"2026-03-0{rng.randrange(1, 9)}T1{rng.randrange(0, 9)}:2{rng.randrange(0, 9)}:07"
-        batch = (f"launching 4 ranks on n[1-2]\nsrun: error: Node failure on n2\n"
-                 f"slurmstepd: error: *** STEP {jid}.0 ON n1 CANCELLED AT {stamp} DUE TO NODE "
-                 "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\nsrun: Job step aborted: Waiting up "
-                 "to 32 seconds for job step to finish.\n")
+        batch = ("launching 4 ranks on n[1-2]\n" + _node_failure("n2", f"STEP {jid}.0", stamp)
+                 + "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n")
         _write(d, "batch.0.log", batch, tr, cid)
         tasks.append(_task(root, d, "batch.0.log", 0, None, 9, round(end + 40, 3), node="n1",
                            step="batch"))
@@ -299,9 +298,7 @@ def node_fail(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
                 tasks.append(_task(root, d, f"0.{r}.log", r, None, 15, round(end + 5, 3),
                                    node="n1", step="0"))
             else:  # no exit record: the node died with them
-                tasks.append({"log": str((d / f"0.{r}.log").relative_to(root)), "rank": r,
-                              "node": None, "step": "0", "exit_code": None, "signal": None,
-                              "core_dumped": False, "end_time": None})
+                tasks.append(_lost_task(root, d, f"0.{r}.log", r))
         return tasks, 2, "NODE_FAIL"
     if style == "submitit":
         text = (_pre(rng, "sweep-driver", 3) + f"submitted job {jid}, waiting for its result\n"
@@ -316,8 +313,7 @@ def node_fail(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
                       f"/home/u/sweep/logs/{jid}_0_result.pkl\nhas not produced any output "
                       f"(state: NODE_FAIL)\nNo error stream produced. Look at stdout: "
                       f"/home/u/sweep/logs/{jid}_0_log.out"))
-        _write(d, "run.0.log", text, tr, cid)
-        return [_task(root, d, "run.0.log", 0, 1, None, end)], None, None
+        return _one_task(root, d, text, tr, cid, end), None, None
     if style == "ray_old":
         text = (_pre(rng, "ray-tune", 4) + f"(raylet) [2026-01-1{rng.randrange(0, 9)} "
                 f"0{rng.randrange(0, 9)}:33:1{rng.randrange(0, 9)},108 E "
@@ -329,8 +325,7 @@ def node_fail(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
                 f"{rng.randrange(2, 250)} has been marked dead because the detector has missed "
                 "too many heartbeats from it. This can happen when a raylet crashes unexpectedly "
                 "or has lagging heartbeats.\n")
-        _write(d, "run.0.log", text, tr, cid)
-        return [_task(root, d, "run.0.log", 0, 1, None, end)], None, None
+        return _one_task(root, d, text, tr, cid, end), None, None
     raise ValueError(style)
 
 
@@ -351,39 +346,20 @@ def devmm(rng: random.Random, p: dict) -> str:
     return _tb(rng, frames, msg)
 
 
+def xid_log(rng: random.Random, p: dict) -> tuple[str | None, str]:
+    """(the kernel's lines, or None where the job's own wrapper printed dmesg after the failure;
+    the job's log)."""
+    kern, job = xid(rng, p)
+    text = _pre(rng, "pretrain", rng.randrange(3, 8)) + _tb(rng, _user_frames(rng), job)
+    if p.get("where") == "log":
+        return None, text + "+ dmesg | tail -n 3\n" + kern
+    return kern, text
+
+
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `s4_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
-    rng = random.Random(cid)
-    tr = c.get("transform")
-    end = T0 + rng.randrange(0, 10**6)
-    kernel, root_rank, state = None, None, c.get("slurm_state")
-    single = {"s4_cuda_oom": cuda_oom, "s4_cuda_error": cuda_error,
-              "s4_device_assert": device_assert, "s4_cuda_setup": cuda_setup, "s4_devmm": devmm}
-    if tmpl in single:
-        body = single[tmpl](rng, p)
-        pre = "" if p.get("kind") in ("cuda_c", "device_query") else \
-            _pre(rng, c.get("name", "job"), rng.randrange(2, 8))
-        _write(d, "run.0.log", pre + body, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, 1, None, end)]
-    elif tmpl == "s4_xid":
-        kern, job = xid(rng, p)
-        pre = _pre(rng, "pretrain", rng.randrange(3, 8))
-        body = _tb(rng, _user_frames(rng), job)
-        if p.get("where") == "log":  # the job's own wrapper printed dmesg after the failure
-            text = pre + body + "+ dmesg | tail -n 3\n" + kern
-        else:
-            (d / "kernel.log").write_text(kern)
-            kernel = str((d / "kernel.log").relative_to(root))
-            text = pre + body
-        _write(d, "run.0.log", text, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, 1, None, end)]
-    elif tmpl == "s4_nccl":
-        tasks, root_rank = nccl(rng, p, d, root, cid, tr)
-    elif tmpl == "s4_watchdog_old":
-        tasks, root_rank = watchdog_old(rng, p, d, root, cid, tr)
-    elif tmpl == "s4_node_fail":
-        tasks, root_rank, state = node_fail(rng, p, d, root, cid, tr)
-    else:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)
+    return compose(root, d, c, single={
+        "s4_cuda_oom": cuda_oom, "s4_cuda_error": cuda_error, "s4_device_assert": device_assert,
+        "s4_cuda_setup": cuda_setup, "s4_devmm": devmm}, logged={"s4_xid": xid_log},
+        multi={"s4_nccl": nccl, "s4_watchdog_old": watchdog_old, "s4_node_fail": node_fail},
+        plain=("cuda_c", "device_query"))

@@ -13,7 +13,17 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import SITE, T0, _task, _tb, _write, synthetic_label
+from corpus.gen.synthetic import (
+    SITE,
+    T0,
+    _case,
+    _lost_task,
+    _node_failure,
+    _task,
+    _tb,
+    _write,
+    synthetic_label,
+)
 
 STDERR_TAIL = {  # the remote job's stderr that submitit puts in its message, per state
     "TIMEOUT": "slurmstepd: error: *** JOB {jid} ON {node} CANCELLED AT {stamp} DUE TO TIME "
@@ -65,9 +75,7 @@ def node_lost_unplaced(rng: random.Random, p: dict, d: Path, root: Path, cid: st
     stamp = (f"2026-04-0{rng.randrange(1, 9)}T2{rng.randrange(0, 3)}:1{rng.randrange(0, 9)}:3"
              f"{rng.randrange(0, 9)}")
     batch = [f"+ srun --kill-on-bad-exit=1 python -u pretrain.py --nodes {n}"]
-    batch += [f"srun: error: Node failure on n{lost + 1}",
-              f"slurmstepd: error: *** STEP {jid}.0 ON n1 CANCELLED AT {stamp} DUE TO NODE "
-              "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"]
+    batch += _node_failure(f"n{lost + 1}", f"STEP {jid}.0", stamp).splitlines()
     batch += [f"srun: error: n{r + 1}: task {r}: Terminated" for r in range(lost)]
     batch += [f"srun: Force Terminated StepId={jid}.0"]
     _write(d, "batch.0.log", "\n".join(batch) + "\n", tr, cid)
@@ -81,17 +89,13 @@ def node_lost_unplaced(rng: random.Random, p: dict, d: Path, root: Path, cid: st
             tasks.append(_task(root, d, f"0.{r}.log", r, None, 15, round(end + 2 + r, 3),
                                node=f"n{r + 1}", step="0"))
         else:
-            tasks.append({"log": str((d / f"0.{r}.log").relative_to(root)), "rank": r,
-                          "node": None, "step": "0", "exit_code": None, "signal": None,
-                          "core_dumped": False, "end_time": None})
+            tasks.append(_lost_task(root, d, f"0.{r}.log", r))
     return tasks, lost, "NODE_FAIL"
 
 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `s5_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
-    rng = random.Random(cid)
-    tr = c.get("transform")
+    cid, p, tmpl, rng, tr = _case(c)
     fn = {"s5_submitit": submitit, "s5_node_lost_unplaced": node_lost_unplaced}.get(tmpl)
     if fn is None:
         raise ValueError(f"unknown synthetic template {tmpl!r}")

@@ -11,12 +11,18 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
-
-ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-         "stacktrace below might be incorrect.\nFor debugging consider passing "
-         "CUDA_LAUNCH_BLOCKING=1")
-DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+from corpus.gen.synthetic import (
+    ASYNC,
+    DSA,
+    SITE,
+    T0,
+    _case,
+    _one_task,
+    _pre,
+    _tb,
+    _user_frames,
+    synthetic_label,
+)
 
 
 def _vllm_stamp(rng: random.Random) -> str:
@@ -181,13 +187,10 @@ PLAIN = ("vllm_kv_needed",)  # a log that is the library's own output from its f
 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `f5_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
+    cid, p, tmpl, rng, tr = _case(c)
     if tmpl not in TEMPLATES:
         raise ValueError(f"unknown synthetic template {tmpl!r}")
-    rng = random.Random(cid)
-    tr = c.get("transform")
     body = TEMPLATES[tmpl](rng, p)
     pre = "" if p.get("kind") in PLAIN else _pre(rng, c.get("name", "job"), rng.randrange(2, 7))
-    _write(d, "run.0.log", pre + body, tr, cid)
-    tasks = [_task(root, d, "run.0.log", 0, 1, None, T0 + rng.randrange(0, 10**6))]
+    tasks = _one_task(root, d, pre + body, tr, cid, T0 + rng.randrange(0, 10**6))
     return synthetic_label(c, cid, tmpl, p, tasks, None, c.get("slurm_state"), None, tr)

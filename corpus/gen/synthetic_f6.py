@@ -11,7 +11,18 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
+from corpus.gen.synthetic import (
+    ASYNC,
+    SITE,
+    T0,
+    _case,
+    _kernel_log,
+    _one_task,
+    _pre,
+    _tb,
+    _user_frames,
+    synthetic_label,
+)
 
 
 def _nccl_prefix(rng: random.Random) -> str:
@@ -110,9 +121,7 @@ def gpu_hw(rng: random.Random, p: dict) -> tuple[str, str]:
     if p["kind"] == "xid143":
         kern = (f"[{t}.120331] NVRM: Xid ({bus}): 143, GPU Initialization Failure\n"
                 f"[{t}.120402] NVRM: GPU at {bus} has been disabled\n")
-        job = ("RuntimeError: CUDA error: unspecified launch failure\nCUDA kernel errors might be "
-               "asynchronously reported at some other API call, so the stacktrace below might be "
-               "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1")
+        job = f"RuntimeError: CUDA error: unspecified launch failure\n{ASYNC}"
     else:
         kern = (f"[{t}.501223] NVRM: Xid ({bus}): 119, pid={rng.randrange(2000, 90000)}, "
                 "name=python, Timeout after 6s of waiting for RPC response from GPU1 GSP! "
@@ -131,17 +140,11 @@ TEMPLATES = {"f6_nccl_shm": nccl_shm, "f6_cuda_oom": cuda_oom, "f6_cuda_error": 
 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `f6_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
+    cid, p, tmpl, rng, tr = _case(c)
     if tmpl not in TEMPLATES:
         raise ValueError(f"unknown synthetic template {tmpl!r}")
-    rng = random.Random(cid)
-    tr = c.get("transform")
     body, kern = TEMPLATES[tmpl](rng, p)
     pre = _pre(rng, c.get("name", "job"), rng.randrange(2, 7))
-    _write(d, "run.0.log", pre + body, tr, cid)
-    kernel = None
-    if kern:
-        (d / "kernel.log").write_text(kern)
-        kernel = str((d / "kernel.log").relative_to(root))
-    tasks = [_task(root, d, "run.0.log", 0, 1, None, T0 + rng.randrange(0, 10**6))]
+    kernel = _kernel_log(root, d, kern) if kern else None
+    tasks = _one_task(root, d, pre + body, tr, cid, T0 + rng.randrange(0, 10**6))
     return synthetic_label(c, cid, tmpl, p, tasks, None, c.get("slurm_state"), kernel, tr)

@@ -10,12 +10,24 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
+from corpus.gen.synthetic import (
+    ASYNC,
+    DSA,
+    SITE,
+    T0,
+    _daemon_lost,
+    _lost_task,
+    _node_failure,
+    _one_task,
+    _pre,
+    _ranked,
+    _task,
+    _tb,
+    _user_frames,
+    _write,
+    compose,
+)
 
-ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-         "stacktrace below might be incorrect.\nFor debugging consider passing "
-         "CUDA_LAUNCH_BLOCKING=1")
-DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
 C10D = "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
 
 
@@ -55,11 +67,6 @@ def _torchrun_summary(rng: random.Random, script: str, root: int, code: int, oth
               "  traceback : To enable traceback see: "
               "https://pytorch.org/docs/stable/elastic/errors.html", "=" * 60]
     return "\n".join(lines) + "\n"
-
-
-def _ranked(text: str, r: int) -> str:
-    """torch >= 2.2 prefixes each line of a rank's uncaught exception with `[rankN]:`."""
-    return "".join(f"[rank{r}]:{' ' if ln else ''}{ln}\n" for ln in text.rstrip("\n").split("\n"))
 
 
 # ---------------------------------------------------------------- cuda_oom
@@ -133,8 +140,7 @@ def oom_torchrun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr:
               f"{rng.randrange(1000, 9999)} torch/distributed/elastic/multiprocessing/api.py:897]"
               f" Sending process {rng.randrange(1000, 99999)} closing signal SIGTERM\n"
             + _torchrun_summary(rng, "train_sft.py", bad, 1, others, host))
-    _write(d, "run.0.log", text, tr, cid)
-    return [_task(root, d, "run.0.log", 0, 1, None, T0 + rng.randrange(0, 10**6))], bad
+    return _one_task(root, d, text, tr, cid, T0 + rng.randrange(0, 10**6)), bad
 
 
 # ---------------------------------------------------------------- cuda_error
@@ -422,11 +428,9 @@ def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
     stamp = (f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)}T0{rng.randrange(0, 9)}:"
              f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}")
     if style == "srun3":  # 3 nodes, one rank each; n3 dies (its rank leaves no exit record)
-        batch = (f"+ srun -N 3 --ntasks-per-node=1 python -u train_gnn.py\n"
-                 f"srun: error: Node failure on n3\n"
-                 f"slurmstepd: error: *** STEP {jid}.0 ON n1 CANCELLED AT {stamp} DUE TO NODE "
-                 "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n"
-                 "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+        batch = ("+ srun -N 3 --ntasks-per-node=1 python -u train_gnn.py\n"
+                 + _node_failure("n3", f"STEP {jid}.0", stamp)
+                 + "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
                  "srun: error: n1: task 0: Killed\nsrun: error: n2: task 1: Killed\n")
         _write(d, "batch.0.log", batch, tr, cid)
         tasks = [_task(root, d, "batch.0.log", 0, None, 9, round(end + 35, 3), node="n1",
@@ -439,29 +443,20 @@ def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
                 tasks.append(_task(root, d, f"0.{r}.log", r, None, 9, round(end + 3 + r, 3),
                                    node=f"n{r + 1}", step="0"))
             else:
-                tasks.append({"log": str((d / f"0.{r}.log").relative_to(root)), "rank": r,
-                              "node": None, "step": "0", "exit_code": None, "signal": None,
-                              "core_dumped": False, "end_time": None})
+                tasks.append(_lost_task(root, d, f"0.{r}.log", r))
         return tasks, 2, "NODE_FAIL"
     if style == "openmpi":  # mpirun loses the daemon on a remote node
         orte = rng.randrange(10000, 60000)
         text = ("".join(f"[r0] iteration {i:4d}  residual {10 ** -(i / 40):.3e}\n"
                         for i in range(0, 400, 40))
-                + "-" * 74 + "\nORTE has lost communication with a remote daemon.\n\n"
-                f"  HNP daemon   : [[{orte},0],0] on node cn0{rng.randrange(10, 99)}\n"
-                f"  Remote daemon: [[{orte},0],2] on node cn1{rng.randrange(10, 99)}\n\n"
-                "This is usually due to either a failure of the TCP network\nconnection to the "
-                "node, or possibly an internal failure of\nthe daemon itself. We cannot recover "
-                "from this failure, and\ntherefore will terminate the job.\n" + "-" * 74 + "\n")
-        _write(d, "run.0.log", text, tr, cid)
-        return [_task(root, d, "run.0.log", 0, 1, None, end)], None, None
+                + _daemon_lost("ORTE", f"[[{orte},0],0] on node cn0{rng.randrange(10, 99)}",
+                               f"[[{orte},0],2] on node cn1{rng.randrange(10, 99)}"))
+        return _one_task(root, d, text, tr, cid, end), None, None
     if style == "batch_only":  # a single-node batch job whose node went down: the log just stops
         text = "".join(f"epoch {e} step {s} loss {2.5 - e * 0.1 - s / 5000:.4f}\n"
                        for e in range(3) for s in range(0, 2000, 250))
         _write(d, "batch.0.log", text, tr, cid)
-        return [{"log": str((d / "batch.0.log").relative_to(root)), "rank": 0, "node": None,
-                 "step": "batch", "exit_code": None, "signal": None, "core_dumped": False,
-                 "end_time": None}], None, "NODE_FAIL"
+        return [_lost_task(root, d, "batch.0.log", 0, "batch")], None, "NODE_FAIL"
     raise ValueError(style)
 
 
@@ -501,37 +496,24 @@ def storage(rng: random.Random, p: dict) -> tuple[str | None, str]:
 
 # ---------------------------------------------------------------- build
 
+def hw_log(rng: random.Random, p: dict) -> tuple[str | None, str]:
+    """(the kernel's lines or None, the job's log: its preamble, then the traceback)."""
+    kern, job = hw(rng, p)
+    return kern, _pre(rng, "train", rng.randrange(3, 8)) + _tb(rng, _user_frames(rng), job)
+
+
+def storage_log(rng: random.Random, p: dict) -> tuple[str | None, str]:
+    """(the kernel's lines or None, the job's log: the shards it read, then the failure)."""
+    kern, job = storage(rng, p)
+    return kern, "".join(f"shard {i}: {rng.randrange(900, 1100)} samples\n" for i in range(5)) + job
+
+
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `h5_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
-    rng = random.Random(cid)
-    tr = c.get("transform")
-    end = T0 + rng.randrange(0, 10**6)
-    kernel, root_rank, state = None, None, c.get("slurm_state")
-    single = {"h5_cuda_oom": cuda_oom, "h5_cuda_error": cuda_error,
-              "h5_device_assert": device_assert, "h5_devmm": devmm, "h5_cuda_setup": cuda_setup}
-    multi = {"h5_oom_torchrun": oom_torchrun, "h5_nccl": nccl, "h5_watchdog": watchdog_new,
-             "h5_node": node_lost}
-    if tmpl in single:
-        body = single[tmpl](rng, p)
-        plain = p.get("kind") in ("vllm", "tf_illegal", "batch_search", "driver_mismatch")
-        pre = "" if plain else _pre(rng, c.get("name", "job"), rng.randrange(2, 8))
-        _write(d, "run.0.log", pre + body, tr, cid)
-        sig = 6 if p.get("kind") == "tf_illegal" else None
-        tasks = [_task(root, d, "run.0.log", 0, None if sig else 1, sig, end)]
-    elif tmpl in ("h5_hw", "h5_storage"):
-        kern, job = (hw if tmpl == "h5_hw" else storage)(rng, p)
-        text = _pre(rng, "train", rng.randrange(3, 8)) + _tb(rng, _user_frames(rng), job) \
-            if tmpl == "h5_hw" else "".join(
-                f"shard {i}: {rng.randrange(900, 1100)} samples\n" for i in range(5)) + job
-        if kern:
-            (d / "kernel.log").write_text(kern)
-            kernel = str((d / "kernel.log").relative_to(root))
-        _write(d, "run.0.log", text, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, 1, None, end)]
-    elif tmpl in multi:
-        tasks, root_rank, *rest = multi[tmpl](rng, p, d, root, cid, tr)
-        state = rest[0] if rest and rest[0] else state
-    else:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)
+    return compose(root, d, c, single={
+        "h5_cuda_oom": cuda_oom, "h5_cuda_error": cuda_error, "h5_device_assert": device_assert,
+        "h5_devmm": devmm, "h5_cuda_setup": cuda_setup},
+        logged={"h5_hw": hw_log, "h5_storage": storage_log},
+        multi={"h5_oom_torchrun": oom_torchrun, "h5_nccl": nccl, "h5_watchdog": watchdog_new,
+               "h5_node": node_lost},
+        plain=("vllm", "tf_illegal", "batch_search", "driver_mismatch"), aborted=("tf_illegal",))

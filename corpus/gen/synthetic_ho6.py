@@ -11,12 +11,23 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
-
-ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-         "stacktrace below might be incorrect.\nFor debugging consider passing "
-         "CUDA_LAUNCH_BLOCKING=1")
-DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+from corpus.gen.synthetic import (
+    ASYNC,
+    DSA,
+    SITE,
+    T0,
+    _daemon_lost,
+    _lost_task,
+    _node_failure,
+    _one_task,
+    _pre,
+    _ranked,
+    _task,
+    _tb,
+    _user_frames,
+    _write,
+    compose,
+)
 
 
 def _bus(rng: random.Random) -> str:
@@ -214,7 +225,7 @@ def assert_torchrun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, 
     frames = _user_frames(rng) + [(f"{SITE}/torch/nn/functional.py", "cross_entropy",
                                    "return torch._C._nn.cross_entropy_loss(")]
     tb = _tb(rng, frames, f"RuntimeError: CUDA error: device-side assert triggered\n{ASYNC}\n{DSA}")
-    ranked = "".join(f"[rank{bad}]: {ln}\n" for ln in tb.rstrip("\n").split("\n"))
+    ranked = _ranked(tb, bad)
     t = f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)}_0{rng.randrange(0, 9)}:1" \
         f"{rng.randrange(0, 9)}:3{rng.randrange(0, 9)}"
     summary = ("W1130 09:12:44.512000 2214 torch/distributed/elastic/multiprocessing/api.py:900] "
@@ -231,8 +242,8 @@ def assert_torchrun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, 
                f"  exitcode  : 1 (pid: {rng.randrange(1000, 99999)})\n  error_file: <N/A>\n"
                "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/"
                "errors.html\n" + "=" * 60 + "\n")
-    _write(d, "run.0.log", pre + lines + ranked + summary, tr, cid)
-    return [_task(root, d, "run.0.log", 0, 1, None, T0 + rng.randrange(0, 10**6))], bad
+    return _one_task(root, d, pre + lines + ranked + summary, tr, cid,
+                     T0 + rng.randrange(0, 10**6)), bad
 
 
 # ---------------------------------------------------------------- nccl_error
@@ -505,25 +516,20 @@ def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
     if style == "prrte":  # Open MPI 5's runtime loses the daemon on a remote node
         text = ("".join(f"[ranks 0-15] t={i * 0.25:.2f} ns  max|v|={1.2 + i / 50:.3f}\n"
                         for i in range(8))
-                + "-" * 74 + "\nPRTE has lost communication with a remote daemon.\n\n"
-                f"  HNP daemon   : [prterun-cn{rng.randrange(100, 199)}-{rng.randrange(1000, 9999)}"
-                "@0,0] on node cn101\n"
-                f"  Remote daemon: [prterun-cn{rng.randrange(100, 199)}-{rng.randrange(1000, 9999)}"
-                "@0,3] on node cn104\n\n"
-                "This is usually due to either a failure of the TCP network\nconnection to the "
-                "node, or possibly an internal failure of\nthe daemon itself. We cannot recover "
-                "from this failure, and\ntherefore will terminate the job.\n" + "-" * 74 + "\n")
-        _write(d, "run.0.log", text, tr, cid)
-        return [_task(root, d, "run.0.log", 0, 1, None, end)], None, None
+                + _daemon_lost(
+                    "PRTE",
+                    f"[prterun-cn{rng.randrange(100, 199)}-{rng.randrange(1000, 9999)}@0,0] on "
+                    "node cn101",
+                    f"[prterun-cn{rng.randrange(100, 199)}-{rng.randrange(1000, 9999)}@0,3] on "
+                    "node cn104"))
+        return _one_task(root, d, text, tr, cid, end), None, None
     if style in ("job4", "gloo2x2"):
         if style == "job4":  # 4 nodes x 1 rank, n4 lost: the batch step's JOB-level message
             n, per, lost = 4, 1, 4
         else:  # 2 nodes x 2 ranks, n2 lost: the survivors' gloo peers vanish first
             n, per, lost = 4, 2, 2
         lost_ranks = [r for r in range(n) if r // per + 1 == lost]
-        batch = (f"srun: error: Node failure on n{lost}\n"
-                 f"slurmstepd: error: *** JOB {jid} ON n1 CANCELLED AT {stamp} DUE TO NODE "
-                 "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***\n"
+        batch = (_node_failure(f"n{lost}", f"JOB {jid}", stamp)
                  + "".join(f"srun: error: n{r // per + 1}: task {r}: Killed\n"
                            for r in range(n) if r not in lost_ranks))
         _write(d, "batch.0.log", batch, tr, cid)
@@ -540,9 +546,7 @@ def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
                     f"{rng.randrange(20000, 60000)}")
             _write(d, f"0.{r}.log", text, tr, cid)
             if r in lost_ranks:
-                tasks.append({"log": str((d / f"0.{r}.log").relative_to(root)), "rank": r,
-                              "node": None, "step": "0", "exit_code": None, "signal": None,
-                              "core_dumped": False, "end_time": None})
+                tasks.append(_lost_task(root, d, f"0.{r}.log", r))
             else:
                 code, sig = (1, None) if style == "gloo2x2" else (None, 9)
                 tasks.append(_task(root, d, f"0.{r}.log", r, code, sig, round(end + 2 + r, 3),
@@ -553,35 +557,19 @@ def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
 
 # ---------------------------------------------------------------- build
 
+def hw_log(rng: random.Random, p: dict) -> tuple[str | None, str]:
+    """(the kernel's lines or None, the job's log: its preamble, then what it printed)."""
+    kern, job = hw(rng, p)
+    return kern, _pre(rng, "train", rng.randrange(3, 8)) + job
+
+
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `h6_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
-    rng = random.Random(cid)
-    tr = c.get("transform")
-    end = T0 + rng.randrange(0, 10**6)
-    kernel, root_rank, state = None, None, c.get("slurm_state")
-    single = {"h6_cuda_oom": cuda_oom, "h6_cuda_error": cuda_error,
-              "h6_device_assert": device_assert, "h6_devmm": devmm, "h6_cuda_setup": cuda_setup,
-              "h6_nccl": nccl}
-    multi = {"h6_oom_srun": oom_srun, "h6_assert_torchrun": assert_torchrun,
-             "h6_nccl_cascade": nccl_cascade, "h6_watchdog": watchdog_22, "h6_node": node_lost}
-    if tmpl in single:
-        body = single[tmpl](rng, p)
-        plain = p.get("kind") in ("cupy", "ort", "cupy_illegal", "numba_700", "user_kernel",
-                                  "horovod", "apptainer_nv")
-        pre = "" if plain else _pre(rng, c.get("name", "job"), rng.randrange(2, 8))
-        _write(d, "run.0.log", pre + body, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, 1, None, end)]
-    elif tmpl in ("h6_hw", "h6_storage"):
-        kern, job = (hw if tmpl == "h6_hw" else storage)(rng, p)
-        text = (_pre(rng, "train", rng.randrange(3, 8)) if tmpl == "h6_hw" else "") + job
-        (d / "kernel.log").write_text(kern)
-        kernel = str((d / "kernel.log").relative_to(root))
-        _write(d, "run.0.log", text, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, 1, None, end)]
-    elif tmpl in multi:
-        tasks, root_rank, *rest = multi[tmpl](rng, p, d, root, cid, tr)
-        state = rest[0] if rest and rest[0] else state
-    else:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)
+    return compose(root, d, c, single={
+        "h6_cuda_oom": cuda_oom, "h6_cuda_error": cuda_error, "h6_device_assert": device_assert,
+        "h6_devmm": devmm, "h6_cuda_setup": cuda_setup, "h6_nccl": nccl},
+        logged={"h6_hw": hw_log, "h6_storage": storage},
+        multi={"h6_oom_srun": oom_srun, "h6_assert_torchrun": assert_torchrun,
+               "h6_nccl_cascade": nccl_cascade, "h6_watchdog": watchdog_22, "h6_node": node_lost},
+        plain=("cupy", "ort", "cupy_illegal", "numba_700", "user_kernel", "horovod",
+               "apptainer_nv"))
