@@ -32,6 +32,7 @@ Exit non-zero only on error (a wrong verdict included), not on a missed target.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,45 +62,50 @@ GATE_WORDS = ["error", "timeout", "nccl", "memory", "failed", "abort", "denied",
 HEXLET = bytes.maketrans(b"0123456789abcdef", b"qwertyuiopasdfgh")  # ids of letters, not digits
 
 
+def _fill(f, size: int, block: Callable[[], bytes]) -> None:
+    """Write `block()`s to `f` until `size` bytes are written."""
+    written = 0
+    while written < size:
+        b = block()
+        f.write(b)
+        written += len(b)
+
+
+def _lines(line: Callable[[int], str], per_block: int) -> Callable[[], bytes]:
+    """Blocks of `per_block` lines: line(1), line(2), … on from one block to the next."""
+    n = itertools.count(1)
+    return lambda: "".join(line(i) for i in itertools.islice(n, per_block)).encode()
+
+
 def gen_ordinary(f, size: int, rnd: random.Random) -> None:
     warn = ("/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:558: "
             "UserWarning: This DataLoader will create 16 worker processes in total. Our suggested "
             "max number of worker in current system is 8. error handling may be slow.\n")
     f.write("".join(f"n1:2817:2817 [{g}] NCCL INFO Channel {c:02d}/32 : 0[{g}] -> 1[{g}] "
                     "via P2P/IPC\n" for g in range(8) for c in range(32)).encode())
-    written, step = 0, 0
-    while written < size:
-        block = []
-        for _ in range(2000):
-            step += 1
-            block.append(f"[2026-11-29 12:{step // 60 % 60:02d}:{step % 60:02d},"
-                         f"{rnd.randint(0, 999):03d}] INFO train: epoch {step // 50000} step "
-                         f"{step} loss={rnd.random() * 4:.4f} lr={3e-4 * rnd.random():.3e} "
-                         f"grad_norm={rnd.random() * 2:.3f} tokens/s={rnd.randint(90000, 130000)}"
-                         f" mem={60 + rnd.random() * 15:.1f}GB\n")
-            if step % 1000 == 0:
-                block.append(warn)
-            if step % 5000 == 0:
-                block.append(f"eval step {step}: val_loss={rnd.random():.4f} (errors in 0 "
-                             "samples)\n")
-        b = "".join(block).encode()
-        f.write(b)
-        written += len(b)
+
+    def line(step: int) -> str:
+        out = (f"[2026-11-29 12:{step // 60 % 60:02d}:{step % 60:02d},"
+               f"{rnd.randint(0, 999):03d}] INFO train: epoch {step // 50000} step "
+               f"{step} loss={rnd.random() * 4:.4f} lr={3e-4 * rnd.random():.3e} "
+               f"grad_norm={rnd.random() * 2:.3f} tokens/s={rnd.randint(90000, 130000)}"
+               f" mem={60 + rnd.random() * 15:.1f}GB\n")
+        if step % 1000 == 0:
+            out += warn
+        if step % 5000 == 0:
+            out += f"eval step {step}: val_loss={rnd.random():.4f} (errors in 0 samples)\n"
+        return out
+    _fill(f, size, _lines(line, 2000))
 
 
 def gen_gated(f, size: int, rnd: random.Random) -> None:
-    written, i = 0, 0
     w = GATE_WORDS
-    while written < size:
-        block = []
-        for _ in range(20000):
-            i += 1
-            tag = format(i * 2654435761 % (1 << 40), "x").encode().translate(HEXLET).decode()
-            block.append(f"step {i % 997} worker {i % 89} {w[i % 16]} rate 0.{i % 97:02d} "
-                         f"{w[(i * 7) % 16]} {i % 60} nccl id={tag}\n")
-        b = "".join(block).encode()
-        f.write(b)
-        written += len(b)
+
+    def line(i: int) -> str:
+        tag = format(i * 2654435761 % (1 << 40), "x").encode().translate(HEXLET).decode()
+        return (f"step {i % 997} worker {i % 89} {w[i % 16]} rate 0.{i % 97:02d} "
+                f"{w[(i * 7) % 16]} {i % 60} nccl id={tag}\n")
+    _fill(f, size, _lines(line, 20000))
 
 
 def gen_short(f, size: int, rnd: random.Random) -> None:
@@ -107,47 +114,40 @@ def gen_short(f, size: int, rnd: random.Random) -> None:
     # no digits either, which the Python path would fold into a few shapes
     alphabet = (b"qwxzjvQWXZJV" * 22)[:256]
     table = bytes.maketrans(bytes(range(256)), alphabet)
-    written = 0
-    while written < size:
+
+    def block() -> bytes:
         r = rnd.randbytes(19 * 65536).translate(table)
-        b = b"\n".join(r[k:k + 19] for k in range(0, len(r), 19)) + b"\n"
-        f.write(b)
-        written += len(b)
+        return b"\n".join(r[k:k + 19] for k in range(0, len(r), 19)) + b"\n"
+    _fill(f, size, block)
 
 
 def gen_nccl(f, size: int, rnd: random.Random) -> None:
-    written, i = 0, 0
-    while written < size:
-        block = []
-        for _ in range(20000):
-            i += 1
-            host, rank = f"gpu{i % 64:03d}", i % 16
-            pid = 20000 + (i * 7919) % 40000
-            head = f"{host}:{pid}:{pid + i % 5} [{rank % 8}] NCCL INFO "
-            k = i % 6
-            if k == 0:
-                body = (f"Channel {i % 32:02d}/32 : {rank}[{rank % 8}] -> {(rank + 1) % 16}"
-                        f"[{(rank + 1) % 8}] via P2P/IPC/read")
-            elif k == 1:
-                body = (f"Channel {i % 32:02d}/0 : {rank}[{rank % 8}] -> {(rank + 8) % 16}"
-                        f"[{rank % 8}] [send] via NET/IB/{i % 4}/GDRDMA")
-            elif k == 2:
-                body = (f"comm 0x{(i * 2654435761) % (1 << 44):x} rank {rank} nranks 16 "
-                        f"cudaDev {rank % 8} busId {(i * 40503) % (1 << 20):x}0 - Init COMPLETE")
-            elif k == 3:
-                body = (f"Trees [{i % 32}] {(rank + 1) % 16}/-1/-1->{rank}->{(rank + 15) % 16}"
-                        f" [{(i + 1) % 32}] -1/-1/-1->{rank}->{(rank + 7) % 16}")
-            elif k == 4:
-                body = (f"NET/IB : Using [{i % 4}]mlx5_{i % 4}:1/IB ; OOB ib0:10.{i % 250}."
-                        f"{(i // 250) % 250}.{rank}<0>")
-            else:
-                body = (f"Connected all rings, comm 0x{(i * 40503) % (1 << 44):x} nRanks 16 "
-                        f"busId {(i * 2654435761) % (1 << 20):x}0 localRanks 8 localRank "
-                        f"{rank % 8} MNNVL 0")
-            block.append(head + body + "\n")
-        b = "".join(block).encode()
-        f.write(b)
-        written += len(b)
+    def line(i: int) -> str:
+        host, rank = f"gpu{i % 64:03d}", i % 16
+        pid = 20000 + (i * 7919) % 40000
+        head = f"{host}:{pid}:{pid + i % 5} [{rank % 8}] NCCL INFO "
+        k = i % 6
+        if k == 0:
+            body = (f"Channel {i % 32:02d}/32 : {rank}[{rank % 8}] -> {(rank + 1) % 16}"
+                    f"[{(rank + 1) % 8}] via P2P/IPC/read")
+        elif k == 1:
+            body = (f"Channel {i % 32:02d}/0 : {rank}[{rank % 8}] -> {(rank + 8) % 16}"
+                    f"[{rank % 8}] [send] via NET/IB/{i % 4}/GDRDMA")
+        elif k == 2:
+            body = (f"comm 0x{(i * 2654435761) % (1 << 44):x} rank {rank} nranks 16 "
+                    f"cudaDev {rank % 8} busId {(i * 40503) % (1 << 20):x}0 - Init COMPLETE")
+        elif k == 3:
+            body = (f"Trees [{i % 32}] {(rank + 1) % 16}/-1/-1->{rank}->{(rank + 15) % 16}"
+                    f" [{(i + 1) % 32}] -1/-1/-1->{rank}->{(rank + 7) % 16}")
+        elif k == 4:
+            body = (f"NET/IB : Using [{i % 4}]mlx5_{i % 4}:1/IB ; OOB ib0:10.{i % 250}."
+                    f"{(i // 250) % 250}.{rank}<0>")
+        else:
+            body = (f"Connected all rings, comm 0x{(i * 40503) % (1 << 44):x} nRanks 16 "
+                    f"busId {(i * 2654435761) % (1 << 20):x}0 localRanks 8 localRank "
+                    f"{rank % 8} MNNVL 0")
+        return head + body + "\n"
+    _fill(f, size, _lines(line, 20000))
 
 
 GEN = {"ordinary": gen_ordinary, "gated": gen_gated, "short": gen_short, "nccl": gen_nccl}
