@@ -12,23 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from classifylib import job_verdict, task
 
-from gpualert_slurm.classify import JobFacts, TaskInput, classify, load_precedence
+from gpualert_slurm.classify import TaskInput, load_precedence
 from gpualert_slurm.classify.scan import line_view
-
-
-def task(tmp_path: Path, text: str, name: str = "run.0.log", rank: int = 0,
-         exit_code: int | None = 1, signal: int | None = None, **kw) -> TaskInput:
-    log = tmp_path / name
-    log.write_text(text)
-    return TaskInput(str(log), rank=rank, step=kw.pop("step", "run"), exit_code=exit_code,
-                     signal=signal, **kw)
-
-
-def verdict(tasks: list[TaskInput], **kw):
-    code = kw.pop("exit_code", tasks[0].exit_code)
-    return classify(tasks, JobFacts(exit_code=code, signal=kw.pop("signal", None), **kw))
-
 
 PROGRESS = "".join(f"epoch {i} step {i * 50} loss {1 / (i + 1):.4f}\n" for i in range(10))
 TB = ('Traceback (most recent call last):\n  File "/srv/app/run.py", line 88, in main\n'
@@ -51,7 +38,7 @@ TB = ('Traceback (most recent call last):\n  File "/srv/app/run.py", line 88, in
 def test_traceback_then_work_stopped_on_exit0_is_a_silent_failure(
         tmp_path: Path, before: str, after: str) -> None:
     log = PROGRESS + before + TB + "ZeroDivisionError: division by zero\n" + after
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "python_exception" and v.silent_failure and v.step == "abandoned", \
         v.to_json()
 
@@ -59,14 +46,14 @@ def test_traceback_then_work_stopped_on_exit0_is_a_silent_failure(
 def test_work_stopped_keeps_the_exceptions_own_class(tmp_path: Path) -> None:
     log = (PROGRESS + TB + "FileNotFoundError: [Errno 2] No such file or directory: "
            "'/ckpt/encoder.pt'\n" + "export aborted\n")
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "file_not_found" and v.silent_failure
 
 
 def test_thread_exception_then_main_stops_is_a_silent_failure(tmp_path: Path) -> None:
     log = (PROGRESS + "Exception in thread shard-2:\n" + TB
            + "KeyError: 'tokens'\n" + "shard worker shard-2 crashed; stopping\n")
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "python_exception" and v.silent_failure
 
 
@@ -80,19 +67,19 @@ def test_thread_exception_then_main_stops_is_a_silent_failure(tmp_path: Path) ->
 ])
 def test_traceback_logged_and_work_went_on_stays_success(tmp_path: Path, after: str) -> None:
     log = PROGRESS + TB + "ZeroDivisionError: division by zero\n" + after
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "success" and not v.silent_failure, v.to_json()
 
 
 def test_stop_line_without_a_traceback_stays_success(tmp_path: Path) -> None:
     # no traceback printed: "RuntimeError: x" in a message and a stop word is not enough
     log = PROGRESS + "note: RuntimeError: x was seen in the data\nstopping: all done\n"
-    assert verdict([task(tmp_path, log, exit_code=0)]).cls == "success"
+    assert job_verdict([task(tmp_path, log, exit_code=0)]).cls == "success"
 
 
 def test_completed_training_exiting_stays_success(tmp_path: Path) -> None:
     log = PROGRESS + TB + "ValueError: bad row\n" + "training complete, exiting\n"
-    assert verdict([task(tmp_path, log, exit_code=0)]).cls == "success"
+    assert job_verdict([task(tmp_path, log, exit_code=0)]).cls == "success"
 
 
 # ---- 4. a gloo peer-lost cascade; the rank that failed first said nothing ----
@@ -110,13 +97,13 @@ GLOO = ("[rank0]: RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tc
 def test_gloo_peer_lost_alone_is_not_nccl(tmp_path: Path, msg: str) -> None:
     log = PROGRESS + "[rank0]: " + TB.replace("\n", "\n[rank0]: ").rstrip("[rank0]: ") \
         + GLOO.format(n=537, msg=msg)
-    v = verdict([task(tmp_path, log, exit_code=1)])
+    v = job_verdict([task(tmp_path, log, exit_code=1)])
     assert v.cls != "nccl_error", v.to_json()
 
 
 def test_nccl_cascade_still_nccl_alone(tmp_path: Path) -> None:
     log = PROGRESS + ("[rank0]: RuntimeError: NCCL communicator was aborted on rank 0.\n")
-    assert verdict([task(tmp_path, log, exit_code=1)]).cls == "nccl_error"
+    assert job_verdict([task(tmp_path, log, exit_code=1)]).cls == "nccl_error"
 
 
 ROOT_CAUSE = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -141,7 +128,7 @@ Root Cause (first observed failure):
 ])
 def test_quiet_root_rank_makes_a_peer_cascade_no_class(tmp_path: Path, cascade: str) -> None:
     log = PROGRESS + cascade + ROOT_CAUSE.format(rank=2, code=3)
-    v = verdict([task(tmp_path, log, exit_code=1)])
+    v = job_verdict([task(tmp_path, log, exit_code=1)])
     assert v.cls == "unknown" and v.root_rank == 2, v.to_json()
 
 
@@ -151,14 +138,14 @@ def test_quiet_root_rank_by_exit_records(tmp_path: Path) -> None:
         step="0", exit_code=1, end_time=110.0, node="n1")
     r1 = task(tmp_path, PROGRESS, "0.1.log", rank=1, step="0", exit_code=3, end_time=100.0,
               node="n2")
-    v = verdict([r0, r1], exit_code=1, slurm_state="FAILED")
+    v = job_verdict([r0, r1], exit_code=1, slurm_state="FAILED")
     assert v.cls == "unknown" and v.root_rank == 1, v.to_json()
 
 
 def test_cascade_of_the_first_failed_rank_itself_still_counts(tmp_path: Path) -> None:
     log = PROGRESS + "[rank2]: RuntimeError: NCCL communicator was aborted on rank 2.\n" \
         + ROOT_CAUSE.format(rank=2, code=1)
-    v = verdict([task(tmp_path, log, exit_code=1)])
+    v = job_verdict([task(tmp_path, log, exit_code=1)])
     assert v.cls == "nccl_error" and v.root_rank == 2
 
 
@@ -177,18 +164,18 @@ def _steps(tmp_path: Path, codes: list[int]) -> list[TaskInput]:
 @pytest.mark.parametrize("codes", [[1, 0], [1, 1, 0], [2, 0, 0]])
 def test_completed_job_that_retried_a_failed_step_is_success(tmp_path: Path,
                                                              codes: list[int]) -> None:
-    v = verdict(_steps(tmp_path, codes), exit_code=0, slurm_state="COMPLETED")
+    v = job_verdict(_steps(tmp_path, codes), exit_code=0, slurm_state="COMPLETED")
     assert v.cls == "success", v.to_json()
     assert "step 0 had failed" in v.detail
 
 
 def test_last_step_failed_stays_a_failure_even_if_the_script_exits_0(tmp_path: Path) -> None:
-    v = verdict(_steps(tmp_path, [0, 1]), exit_code=0, slurm_state="COMPLETED")
+    v = job_verdict(_steps(tmp_path, [0, 1]), exit_code=0, slurm_state="COMPLETED")
     assert v.cls != "success", v.to_json()
 
 
 def test_failed_step_with_job_failed_is_a_failure(tmp_path: Path) -> None:
-    v = verdict(_steps(tmp_path, [1, 0]), exit_code=1, slurm_state="FAILED")
+    v = job_verdict(_steps(tmp_path, [1, 0]), exit_code=1, slurm_state="FAILED")
     assert v.cls != "success"
 
 
@@ -219,7 +206,7 @@ def test_worker_lost_with_oom_evidence_in_the_batch_log_is_host_oom(
                 end_time=100.0, node="n4")
     batch = task(tmp_path, PROGRESS + TB + lost + oom, "batch.0.log", step="batch",
                  exit_code=1, end_time=101.0, node="n4")
-    v = verdict([step, batch], exit_code=1, slurm_state="FAILED")
+    v = job_verdict([step, batch], exit_code=1, slurm_state="FAILED")
     # srun's "Out Of Memory" is a cause by itself when the worker's line is only a symptom
     assert v.cls == "host_oom" and v.step in ("worker_oom", "log_root"), v.to_json()
 
@@ -228,7 +215,7 @@ def test_worker_lost_with_a_kernel_oom_kill_is_host_oom(tmp_path: Path) -> None:
     kern = tmp_path / "kern.log"
     kern.write_text("[81234.5] Memory cgroup out of memory: Killed process 3321 (pt_data_worker)"
                     " total-vm:9123456kB, anon-rss:8123456kB\n")
-    v = verdict([task(tmp_path, PROGRESS + TB + WORKER_LOST[0])], kernel_log=str(kern))
+    v = job_verdict([task(tmp_path, PROGRESS + TB + WORKER_LOST[0])], kernel_log=str(kern))
     assert v.cls == "host_oom"
 
 
@@ -236,7 +223,7 @@ def test_worker_lost_with_a_kernel_oom_kill_is_host_oom(tmp_path: Path) -> None:
                                       (WORKER_LOST[1], "dataloader_worker")])
 def test_worker_lost_without_oom_evidence_keeps_its_class(tmp_path: Path, lost: str,
                                                           cls: str) -> None:
-    assert verdict([task(tmp_path, PROGRESS + TB + lost)]).cls == cls
+    assert job_verdict([task(tmp_path, PROGRESS + TB + lost)]).cls == cls
 
 
 def test_oom_evidence_does_not_override_an_unrelated_cause(tmp_path: Path) -> None:
@@ -244,7 +231,7 @@ def test_oom_evidence_does_not_override_an_unrelated_cause(tmp_path: Path) -> No
                 end_time=100.0, node="n4")
     batch = task(tmp_path, PROGRESS + OOM_LINES[0], "batch.0.log", step="batch",
                  end_time=101.0, node="n4")
-    v = verdict([step, batch], exit_code=1, slurm_state="FAILED")
+    v = job_verdict([step, batch], exit_code=1, slurm_state="FAILED")
     assert v.cls == "python_exception"
 
 
@@ -291,5 +278,5 @@ def test_benign_spans_in_prose_stay_prose(line: str) -> None:
 ])
 def test_exception_in_prose_decides(tmp_path: Path, quote: str, cls: str) -> None:
     log = "Here is what happened on the cluster.\n" + quote + "\nThanks!\n"
-    v = verdict([task(tmp_path, log, exit_code=1)])
+    v = job_verdict([task(tmp_path, log, exit_code=1)])
     assert v.cls == cls, v.to_json()

@@ -12,20 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from gpualert_slurm.classify import JobFacts, TaskInput, classify
+from classifylib import verdict
 
 SITE = "/opt/conda/envs/train/lib/python3.11/site-packages"
 PROGRESS = "".join(f"step {i} loss {2 / (i + 1):.4f}\n" for i in range(8))
 USER = ("/home/u/proj/train.py", "main", "run(cfg)")
 CHAIN = "\nThe above exception was the direct cause of the following exception:\n\n"
-
-
-def verdict(tmp_path: Path, text: str, exit_code: int = 1):
-    log = tmp_path / "run.0.log"
-    log.write_text(text)
-    t = TaskInput(str(log), rank=0, step="run", exit_code=exit_code, signal=None)
-    return classify([t], JobFacts(exit_code=exit_code, signal=None))
 
 
 def frames(*fr: tuple[str, str, str]) -> str:

@@ -11,21 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from gpualert_slurm.classify import JobFacts, TaskInput, classify
-
-
-def verdict(tmp_path: Path, text: str, kernel: str | None = None, exit_code: int | None = 1,
-            signal: int | None = None):
-    log = tmp_path / "run.0.log"
-    log.write_text(text)
-    kw = {}
-    if kernel is not None:
-        (tmp_path / "kernel.log").write_text(kernel)
-        kw["kernel_log"] = str(tmp_path / "kernel.log")
-    t = TaskInput(str(log), rank=0, step="run", exit_code=exit_code, signal=signal)
-    return classify([t], JobFacts(exit_code=exit_code, signal=signal, **kw))
-
+from classifylib import verdict
 
 TB = ('Traceback (most recent call last):\n  File "/srv/job/main.py", line 41, in <module>\n'
       '    main()\n  File "/srv/job/main.py", line 30, in main\n    out = step(batch)\n')

@@ -9,24 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from classifylib import job_verdict, task
 
-from gpualert_slurm.classify import JobFacts, TaskInput, classify, load_rules
+from gpualert_slurm.classify import load_rules
 from gpualert_slurm.classify.rules import RuleError
 
 XLA_OOM = ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating "
            "8589934592 bytes.\n")
-
-
-def task(tmp_path: Path, text: str, name: str = "run.0.log", rank: int = 0,
-         exit_code: int | None = 1, signal: int | None = None) -> TaskInput:
-    log = tmp_path / name
-    log.write_text(text)
-    return TaskInput(str(log), rank=rank, step="run", exit_code=exit_code, signal=signal)
-
-
-def verdict(tasks: list[TaskInput], **kw):
-    code = kw.pop("exit_code", tasks[0].exit_code)
-    return classify(tasks, JobFacts(exit_code=code, signal=tasks[0].signal, **kw))
 
 
 # ---- if_seen: XLA's "Out of memory allocating" ----
@@ -35,13 +24,13 @@ def test_xla_alloc_oom_without_gpu_is_host_memory(tmp_path: Path) -> None:
     log = ("I0101 pjrt_client.cc:583] Addressable PjRt-IFRT device: CpuDevice(id=0)\n"
            "step 10 loss 0.3\nTraceback (most recent call last):\n"
            '  File "train.py", line 9, in <module>\n' + XLA_OOM)
-    assert verdict([task(tmp_path, log)]).cls == "host_oom"
+    assert job_verdict([task(tmp_path, log)]).cls == "host_oom"
 
 
 def test_xla_alloc_oom_with_a_gpu_device_in_the_log_is_gpu_memory(tmp_path: Path) -> None:
     log = ("I0101 pjrt_client.cc:583] Addressable PjRt-IFRT device: CudaDevice(id=0)\n"
            "step 10 loss 0.3\n" + XLA_OOM)
-    v = verdict([task(tmp_path, log)])
+    v = job_verdict([task(tmp_path, log)])
     assert v.cls == "cuda_oom"
     assert "Out of memory allocating" in v.evidence[0]["text"]
 
@@ -51,7 +40,7 @@ def test_if_seen_looks_at_every_task_log_of_the_job(tmp_path: Path) -> None:
               "task:0/device:GPU:0 with 78000 MB memory\nstep 1 ok\n", "run.0.log", 0,
               exit_code=0)
     r1 = task(tmp_path, "step 1 ok\n" + XLA_OOM, "run.1.log", 1)
-    v = verdict([r0, r1], exit_code=1)
+    v = job_verdict([r0, r1], exit_code=1)
     assert (v.cls, v.root_rank) == ("cuda_oom", 1)
 
 
@@ -59,10 +48,10 @@ def test_gpu_device_marker_never_decides_nor_hides_its_line(tmp_path: Path) -> N
     # the marker has the lowest priority: TF's OOM line naming device:GPU:0 stays cuda_oom
     log = ("ResourceExhaustedError: OOM when allocating tensor with shape[64,1024] and type "
            "float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n")
-    assert verdict([task(tmp_path, log)]).cls == "cuda_oom"
+    assert job_verdict([task(tmp_path, log)]).cls == "cuda_oom"
     ok = task(tmp_path, "Created device /job:localhost/replica:0/task:0/device:GPU:0\n"
               "epoch 1 done\n", "run.1.log", exit_code=0)
-    assert verdict([ok]).cls == "success"
+    assert job_verdict([ok]).cls == "success"
 
 
 @pytest.mark.parametrize("field,msg", [
@@ -107,7 +96,7 @@ def test_torchrun_log_names_the_rank_the_launcher_stopped(tmp_path: Path) -> Non
            + GLOO_TIMEOUT.format(r=0)
            + "W1130 api.py:1028] Sending process 24093 closing signal SIGTERM\n"
            + failures_block([(1, "-15 (pid: 24093)  (SIGTERM)")], root=0))
-    v = verdict([task(tmp_path, log)])
+    v = job_verdict([task(tmp_path, log)])
     assert (v.cls, v.root_rank) == ("collective_timeout", 1)
     assert "straggler" in v.detail
 
@@ -115,7 +104,7 @@ def test_torchrun_log_names_the_rank_the_launcher_stopped(tmp_path: Path) -> Non
 def test_torchrun_straggler_among_three_ranks(tmp_path: Path) -> None:
     log = (GLOO_TIMEOUT.format(r=1) + GLOO_TIMEOUT.format(r=0)
            + failures_block([(1, "1 (pid: 11) "), (2, "-15 (pid: 12)  (SIGTERM)")], root=0))
-    assert verdict([task(tmp_path, log)]).root_rank == 2
+    assert job_verdict([task(tmp_path, log)]).root_rank == 2
 
 
 @pytest.mark.parametrize("other", [
@@ -127,7 +116,7 @@ def test_torchrun_straggler_among_three_ranks(tmp_path: Path) -> None:
 def test_no_log_straggler_when_it_is_not_clear(tmp_path: Path, other: str) -> None:
     log = (GLOO_TIMEOUT.format(r=0) + other
            + failures_block([(1, "-15 (pid: 24093)  (SIGTERM)")], root=0))
-    v = verdict([task(tmp_path, log)])
+    v = job_verdict([task(tmp_path, log)])
     assert v.root_rank != 1 and "straggler" not in v.detail
 
 
@@ -135,7 +124,7 @@ def test_two_stopped_ranks_name_no_straggler(tmp_path: Path) -> None:
     log = (GLOO_TIMEOUT.format(r=0)
            + failures_block([(1, "-15 (pid: 1)  (SIGTERM)"), (2, "-15 (pid: 2)  (SIGTERM)")],
                             root=0))
-    v = verdict([task(tmp_path, log)])
+    v = job_verdict([task(tmp_path, log)])
     assert (v.cls, v.root_rank) == ("collective_timeout", 0)
 
 
@@ -151,11 +140,11 @@ AGENT = ("W1130 api.py:753] Received {sig} death signal, shutting down workers\n
 
 @pytest.mark.parametrize("sig,cls", [(15, "killed"), (1, "killed"), (2, "cancelled")])
 def test_torchrun_agent_signalled(tmp_path: Path, sig: int, cls: str) -> None:
-    assert verdict([task(tmp_path, AGENT.format(sig=sig))]).cls == cls
+    assert job_verdict([task(tmp_path, AGENT.format(sig=sig))]).cls == cls
 
 
 def test_torchrun_agent_signalled_by_slurm_time_limit_is_time_limit(tmp_path: Path) -> None:
-    v = verdict([task(tmp_path, AGENT.format(sig=15))], slurm_state="TIMEOUT")
+    v = job_verdict([task(tmp_path, AGENT.format(sig=15))], slurm_state="TIMEOUT")
     assert v.cls == "time_limit"
 
 
@@ -179,7 +168,7 @@ def test_torchrun_agent_signalled_by_slurm_time_limit_is_time_limit(tmp_path: Pa
 ])
 def test_wording_classes(tmp_path: Path, line: str, cls: str) -> None:
     log = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n" + line
-    assert verdict([task(tmp_path, log + "\n")]).cls == cls
+    assert job_verdict([task(tmp_path, log + "\n")]).cls == cls
 
 
 # ---- a non-finite grad norm ending an exit-0 run ----
@@ -188,12 +177,12 @@ def test_grad_norm_nan_at_the_end_of_an_exit0_run_is_a_silent_failure(tmp_path: 
     log = "".join(f"step {i} loss 0.{i} grad_norm 1.{i}\n" for i in range(60))
     log += ("{'loss': '0.51', 'grad_norm': 'nan', 'learning_rate': '1e-3'}\n"
             "grad_norm is nan at step 61, stopping training.\ndone\n")
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert (v.cls, v.silent_failure) == ("nan_divergence", True)
 
 
 def test_finite_grad_norms_and_an_early_nan_stay_success(tmp_path: Path) -> None:
     log = "step 0 grad_norm: nan (fp16 overflow, step skipped)\n"
     log += "".join(f"step {i} loss 0.{i} grad_norm: 1.{i}\n" for i in range(1, 80))
-    v = verdict([task(tmp_path, log + "training finished\n", exit_code=0)])
+    v = job_verdict([task(tmp_path, log + "training finished\n", exit_code=0)])
     assert (v.cls, v.silent_failure) == ("success", False)

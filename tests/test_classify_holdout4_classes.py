@@ -10,22 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from classifylib import job_verdict, task
 
-from gpualert_slurm.classify import JobFacts, TaskInput, classify, load_precedence
-
-
-def task(tmp_path: Path, text: str, name: str = "run.0.log", rank: int = 0,
-         exit_code: int | None = 1, signal: int | None = None, **kw) -> TaskInput:
-    log = tmp_path / name
-    log.write_text(text)
-    return TaskInput(str(log), rank=rank, step=kw.pop("step", "run"), exit_code=exit_code,
-                     signal=signal, **kw)
-
-
-def verdict(tasks: list[TaskInput], **kw):
-    code = kw.pop("exit_code", tasks[0].exit_code)
-    return classify(tasks, JobFacts(exit_code=code, signal=tasks[0].signal, **kw))
-
+from gpualert_slurm.classify import JobFacts, classify, load_precedence
 
 PROGRESS = "".join(f"step {i} loss {1 / (i + 1):.4f}\n" for i in range(12))
 TB = ('Traceback (most recent call last):\n  File "prep.py", line 40, in main\n'
@@ -45,12 +32,12 @@ TB = ('Traceback (most recent call last):\n  File "prep.py", line 40, in main\n'
     ("make: *** [Makefile:2: eval] Segmentation fault", "segfault"),
 ])
 def test_launcher_reports_child_signal(tmp_path: Path, line: str, cls: str) -> None:
-    v = verdict([task(tmp_path, PROGRESS + line + "\n", exit_code=125)])
+    v = job_verdict([task(tmp_path, PROGRESS + line + "\n", exit_code=125)])
     assert v.cls == cls, v.to_json()
 
 
 def test_make_error_other_than_a_signal_is_not_killed(tmp_path: Path) -> None:
-    v = verdict([task(tmp_path, PROGRESS + "make: *** [Makefile:2: all] Error 3\n",
+    v = job_verdict([task(tmp_path, PROGRESS + "make: *** [Makefile:2: all] Error 3\n",
                       exit_code=2)])
     assert v.cls != "killed"
 
@@ -64,12 +51,12 @@ def test_make_error_other_than_a_signal_is_not_killed(tmp_path: Path) -> None:
     "AssertionError: non-finite gradients in layer fc1",
 ])
 def test_not_finite_wordings_are_divergence(tmp_path: Path, line: str) -> None:
-    v = verdict([task(tmp_path, PROGRESS + TB + line + "\n")])
+    v = job_verdict([task(tmp_path, PROGRESS + TB + line + "\n")])
     assert v.cls == "nan_divergence", v.to_json()
 
 
 def test_no_non_finite_values_is_benign(tmp_path: Path) -> None:
-    v = verdict([task(tmp_path, PROGRESS + "check: no non-finite values found\n"
+    v = job_verdict([task(tmp_path, PROGRESS + "check: no non-finite values found\n"
                       + PROGRESS, exit_code=0)])
     assert v.cls == "success" and not v.silent_failure
 
@@ -78,34 +65,34 @@ def test_no_non_finite_values_is_benign(tmp_path: Path) -> None:
 
 def test_nan_skipped_then_recovered_is_success(tmp_path: Path) -> None:
     log = PROGRESS + "iter 40: loss is nan, skipping this batch\n" + PROGRESS + "done\n"
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "success" and not v.silent_failure
 
 
 def test_nan_skipped_to_the_end_is_silent_divergence(tmp_path: Path) -> None:
     skips = "".join(f"[{i}] loss=nan, skipping batch\n" for i in range(30, 60))
-    v = verdict([task(tmp_path, PROGRESS + skips + "epoch done\n", exit_code=0)])
+    v = job_verdict([task(tmp_path, PROGRESS + skips + "epoch done\n", exit_code=0)])
     assert v.cls == "nan_divergence" and v.silent_failure
     assert "exited 0" in v.detail
 
 
 def test_one_late_skip_is_not_a_run(tmp_path: Path) -> None:
     log = PROGRESS + "step 11: grad norm is inf, skipping step\nsaved model\n"
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "success"
 
 
 def test_skipped_nan_then_a_crash_is_the_crash(tmp_path: Path) -> None:
     log = (PROGRESS + "loss is nan, skipping batch\n" + PROGRESS + TB
            + "KeyError: 'labels'\n")
-    assert verdict([task(tmp_path, log)]).cls == "python_exception"
+    assert job_verdict([task(tmp_path, log)]).cls == "python_exception"
 
 
 # ---- an exception logged as the end of the work, exit 0 ----
 
 def test_error_giving_up_and_traceback_at_end_is_its_class_on_exit0(tmp_path: Path) -> None:
     log = PROGRESS + "ERROR shard 4 failed, giving up\n" + TB + "KeyError: 'user_id'\n"
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "python_exception" and v.silent_failure and v.step == "abandoned"
     assert v.detail.startswith("the job exited 0, but:")
 
@@ -113,14 +100,14 @@ def test_error_giving_up_and_traceback_at_end_is_its_class_on_exit0(tmp_path: Pa
 def test_abandoned_keeps_the_exceptions_own_class(tmp_path: Path) -> None:
     log = (PROGRESS + TB + "FileNotFoundError: [Errno 2] No such file or directory: 'v.txt'\n"
            + "CRITICAL cannot continue without a vocabulary, exiting\n")
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "file_not_found" and v.silent_failure
 
 
 def test_traceback_logged_and_work_went_on_is_success(tmp_path: Path) -> None:
     log = (PROGRESS + "ERROR shard 4 unreadable, giving up on it\n" + TB
            + "ValueError: bad row\n" + PROGRESS)
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "success" and not v.silent_failure
 
 
@@ -128,7 +115,7 @@ def test_traceback_at_end_without_a_giving_up_line_stays_success(tmp_path: Path)
     # "Exception ignored in ..." tracebacks at interpreter exit are common and harmless
     log = PROGRESS + "Exception ignored in: <function Pool.__del__>\n" + TB + \
         "OSError: handle is closed\n"
-    v = verdict([task(tmp_path, log, exit_code=0)])
+    v = job_verdict([task(tmp_path, log, exit_code=0)])
     assert v.cls == "success"
 
 
@@ -145,7 +132,7 @@ def test_abandoned_is_a_precedence_step_before_clean_exit() -> None:
     "RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!",
 ])
 def test_backend_not_built_is_setup(tmp_path: Path, line: str) -> None:
-    assert verdict([task(tmp_path, TB + line + "\n")]).cls == "cuda_setup"
+    assert job_verdict([task(tmp_path, TB + line + "\n")]).cls == "cuda_setup"
 
 
 # ---- submitit: the state in UncompletedJobError's message ----
@@ -163,13 +150,13 @@ SUBMITIT_TB = ('Traceback (most recent call last):\n  File "sweep.py", line 9, i
 def test_submitit_state_decides(tmp_path: Path, state: str, cls: str) -> None:
     log = (SUBMITIT_TB + f"has not produced any output (state: {state})\n"
            "No output/error stream produced ! Check: /l/77_0_log.out\n")
-    v = verdict([task(tmp_path, log)])
+    v = job_verdict([task(tmp_path, log)])
     assert v.cls == cls, v.to_json()
 
 
 def test_submitit_failed_state_is_still_an_exception(tmp_path: Path) -> None:
     log = SUBMITIT_TB + "has not produced any output (state: FAILED)\n"
-    assert verdict([task(tmp_path, log)]).cls == "python_exception"
+    assert job_verdict([task(tmp_path, log)]).cls == "python_exception"
 
 
 # ---- where, when why is unknown or a job-level state ----
@@ -186,7 +173,7 @@ def test_unknown_names_the_rank_srun_names(tmp_path: Path) -> None:
 
 
 def test_unknown_without_a_naming_line_names_no_rank(tmp_path: Path) -> None:
-    v = verdict([task(tmp_path, "rows 12\n", exit_code=3)])
+    v = job_verdict([task(tmp_path, "rows 12\n", exit_code=3)])
     assert v.cls == "unknown" and v.root_rank is None
 
 

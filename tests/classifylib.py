@@ -1,0 +1,39 @@
+"""Small written logs for the classifier's pure-logic tests: a task whose log holds a text, the
+verdict on a job of such tasks, the verdict on a job of one task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpualert_slurm.classify import JobFacts, TaskInput, Verdict, classify
+
+
+def task(tmp_path: Path, text: str, name: str = "run.0.log", rank: int = 0,
+         exit_code: int | None = 1, signal: int | None = None, **kw: Any) -> TaskInput:
+    """The task of rank `rank` whose log `name` (written in tmp_path) holds `text`; `kw`: more
+    TaskInput fields (its step is "run" unless `step` says otherwise)."""
+    log = tmp_path / name
+    log.write_text(text)
+    return TaskInput(str(log), rank=rank, step=kw.pop("step", "run"), exit_code=exit_code,
+                     signal=signal, **kw)
+
+
+def job_verdict(tasks: list[TaskInput], **kw: Any) -> Verdict:
+    """The verdict on a job of `tasks`; its exit code and signal are the first task's unless
+    `exit_code` / `signal` say otherwise; `kw`: more JobFacts fields."""
+    code = kw.pop("exit_code", tasks[0].exit_code)
+    return classify(tasks, JobFacts(exit_code=code, signal=kw.pop("signal", tasks[0].signal),
+                                    **kw))
+
+
+def verdict(tmp_path: Path, text: str, exit_code: int | None = 1, signal: int | None = None,
+            kernel: str | None = None) -> Verdict:
+    """The verdict on a job of one task (run.0.log holding `text`) that ended with `exit_code`
+    or `signal`; `kernel`: the node's kernel.log for the job."""
+    kw = {}
+    if kernel is not None:
+        (tmp_path / "kernel.log").write_text(kernel)
+        kw["kernel_log"] = str(tmp_path / "kernel.log")
+    return classify([task(tmp_path, text, exit_code=exit_code, signal=signal)],
+                    JobFacts(exit_code=exit_code, signal=signal, **kw))
