@@ -114,6 +114,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("h7_"):  # holdout7's composers
         from corpus.gen import synthetic_ho7
         return synthetic_ho7.build(root, d, c)
+    if c["synth"].startswith("h8_"):  # holdout8's composers
+        from corpus.gen import synthetic_ho8
+        return synthetic_ho8.build(root, d, c)
     if c["synth"].startswith("f5_"):  # GPU wording families holdout5 showed unknown
         from corpus.gen import synthetic_f5
         return synthetic_f5.build(root, d, c)
