@@ -19,7 +19,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from clusterlib import REPO, ClusterError, ClusterFacts, node_state, parse_facts, wait_until
+from clusterlib import (
+    REPO,
+    ClusterError,
+    ClusterFacts,
+    node_state,
+    parse_facts,
+    using_conf,
+    wait_until,
+)
 
 DCLUSTER = REPO / "docker" / "slurm-cluster" / "dcluster"
 # A cold start builds the images (debootstrap + apt): minutes on a 2-core machine.
@@ -122,15 +130,8 @@ def docker_cluster_up() -> DockerCluster:
 @contextlib.contextmanager
 def using(dc: DockerCluster) -> Iterator[DockerCluster]:
     """This process's Slurm clients (and the test user's, via clusterlib) talk to `dc`."""
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(dc.facts.conf)
-    try:
+    with using_conf(dc.facts):
         yield dc
-    finally:
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
 
 
 @pytest.fixture(scope="session")

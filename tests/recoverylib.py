@@ -63,15 +63,10 @@ def recovery_cluster_session(keep: bool = False) -> Iterator[clusterlib.ClusterF
     with exclusive_use():
         facts = clusterlib.cluster_up(env=RECOVERY_CLUSTER_ENV)
         hooks_know_their_cluster(facts)
-        old = os.environ.get("SLURM_CONF")
-        os.environ["SLURM_CONF"] = str(facts.conf)
         try:
-            yield facts
+            with clusterlib.using_conf(facts):
+                yield facts
         finally:
-            if old is None:
-                os.environ.pop("SLURM_CONF", None)
-            else:
-                os.environ["SLURM_CONF"] = old
             if not keep and os.environ.get("GPUALERT_KEEP_RECOVERY_CLUSTER") != "1":
                 clusterlib.cluster_cmd("down", env=RECOVERY_CLUSTER_ENV)
 
