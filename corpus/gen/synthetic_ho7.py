@@ -58,7 +58,8 @@ def _hf_pre(rng: random.Random) -> str:
     for i in range(n):
         loss *= rng.uniform(0.93, 0.99)
         out.append(f"{{'loss': {loss:.4f}, 'grad_norm': {rng.uniform(0.2, 1.5):.4f}, "
-                   f"'learning_rate': {rng.uniform(1e-5, 2e-4):.3e}, 'epoch': {0.01 * (i + 1):.2f}}}")
+                   f"'learning_rate': {rng.uniform(1e-5, 2e-4):.3e}, "
+                   f"'epoch': {0.01 * (i + 1):.2f}}}")
     return "\n".join(out) + "\n"
 
 
@@ -96,6 +97,36 @@ def single(rng: random.Random, p: dict) -> tuple[str, int | None, int | None]:
                   (f"{HF}/generation/utils.py", "_beam_search",
                    "model_outputs = self(**model_inputs, return_dict=True)")]
         return pre + _tb(rng, frames, _oom(rng, dev, rng.uniform(0.4, 1.2))), 1, None
+    if kind == "oom_jax":
+        n = rng.choice([6442450944, 10737418240, 4294967296])
+        head = (f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)} 0{rng.randrange(0, 9)}:"
+                f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}.{rng.randrange(100000, 999999)}:"
+                " W external/xla/xla/tsl/framework/bfc_allocator.cc:501] Allocator (GPU_0_bfc) ran "
+                f"out of memory trying to allocate {n / 2**30:.2f}GiB (rounded to {n})requested "
+                "by op \n")
+        frames = [("/home/ts/vit_jax/train.py", "<module>", "app.run(main)"),
+                  ("/home/ts/vit_jax/train.py", "train_and_evaluate",
+                   "state, metrics = p_train_step(state, batch)")]
+        return ("jax devices: [CudaDevice(id=0), CudaDevice(id=1), CudaDevice(id=2), "
+                "CudaDevice(id=3)]\nglobal batch 4096, per-device 1024, image 384px\n" + head
+                + _tb(rng, frames, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: "
+                      f"Out of memory while trying to allocate {n} bytes.")), 1, None
+    if kind == "oom_deepspeed":
+        frames = [("/home/mk/ds/train.py", "<module>", "main()"),
+                  ("/home/mk/ds/train.py", "main", "model_engine.backward(loss)"),
+                  (f"{SITE}/deepspeed/utils/nvtx.py", "wrapped_fn", "ret_val = func(*args, "
+                   "**kwargs)"),
+                  (f"{SITE}/deepspeed/runtime/engine.py", "backward",
+                   "self.optimizer.backward(loss, retain_graph=retain_graph)"),
+                  (f"{SITE}/deepspeed/runtime/zero/stage_1_and_2.py", "backward",
+                   "self.loss_scaler.backward(loss.float(), retain_graph=retain_graph)"),
+                  (f"{SITE}/torch/autograd/__init__.py", "backward",
+                   "_engine_run_backward(")]
+        pre = ("[2026-03-02 10:11:07,412] [INFO] [config.py:1003:print] zero_optimization "
+               "stage=2, offload_optimizer=none\n[2026-03-02 10:11:07,413] [INFO] [config.py:"
+               "1003:print] train_micro_batch_size_per_gpu 16\n"
+               + _pre(rng, "ds", rng.randrange(2, 5)))
+        return pre + _tb(rng, frames, _oom(rng, dev, rng.uniform(0.6, 2.5))), 1, None
     if kind == "illegal_access":
         frames = _user_frames(rng) + [
             ("/workspace/proj/models/attn.py", "forward",
@@ -284,8 +315,9 @@ def hw(rng: random.Random, p: dict) -> tuple[str, str]:
                 f"{st} Lustre: scratch-OST0017-osc-ffff9a2c4e1b8000: Connection to scratch-OST0017 "
                 "(at 10.20.0.47@o2ib) was lost; in progress operations using this service will "
                 "wait for recovery to complete\n"
-                f"{st} LustreError: 167-0: scratch-OST0017-osc-ffff9a2c4e1b8000: This client was "
-                "evicted by scratch-OST0017; in progress operations using this service will fail.\n")
+                f"{st} LustreError: 167-0: scratch-OST0017-osc-ffff9a2c4e1b8000: This client "
+                "was evicted by scratch-OST0017; in progress operations using this service "
+                "will fail.\n")
         frames = [("/home/mk/pretrain/train.py", "<module>", "main()"),
                   ("/home/mk/pretrain/data.py", "__iter__", "chunk = np.fromfile(f, dtype=np."
                    "uint16, count=self.block)")]
@@ -388,8 +420,9 @@ def srun_job(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str
                      f"Rank {r}] Exception (either an error or timeout) detected by watchdog at "
                      "work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: "
                      f"{seq - 1}.\n".replace("{seq}", str(seq))
-                     + f"[rank{r}]:[E1130 03:21:4{r}.121{r}00 {rng.randrange(1000, 9999)} torch/csrc/"
-                     "distributed/c10d/ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID 0(default_pg) "
+                     + f"[rank{r}]:[E1130 03:21:4{r}.121{r}00 {rng.randrange(1000, 9999)} "
+                     "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1709] [PG ID 0 PG GUID "
+                     "0(default_pg) "
                      f"Rank {r}] Timeout at NCCL work: {seq}, last enqueued NCCL work: {seq}, last "
                      f"completed NCCL work: {seq - 1}.\n"
                      "terminate called after throwing an instance of 'c10::DistBackendError'\n"

@@ -169,7 +169,8 @@ def lit_valcheck() -> None:
 
 def _word_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers
-    words = "the a of to and in is was for on with as by at from it that this be are".split()
+    words = ["the", "a", "of", "to", "and", "in", "is", "was", "for", "on", "with", "as", "by",
+             "at", "from", "it", "that", "this", "be", "are"]
     vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2}
     vocab.update({w: i + 3 for i, w in enumerate(words)})
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -189,8 +190,8 @@ def tokenizer_pad() -> None:
 
 def keras_labels() -> None:
     """Keras: one-hot labels with a sparse loss (the data pipeline changed the label format)."""
-    import numpy as np
     import keras
+    import numpy as np
     x = np.random.rand(512, 20).astype("float32")
     y = keras.utils.to_categorical(np.random.randint(0, 5, 512), 5)
     model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(64, activation="relu"),
@@ -342,6 +343,7 @@ def flash_attn() -> None:
 def custom_op() -> None:
     """A fused-op extension built against another torch, loaded at import."""
     import importlib.util
+
     import torch
     say(f"torch {torch.__version__}; loading fused_adam extension from {arg(0)}")
     spec = importlib.util.spec_from_file_location("fused_adam_cuda", arg(0))
@@ -423,6 +425,7 @@ def native_decode() -> None:
 def memmap_shrink() -> None:
     """A memory-mapped token file another job rewrites (truncates) while this one reads it."""
     import subprocess
+
     import numpy as np
     path = arg(0)
     arr = np.memmap(path, dtype=np.uint16, mode="r")
@@ -579,6 +582,7 @@ def ddp_ok() -> None:
 def resume_fallback_ok() -> None:
     """Auto-resume: no checkpoint yet is logged with its traceback, then training from scratch."""
     import logging
+
     import torch
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     log = logging.getLogger("train")
@@ -648,8 +652,8 @@ def amp_skip_ok() -> None:
 
 
 def keras_fit_ok() -> None:
-    import numpy as np
     import keras
+    import numpy as np
     x = np.random.rand(512, 20).astype("float32")
     y = np.random.randint(0, 5, 512)
     model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(32, activation="relu"),
@@ -664,6 +668,7 @@ def keras_fit_ok() -> None:
 def nan_guard() -> None:
     """lr schedule with a 100x warmup bug; the loop aborts on a non-finite loss."""
     import math
+
     import torch
     torch.manual_seed(0)
     model = _mlp()
@@ -711,8 +716,8 @@ def lit_nan_stop() -> None:
 
 def keras_nan_stop() -> None:
     """Keras TerminateOnNaN after a too-high learning rate; exit 0."""
-    import numpy as np
     import keras
+    import numpy as np
     x = (np.random.rand(512, 20).astype("float32") * 100)
     y = (x.sum(axis=1, keepdims=True) ** 2).astype("float32")
     model = keras.Sequential([keras.Input((20,)), keras.layers.Dense(64, activation="relu"),
@@ -768,6 +773,7 @@ def ckpt_load() -> None:
 def ckpt_make_args() -> None:
     """An older training script's checkpoint: it pickles its argparse namespace."""
     import argparse
+
     import torch
     ns = argparse.Namespace(lr=3e-4, arch="resnet50", epochs=90)
     torch.save({"args": ns, "model": _mlp().state_dict(), "epoch": 41}, arg(0))
@@ -794,6 +800,7 @@ def hub_download() -> None:
 def gloo_straggler() -> None:
     """DDP-style all_reduce of metrics; rank ARG0 is stuck re-indexing its shard."""
     from datetime import timedelta
+
     import torch
     import torch.distributed as dist
     dist.init_process_group("gloo", timeout=timedelta(seconds=15))
@@ -813,6 +820,7 @@ def gloo_straggler() -> None:
 def store_wait() -> None:
     """Rank 0 of a 2-rank job whose rank 1 never starts (its node is still pulling the image)."""
     from datetime import timedelta
+
     import torch.distributed as dist
     say(f"init_process_group: rank 0 of 2, master {os.environ['MASTER_ADDR']}:"
         f"{os.environ['MASTER_PORT']}")
@@ -823,6 +831,7 @@ def store_wait() -> None:
 def eval_mismatch() -> None:
     """Rank 0 runs an extra evaluation all_reduce the others skip: everyone waits (no timeout)."""
     from datetime import timedelta
+
     import torch
     import torch.distributed as dist
     dist.init_process_group("gloo", timeout=timedelta(hours=2))
