@@ -327,12 +327,12 @@ def cancel_quietly(*job_ids: int) -> None:
 
 
 @contextlib.contextmanager
-def cluster_lock(facts: ClusterFacts, timeout: float = 200) -> Iterator[None]:
-    """Hold the lock `cluster up` takes, so that no concurrent `up` (another test session)
-    "repairs" a node this test broke on purpose while it is still checking the breakage."""
+def held_lock(path: Path, timeout: float, holder: str = "", poll: float = 0.5) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (made if missing) while the block runs, waiting for
+    its holder up to `timeout` s; then ClusterError (`holder`: who that would be)."""
     import fcntl
 
-    with open(facts.root / ".lock", "a") as fh:
+    with open(path, "a") as fh:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -340,13 +340,20 @@ def cluster_lock(facts: ClusterFacts, timeout: float = 200) -> Iterator[None]:
                 break
             except BlockingIOError as e:
                 if time.monotonic() > deadline:
-                    raise ClusterError(
-                        f"{facts.root}/.lock held for more than {timeout:g} s") from e
-                time.sleep(0.5)
+                    raise ClusterError(f"{path} held for more than {timeout:g} s{holder}") from e
+                time.sleep(poll)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def cluster_lock(facts: ClusterFacts, timeout: float = 200) -> Iterator[None]:
+    """Hold the lock `cluster up` takes, so that no concurrent `up` (another test session)
+    "repairs" a node this test broke on purpose while it is still checking the breakage."""
+    with held_lock(facts.root / ".lock", timeout):
+        yield
 
 
 def node_state(node: str) -> str:

@@ -7,10 +7,8 @@ for the whole session; the fixture stops the cluster at the end."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,22 +36,9 @@ def exclusive_use(timeout: float = SESSION_WAIT_S) -> Iterator[None]:
     """One user of the recovery cluster at a time (a test session, the benchmark): each
     rewrites its gpualert.yaml and stops the cluster at the end, which another session running
     at the same moment would not survive. Waits for the other; ClusterError past `timeout`."""
-    with open(SESSION_LOCK, "a") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError as e:
-                if time.monotonic() > deadline:
-                    raise clusterlib.ClusterError(
-                        f"{SESSION_LOCK} held for more than {timeout:g} s by another test "
-                        "session or benchmark using the recovery cluster") from e
-                time.sleep(1)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with clusterlib.held_lock(SESSION_LOCK, timeout, " by another test session or benchmark "
+                              "using the recovery cluster", poll=1):
+        yield
 
 
 @contextlib.contextmanager
