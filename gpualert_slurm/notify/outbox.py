@@ -59,6 +59,21 @@ def _describe(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+@contextlib.contextmanager
+def _try_lock(fd: int) -> Iterator[bool]:
+    """Yield whether an exclusive lock on `fd` was had without waiting (another process
+    holds it: False); closes `fd` after the block."""
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
 class Outbox:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -236,26 +251,12 @@ class Outbox:
         except OSError:
             yield False
             return
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)
+        with _try_lock(fd) as mine:
+            yield mine
 
     @contextlib.contextmanager
     def flush_lock(self) -> Iterator[bool]:
         fd = os.open(LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE,
                      dir_fd=self._dir())
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)
+        with _try_lock(fd) as mine:
+            yield mine
