@@ -1,8 +1,11 @@
-"""Small written logs for the classifier's pure-logic tests: a task whose log holds a text, the
-verdict on a job of such tasks, the verdict on a job of one task."""
+"""Logs for the classifier's tests: a task whose log holds a text, or the output of a real
+Python process; the verdict on a job of such tasks, the verdict on a job of one task."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +40,15 @@ def verdict(tmp_path: Path, text: str, exit_code: int | None = 1, signal: int | 
         kw["kernel_log"] = str(tmp_path / "kernel.log")
     return classify([task(tmp_path, text, exit_code=exit_code, signal=signal)],
                     JobFacts(exit_code=exit_code, signal=signal, **kw))
+
+
+def run_py(tmp_path: Path, code: str, *args: str, name: str = "0.0.log") -> TaskInput:
+    """Run a real Python process (`args`: the interpreter's options) that fails the way `code`
+    does; its output is the task's log `name`, its end the task's exit code or signal."""
+    log = tmp_path / name
+    with open(log, "wb") as out:
+        p = subprocess.run([sys.executable, *args, "-c", textwrap.dedent(code)], stdout=out,
+                           stderr=subprocess.STDOUT, timeout=60)
+    rc = p.returncode
+    return TaskInput(str(log), rank=0, step="0", exit_code=rc if rc >= 0 else None,
+                     signal=-rc if rc < 0 else None)

@@ -5,29 +5,16 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from classifylib import run_py
 
 from gpualert_slurm.classify import JobFacts, TaskInput, classify, load_rules
 from gpualert_slurm.classify.rules import RuleError
 from gpualert_slurm.classify.scan import scan_file
 
 FIX = Path(__file__).parent / "fixtures" / "classify"
-
-
-def run_snippet(tmp_path: Path, code: str, name: str = "0.0.log", *args: str) -> TaskInput:
-    """Run a real Python process that fails the way `code` does; its output is the log."""
-    log = tmp_path / name
-    with open(log, "wb") as out:
-        p = subprocess.run([sys.executable, *args, "-c", textwrap.dedent(code)], stdout=out,
-                           stderr=subprocess.STDOUT, timeout=60)
-    rc = p.returncode
-    return TaskInput(str(log), rank=0, step="0", exit_code=rc if rc >= 0 else None,
-                     signal=-rc if rc < 0 else None)
 
 
 def job_of(t: TaskInput, **kw) -> JobFacts:
@@ -59,7 +46,7 @@ REAL = [
 @pytest.mark.parametrize("code,expected,detail", REAL, ids=[r[1] + str(i)
                                                              for i, r in enumerate(REAL)])
 def test_real_failing_process_is_classified(tmp_path, code, expected, detail):
-    t = run_snippet(tmp_path, code)
+    t = run_py(tmp_path, code)
     assert t.exit_code != 0
     v = classify([t], job_of(t))
     assert v.cls == expected, (v.cls, v.detail, Path(t.path).read_text()[-500:])
@@ -69,7 +56,7 @@ def test_real_failing_process_is_classified(tmp_path, code, expected, detail):
 
 
 def test_segfault_with_faulthandler_traceback_text(tmp_path):
-    t = run_snippet(tmp_path, "import ctypes; ctypes.string_at(0)", "0.0.log", "-X", "faulthandler")
+    t = run_py(tmp_path, "import ctypes; ctypes.string_at(0)", "-X", "faulthandler")
     assert t.signal == signal.SIGSEGV
     v = classify([t], job_of(t))
     assert v.cls == "segfault"
@@ -77,7 +64,7 @@ def test_segfault_with_faulthandler_traceback_text(tmp_path):
 
 
 def test_warnings_mentioning_error_with_exit_0_is_success(tmp_path):
-    t = run_snippet(tmp_path, """
+    t = run_py(tmp_path, """
         import warnings, sys
         for i in range(5):
             warnings.warn(f'error rate {i} above threshold; UserWarning only')

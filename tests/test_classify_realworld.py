@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from classifylib import run_py
 
 from gpualert_slurm.classify import (
     JobFacts,
@@ -24,16 +24,6 @@ from gpualert_slurm.classify import (
 from gpualert_slurm.classify.scan import line_view, scan_file
 
 STEPS = "".join(f"step {i} loss {3.0 / i:.3f}\n" for i in range(1, 30))
-
-
-def run_py(tmp_path: Path, code: str, *args: str, name: str = "0.0.log") -> TaskInput:
-    log = tmp_path / name
-    with open(log, "wb") as out:
-        p = subprocess.run([sys.executable, *args, "-c", textwrap.dedent(code)], stdout=out,
-                           stderr=subprocess.STDOUT, timeout=60)
-    rc = p.returncode
-    return TaskInput(str(log), rank=0, step="0", exit_code=rc if rc >= 0 else None,
-                     signal=-rc if rc < 0 else None)
 
 
 def write(tmp_path: Path, name: str, text: str | bytes) -> str:
