@@ -12,21 +12,8 @@ import os
 import socket
 import sys
 import threading
-import time
 
-ARGS = sys.argv[2:]
-ARG = ARGS[0] if ARGS else ""
-
-
-def say(*a: object) -> None:
-    print(*a, flush=True)
-
-
-def steps(name: str, n: int = 3) -> None:
-    say(f"-- {name}: pid={os.getpid()}")
-    for s in range(n):
-        say(f"{name} step {s + 1}/{n}: loss {1.9 / (s + 1):.4f} {180 + 9 * s} samples/s")
-        time.sleep(0.02)
+from progkit import ARG, ARGS, say, steps
 
 
 def status_server(status: str) -> int:

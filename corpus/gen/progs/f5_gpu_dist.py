@@ -9,6 +9,7 @@ imported lazily, so a scenario pays only for its own.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -16,19 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-ARGS = sys.argv[2:]
-ARG = ARGS[0] if ARGS else ""
+import progkit
+from progkit import ARG, say
 
-
-def say(*a: object) -> None:
-    print(*a, flush=True)
-
-
-def steps(name: str, n: int = 3) -> None:
-    say(f"-- {name}: pid={os.getpid()} node={os.uname().nodename}")
-    for s in range(n):
-        say(f"{name} step {s + 1}/{n}: loss {2.3 / (s + 1):.4f} {180 + 9 * s} samples/s")
-        time.sleep(0.03)
+steps = functools.partial(progkit.steps, loss=2.3, node=True, pause=0.03)
 
 
 # ---------------------------------------------------------------- collective_timeout

@@ -10,26 +10,16 @@ pyarrow, LightGBM, numba and joblib come from /opt/gpualert-ho6/site-packages.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import sys
-import time
+
+import progkit
+from progkit import ARG, say
 
 sys.path.append("/opt/gpualert-ho6/site-packages")
-
-ARGS = sys.argv[2:]
-ARG = ARGS[0] if ARGS else ""
-
-
-def say(*a: object) -> None:
-    print(*a, flush=True)
-
-
-def steps(name: str, n: int = 3) -> None:
-    say(f"-- {name}: pid={os.getpid()}")
-    for s in range(n):
-        say(f"{name} step {s + 1}/{n}: loss {1.7 / (s + 1):.4f} {210 + 7 * s} rows/s")
-        time.sleep(0.02)
+steps = functools.partial(progkit.steps, loss=1.7, rate=210, more=7, unit="rows/s")
 
 
 def cap_address_space(extra_mb: int) -> None:
