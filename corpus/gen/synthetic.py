@@ -310,6 +310,15 @@ def _node_failure(node: str, what: str, stamp: str) -> str:
             "SLURMCTLD LOG FOR DETAILS ***\n")
 
 
+def _node_loss_times(rng: random.Random) -> tuple[float, int, str]:
+    """(the case's end time, its Slurm job id, when slurmstepd says it cancelled the job)."""
+    end = T0 + rng.randrange(0, 10**6)
+    jid = rng.randrange(100000, 999999)
+    stamp = (f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)}T0{rng.randrange(0, 9)}:"
+             f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}")
+    return end, jid, stamp
+
+
 def _daemon_lost(rte: str, hnp: str, remote: str) -> str:
     """Open MPI's runtime (`rte`: ORTE, or PRTE from Open MPI 5) when it loses a node's daemon."""
     bar = "-" * 74

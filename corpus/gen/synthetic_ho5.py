@@ -18,6 +18,7 @@ from corpus.gen.synthetic import (
     _daemon_lost,
     _lost_task,
     _node_failure,
+    _node_loss_times,
     _one_task,
     _pre,
     _ranked,
@@ -423,10 +424,7 @@ def watchdog_new(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr:
 
 def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str | None):
     style = p["style"]
-    end = T0 + rng.randrange(0, 10**6)
-    jid = rng.randrange(100000, 999999)
-    stamp = (f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)}T0{rng.randrange(0, 9)}:"
-             f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}")
+    end, jid, stamp = _node_loss_times(rng)
     if style == "srun3":  # 3 nodes, one rank each; n3 dies (its rank leaves no exit record)
         batch = ("+ srun -N 3 --ntasks-per-node=1 python -u train_gnn.py\n"
                  + _node_failure("n3", f"STEP {jid}.0", stamp)

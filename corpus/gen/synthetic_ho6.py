@@ -19,6 +19,7 @@ from corpus.gen.synthetic import (
     _daemon_lost,
     _lost_task,
     _node_failure,
+    _node_loss_times,
     _one_task,
     _pre,
     _ranked,
@@ -509,10 +510,7 @@ def watchdog_22(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: 
 
 def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str | None):
     style = p["style"]
-    end = T0 + rng.randrange(0, 10**6)
-    jid = rng.randrange(100000, 999999)
-    stamp = (f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)}T0{rng.randrange(0, 9)}:"
-             f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}")
+    end, jid, stamp = _node_loss_times(rng)
     if style == "prrte":  # Open MPI 5's runtime loses the daemon on a remote node
         text = ("".join(f"[ranks 0-15] t={i * 0.25:.2f} ns  max|v|={1.2 + i / 50:.3f}\n"
                         for i in range(8))
