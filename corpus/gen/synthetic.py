@@ -289,6 +289,17 @@ def _lost_task(root: Path, d: Path, name: str, rank: int, step: str = "0") -> di
             "exit_code": None, "signal": None, "core_dumped": False, "end_time": None}
 
 
+def _rank_task(root: Path, d: Path, r: int, text: str, tr: str | None, cid: str,
+               code: int | None, sig: int | None, end: float, node: str | None,
+               alone: bool = False) -> dict:
+    """Rank r's log 0.r.log (run.0.log when `alone`: the job's one task) shaped by the transform
+    `tr`, and its exit record."""
+    name = "run.0.log" if alone else f"0.{r}.log"
+    _write(d, name, text, tr, cid)
+    return _task(root, d, name, r, code, sig, round(end, 3), node=node,
+                 step="run" if alone else "0")
+
+
 def _one_task(root: Path, d: Path, text: str, tr: str | None, cid: str, end: float,
               code: int | None = 1, sig: int | None = None) -> list[dict]:
     """A case of one task: its log `run.0.log` (shaped by the transform `tr`) and exit record."""
@@ -414,13 +425,12 @@ def build(root: Path, d: Path, c: dict) -> dict:
                 body = watchdog(rng, r) + ("terminate called after throwing an instance of "
                                            "'c10::DistBackendError'\n")
                 t_end = end + rng.uniform(30, 700)
-            lname = f"0.{r}.log"
-            _write(d, lname, pre + body, tr, cid)
             stuck = tmpl == "watchdog_cascade" and r == root_rank
             is_root = r == (root_rank or 0)
-            tasks.append(_task(root, d, lname, r, 1 if is_root and not stuck else None,
-                               15 if stuck else (None if is_root else 6), round(t_end, 3),
-                               node=f"n{r // 2 + 1}", step="0"))
+            tasks.append(_rank_task(root, d, r, pre + body, tr, cid,
+                                    1 if is_root and not stuck else None,
+                                    15 if stuck else (None if is_root else 6), t_end,
+                                    f"n{r // 2 + 1}"))
     elif tmpl == "device_mismatch":
         where = p.get("where", "linear")
         msg = {"linear": "RuntimeError: Expected all tensors to be on the same device, but found "

@@ -18,6 +18,7 @@ from corpus.gen.synthetic import (
     _node_failure,
     _one_task,
     _pre,
+    _rank_task,
     _task,
     _tb,
     _user_frames,
@@ -211,10 +212,8 @@ def nccl(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str | N
                 "  Original reason for failure was: NCCL error: remote process exited or there "
                 "was a network error")
             code, sig, t = 1, None, end + rng.uniform(5, 90)
-        name = f"0.{r}.log" if n > 1 else "run.0.log"
-        _write(d, name, pre + body, tr, cid)
-        tasks.append(_task(root, d, name, r, code, sig, round(t, 3), node=f"n{r // 4 + 1}",
-                           step="0" if n > 1 else "run"))
+        tasks.append(_rank_task(root, d, r, pre + body, tr, cid, code, sig, t, f"n{r // 4 + 1}",
+                                alone=n == 1))
     return tasks, (bad if n > 1 else None)
 
 
@@ -241,10 +240,7 @@ def watchdog_old(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr:
                     f"WorkNCCL(SeqNum={seq}, OpType=BROADCAST, Timeout(ms)=1800000) ran for "
                     "1800213 milliseconds before timing out.\n")
             code, sig, t = None, 6, end + rng.uniform(0, 5)
-        name = f"0.{r}.log"
-        _write(d, name, pre + body, tr, cid)
-        tasks.append(_task(root, d, name, r, code, sig, round(t, 3), node=f"n{r // 2 + 1}",
-                           step="0"))
+        tasks.append(_rank_task(root, d, r, pre + body, tr, cid, code, sig, t, f"n{r // 2 + 1}"))
     return tasks, bad
 
 

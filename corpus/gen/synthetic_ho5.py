@@ -21,6 +21,7 @@ from corpus.gen.synthetic import (
     _node_loss_times,
     _one_task,
     _pre,
+    _rank_task,
     _ranked,
     _task,
     _tb,
@@ -270,10 +271,8 @@ def nccl(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str | N
                        f"aborted on rank {r}.  Original reason for failure was: NCCL error: "
                        "remote process exited or there was a network error")
             t = end + rng.uniform(3, 40)
-        name = f"0.{r}.log" if n > 1 else "run.0.log"
-        _write(d, name, pre + body, tr, cid)
-        tasks.append(_task(root, d, name, r, 1, None, round(t, 3), node=f"n{r // 2 + 1}",
-                           step="0" if n > 1 else "run"))
+        tasks.append(_rank_task(root, d, r, pre + body, tr, cid, 1, None, t, f"n{r // 2 + 1}",
+                                alone=n == 1))
     return tasks, (bad if n > 1 else None)
 
 
@@ -414,9 +413,7 @@ def watchdog_new(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr:
                     f"collective operation timeout: {work} ran for 600411 milliseconds before "
                     "timing out.\n")
             code, sig, t = None, 6, end + rng.uniform(0, 4)
-        name = f"0.{r}.log"
-        _write(d, name, pre + body, tr, cid)
-        tasks.append(_task(root, d, name, r, code, sig, round(t, 3), node=f"n{r + 1}", step="0"))
+        tasks.append(_rank_task(root, d, r, pre + body, tr, cid, code, sig, t, f"n{r + 1}"))
     return tasks, bad
 
 

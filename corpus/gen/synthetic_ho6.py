@@ -22,6 +22,7 @@ from corpus.gen.synthetic import (
     _node_loss_times,
     _one_task,
     _pre,
+    _rank_task,
     _ranked,
     _task,
     _tb,
@@ -131,8 +132,7 @@ def oom_srun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str
             body, code, sig, t = _tb(rng, frames, msg), 1, None, end
         else:
             body, code, sig, t = "", None, 9, end + rng.uniform(1, 3)
-        _write(d, f"0.{r}.log", pre + body, tr, cid)
-        tasks.append(_task(root, d, f"0.{r}.log", r, code, sig, round(t, 3), node=node, step="0"))
+        tasks.append(_rank_task(root, d, r, pre + body, tr, cid, code, sig, t, node))
     bnode = f"n{bad // 2 + 1}"
     batch = (f"srun: error: {bnode}: task {bad}: Exited with exit code 1\n"
              f"srun: Terminating StepId={jid}.0\n"
@@ -323,9 +323,7 @@ def nccl_cascade(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr:
                        f"{ver}\nncclRemoteError: A call failed possibly due to a network error "
                        "or a remote process exiting prematurely.")
             t = end + rng.uniform(5, 30)
-        _write(d, f"0.{r}.log", pre + body, tr, cid)
-        tasks.append(_task(root, d, f"0.{r}.log", r, 1, None, round(t, 3), node=f"n{r + 1}",
-                           step="0"))
+        tasks.append(_rank_task(root, d, r, pre + body, tr, cid, 1, None, t, f"n{r + 1}"))
     return tasks, bad
 
 
@@ -500,9 +498,7 @@ def watchdog_22(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: 
                     "timing out.\n"
                     "terminate called after throwing an instance of 'c10::DistBackendError'\n")
             code, sig, t = None, 6, end + rng.uniform(0, 3)
-        _write(d, f"0.{r}.log", pre + body, tr, cid)
-        tasks.append(_task(root, d, f"0.{r}.log", r, code, sig, round(t, 3),
-                           node=f"n{r // 2 + 1}", step="0"))
+        tasks.append(_rank_task(root, d, r, pre + body, tr, cid, code, sig, t, f"n{r // 2 + 1}"))
     return tasks, bad
 
 
