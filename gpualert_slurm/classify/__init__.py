@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from gpualert_slurm.classify.rules import RuleError, RuleSet, load_rules
-from gpualert_slurm.classify.scan import Event, ScanResult, scan_file
+from gpualert_slurm.classify.scan import Event, ScanResult, line_view, scan_file
 
 __all__ = ["TaskInput", "JobFacts", "Verdict", "RuleError", "RuleSet", "classify", "load_rules",
            "load_precedence"]
@@ -437,6 +437,10 @@ class _Ctx:
         detail = inc.detail or inc.text[:200]
         if inc.cls == "python_exception" and inc.detail:
             detail = _exception_name(inc.detail)
+        if inc.rule.detail_next and inc.text.rstrip().endswith(":"):
+            more = _next_line(inc.file, inc.line)
+            if more:
+                detail = f"{detail.rstrip()} {more}"[:300]
         ev = [_ev(inc)]
         if f.first_root is not None and f.first_root is not inc and inc is f.incident:
             # same incident: read in line order; a chained traceback: the exception that
@@ -807,7 +811,11 @@ def _step_confirmation(c: _Ctx) -> Verdict | None:
         return None
     e = confs[0]
     conf = 0.8 if e.cls != "killed" else 0.6
-    if e.rule.confidence is not None:
+    # a printed "Error: ..." is weak alone; a firm line of its class after it (a runtime's
+    # closing words on an uncaught error: Node's "Node.js v20.x", R's "Execution halted")
+    # makes it the program's uncaught error, its message still the detail
+    if e.rule.confidence is not None and not any(
+            x.cls == e.cls and x.rule.confidence is None for x in confs[1:]):
         conf = min(conf, e.rule.confidence)
     return c.make(e.cls, conf, e.text[:200], [_ev(x) for x in confs[:3]],
                   _finding_of(c.findings, e))
@@ -1023,6 +1031,28 @@ def _launcher_root(events: list[Event]) -> tuple[int | None, str | None] | None:
     e = next((e for e in events if e.ref_rank is not None
               and e.rule.id not in _ELASTIC_RULES), None)
     return (e.ref_rank, e.ref_node) if e is not None else None
+
+
+def _next_line(path: str, line: int | None) -> str | None:
+    """The first non-blank line after line `line` (1-based) of a log, as the rules see it: the
+    message a runtime prints under its header line (Rust's panic, R's error). Read only for the
+    deciding event, whose log is at hand; None if it cannot be read."""
+    if not line:
+        return None
+    try:
+        with open(path, "rb") as f:
+            for i, raw in enumerate(f, 1):
+                if i <= line:
+                    continue
+                seg = raw.rstrip(b"\r\n").rsplit(b"\r", 1)[-1]  # a CRLF end; a bar's last draw
+                text = line_view(seg.decode("utf-8", "replace")).body.strip()
+                if text:
+                    return text[:200]
+                if i > line + 3:
+                    return None
+    except OSError:
+        return None
+    return None
 
 
 def _exception_name(dotted: str) -> str:

@@ -62,6 +62,9 @@ class Rule:
     own_literals: bool = False  # plits given in the rule's `literals`, not read off patterns
     # (rule id, class): the event takes that class when a line of that rule is in the job's logs
     if_seen: tuple[str, str] | None = None
+    # a line that ends before its message ("thread 'main' panicked at src/main.rs:4:5:", R's
+    # "Error in f(x) : "): the next line of the log is the rest of the verdict's detail
+    detail_next: bool = False
 
     def match(self, line: str, which: Iterable[int] | None = None) -> re.Match[str] | None:
         """The first pattern matching `line`, of those numbered `which` (all by default: the
@@ -194,7 +197,8 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             raise RuleError(f"{where}: field 'id': duplicate id in this file")
         seen.add(rid)
         unknown = set(r) - {"id", "class", "role", "source", "priority", "patterns", "scope",
-                          "detail", "confidence", "silent", "requires", "literals", "if_seen"}
+                          "detail", "confidence", "silent", "requires", "literals", "if_seen",
+                          "detail_next"}
         if unknown:
             raise RuleError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         cls = r.get("class")
@@ -238,6 +242,10 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
                 raise RuleError(f"{where}: field 'if_seen': class {if_seen['class']!r} is not "
                                 "a known class id")
             if_seen = (if_seen["rule"], if_seen["class"])
+        detail_next = r.get("detail_next", False)
+        if not isinstance(detail_next, bool):
+            raise RuleError(f"{where}: field 'detail_next': must be true or false, "
+                            f"got {detail_next!r}")
         prio = r.get("priority", 50)
         if not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 100:
             raise RuleError(f"{where}: field 'priority': must be an integer 0-100, got {prio!r}")
@@ -279,7 +287,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             digit_lits = [x for x in literals if any(c.isdigit() for c in x)]
         out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
                         scope, fixed, None if cap is None else float(cap), silent, requires,
-                        plits, given is not None, if_seen))
+                        plits, given is not None, if_seen, detail_next))
     return out
 
 
