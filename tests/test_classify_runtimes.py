@@ -199,7 +199,7 @@ def test_r_caught_segfault(tmp_path: Path) -> None:
     "length 64",
     "ERROR: LoadError: MethodError: no method matching train!(::Chain, ::Nothing)",
     "ERROR: LoadError: UndefVarError: `optimiser` not defined",
-    "ERROR: LoadError: loss diverged at step 311",
+    "ERROR: LoadError: expected 3 input channels, got 4",
     "ERROR: KeyError: key \"lr\" not found",
 ])
 def test_julia_uncaught_error(tmp_path: Path, line: str) -> None:
