@@ -222,6 +222,9 @@ def test_julia_uncaught_error(tmp_path: Path, line: str) -> None:
      "directory\n", "file_not_found"),
     ("\n[20411] signal (11.1): Segmentation fault\nin expression starting at /home/u/run.jl:9\n",
      "segfault"),
+    ("\n[3118] signal 11 (1): Segmentation fault\nin expression starting at /home/u/run.jl:9\n",
+     "segfault"),
+    ("\nsignal (7): Bus error\nin expression starting at /home/u/run.jl:9\n", "segfault"),
 ])
 def test_julia_specific_classes(tmp_path: Path, text: str, cls: str) -> None:
     v = verdict(tmp_path, text + "in expression starting at /home/u/run.jl:9\n")
