@@ -230,3 +230,30 @@ def test_grep_lets_through_no_line_of_mere_gate_words(tmp_path):
                          env=dict(os.environ, LC_ALL="C")).stdout
     admitted = out.splitlines()
     assert len(admitted) <= 40, (len(admitted), admitted[:5])
+
+
+def test_a_newline_in_a_rule_pattern_goes_to_grep_as_any_byte(tmp_path, monkeypatch):
+    """A rule's [^\\n], [\\n ] or \\n cannot go to grep as written: a pattern holding a newline
+    is two patterns to grep, "...[^" alone is invalid, grep fails, and every log of 1 MiB or
+    more was scanned in Python. grep's lines hold no newline: such an item is read as any byte
+    (or left out of a class); the events stay Python's."""
+    site = tmp_path / "site.yaml"
+    site.write_text("rules:\n  - id: zq_alloc\n    class: cuda_oom\n    patterns: ["
+                    r"'zqalloc\w*[^\n]{0,80}?\bout of memory\b', 'zqpool[\n ]exhausted',"
+                    r" 'zqarena [^\n ]+ failed'" "]\n")
+    rules = load_rules(extra_files=[site], use_cache=False, site=False)
+    pats = scan.grep_patterns(rules.scanned("log"))
+    assert [p for p in pats if b"zq" in p or b"arena" in p or b"exhausted" in p]
+    assert not [p for p in pats if b"\n" in p]
+    log = tmp_path / "alloc.log"
+    log.write_bytes(b"".join(b"step %d loss=0.%04d\n" % (i, i) for i in range(60_000))
+                    + b"zqallocAsync retry 3: out of memory\nzqpool exhausted\n"
+                    + b"zqarena 0x7f failed\n" + OOM_TB)
+    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan, "NATIVE", False)
+    py = scan.scan_file(str(log), rules)
+    monkeypatch.setattr(scan, "NATIVE", True)
+    gr = scan.scan_file(str(log), rules)
+    assert gr.engine == "grep", gr.engine
+    assert [e.rule.id for e in gr.events].count("zq_alloc") == 3
+    assert _sig(gr) == _sig(py)

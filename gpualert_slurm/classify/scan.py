@@ -1,20 +1,20 @@
 """Streaming scan of one log: fixed memory, any size, any bytes.
 
-Which lines are looked at in Python. A file of at least NATIVE_MIN bytes (1 MiB) is searched by
-GNU grep (`LC_ALL=C grep -a -b -n -E`, fed through a pipe, see _scan_range_native): its
-patterns are the rules' own regexes translated to EREs that match at least every line the regex
-matches (literals, ASCII classes and repeats kept; lookarounds, anchors and what cannot be
-translated left out; case-sensitive where the rule is; each starts at a literal and at its
-rarest character, see _spread and _rare_start: grep's automaton is fast only between pattern
-starts), so grep prints only the lines a rule can match - on a log where every line holds a
-common word ("error rate 0.01", NCCL_DEBUG=INFO's "NCCL") almost none. Python then matches
-those lines with the rules as below, and gets the same events, line numbers and line order as
-its own path (tests/test_scan_native.py). grep's automaton is what bounds the speed (some
-350 MB/s a core over about 390 patterns on a training log): a range of at least SPLIT_MIN
-(32 MiB) is cut at line ends into up to WORKERS pieces (one per CPU, at most 4), each searched
-by its own grep at the same time. When grep is missing or fails, the range is scanned in
-Python, ScanResult.engine says so and a warning is logged; GPUALERT_SCAN_NATIVE=0 turns grep
-off.
+Which lines are looked at in Python. A file of at least NATIVE_MIN bytes (1 MiB) is searched by GNU
+grep (`LC_ALL=C grep -a -b -n -E`, fed through a pipe, see _scan_range_native): its patterns are
+the rules' own regexes translated to EREs that match at least every line the regex matches
+(literals, ASCII classes and repeats kept; lookarounds, anchors and what cannot be translated left
+out; a newline, which no line holds, as any byte; case-sensitive where the rule is; each starts at
+a literal and at its rarest character, see _spread and _rare_start: grep's automaton is fast only
+between pattern starts), so grep prints only the lines a rule can match - on a log where every line
+holds a common word ("error rate 0.01", NCCL_DEBUG=INFO's "NCCL") almost none. Python then matches
+those lines with the rules as below, and gets the same events, line numbers and line order as its
+own path (tests/test_scan_native.py). grep's automaton is what bounds the speed (some 250 MB/s a
+core over about 650 patterns on the benchmark's training log, where half of the bytes can start one
+of them; `grep -c error`: about 1 GB/s): a range of at least SPLIT_MIN (32 MiB) is cut at line ends
+into up to WORKERS pieces (one per CPU, at most 4), each searched by its own grep at the same time.
+When grep is missing or fails, the range is scanned in Python, ScanResult.engine says so and a
+warning is logged; GPUALERT_SCAN_NATIVE=0 turns grep off.
 
 The Python path (smaller files, and the fallback): each chunk is normalised with one
 `bytes.translate` (every digit -> '0', CR -> LF) and split into segments; a training log is
@@ -699,10 +699,13 @@ def _ere_class(op: str, av, icase: bool = False) -> tuple[str, bool] | None:
     """A one-character regex item as a byte class, and whether it may match a non-ASCII
     character (then it takes 1 to 4 bytes); None: not a one-character item. `icase`: the
     regex ignores case here (grep does not: both cases are in the class)."""
+    # grep's lines hold no newline: a newline in a class is left out, a newline alone is "."
     if op == "LITERAL":
+        if av == 10:
+            return ".", False
         return (_ere_char(chr(av), icase), False) if av < 128 else ("[" + _HI + "]", True)
     if op == "NOT_LITERAL":
-        return (_bracket(True, {chr(av)}, []), True) if av < 128 else (".", True)
+        return (_bracket(True, {chr(av)}, []), True) if av < 128 and av != 10 else (".", True)
     if op == "ANY":
         return ".", True
     if op != "IN":
@@ -712,6 +715,8 @@ def _ere_class(op: str, av, icase: bool = False) -> tuple[str, bool] | None:
         name = str(iop)
         if name == "NEGATE":
             neg = True
+        elif name == "LITERAL" and iav == 10:
+            continue
         elif name == "LITERAL" and iav < 128:
             chars.add(chr(iav))
             if icase and not neg:
@@ -728,6 +733,8 @@ def _ere_class(op: str, av, icase: bool = False) -> tuple[str, bool] | None:
             wide = True
         else:  # a non-ASCII member, a negated category: any character
             return ".", True
+    if not chars and not ranges:  # only a newline: no line holds one
+        return ".", True
     if neg:  # every byte of a non-ASCII character is outside a negated ASCII class
         return (_bracket(True, chars, ranges) if not wide else "."), True
     if wide:
@@ -754,7 +761,8 @@ def _ere_seq(items, top: bool = False, icase: bool = False) -> str:
         name = str(op)
         one = _ere_class(name, av, icase)
         if one is not None:
-            out.append((one[0] + ("{1,4}" if one[1] else ""), name == "LITERAL" and av < 128))
+            out.append((one[0] + ("{1,4}" if one[1] else ""),
+                        name == "LITERAL" and av < 128 and av != 10))
         elif name == "SUBPATTERN":
             inner = _ere_seq(list(av[-1]), icase=_icase(icase, av))
             if inner:
@@ -818,7 +826,7 @@ def _rare_start(items: list, icase: bool) -> tuple[list, bool]:
              if str(op) in ("MAX_REPEAT", "MIN_REPEAT") and av[1] == sre_parse.MAXREPEAT]
     best, rarest = 0, (-1, -1)
     for i, (op, av) in enumerate(items):
-        if str(op) != "LITERAL" or av >= 128:
+        if str(op) != "LITERAL" or av >= 128 or av == 10:
             continue
         if left < CUT_KEEP:
             break
@@ -888,8 +896,8 @@ def grep_patterns(rules: list[Rule]) -> list[bytes]:
             for lit in r.plits[i] if i < len(r.plits) else ():
                 at_end = lit.endswith("\n")
                 body = lit.rstrip("\n").lstrip(" ") or lit.rstrip("\n")
-                rx = "".join("[0-9]" if ch == "0" else _ere_char(ch, True) if ch.isascii()
-                             else "." for ch in body)  # (lower-cased: either case)
+                rx = "".join("[0-9]" if ch == "0" else _ere_char(ch, True)  # (either case)
+                             if ch.isascii() and ch != "\n" else "." for ch in body)
                 out.add((rx + ("[^A-Za-z0-9]*$" if at_end else "")).encode())
     return sorted(out)
 
