@@ -328,6 +328,9 @@ def classify(tasks: list[TaskInput], job: JobFacts, rules: RuleSet | None = None
             s.events = _required(s.events)
             if s.partial:
                 notes.append(f"partial reading of {s.path}: {s.partial}")
+    for s in scans:
+        if s is not None:
+            _traceback_ends(s, rs)
     _resolve_if_seen([s for s in scans if s is not None])
     v = _decide(_Ctx(tasks, scans, kscan, job, rs))
     if notes:
@@ -344,6 +347,101 @@ def _required(events: list[Event]) -> list[Event]:
                                for p in events[max(0, i - 50):i]):
             out.append(e)
     return out
+
+
+TB_TAIL = 256 << 10  # bytes of a log's end searched for its tracebacks' exception lines
+TB_SKIP = 12  # lines after a frame (its source, carets, blanks) before its exception line
+_FRAME_LINE = re.compile(r'^\s*File "[^"]*", line \d+, in \S')
+# what Python prints as a traceback's last line: `[module.]Name: message`, or `module.Name`
+_EXC_END = re.compile(r"(?P<name>(?:[A-Za-z_]\w*\.)*_?[A-Z]\w*)(?P<msg>: \S.*|:?\s*)$")
+# words that label an ordinary log line ("Note: ...", "Usage: ...") rather than name a class
+_NOT_EXC = frozenset({"Note", "Notes", "Hint", "Info", "Warning", "Warn", "Debug", "Usage",
+                      "Example", "Tip", "See", "Reason", "Details", "Detail", "Message",
+                      "Status", "Summary", "Output", "Result", "Results", "Done", "Epoch",
+                      "Step", "Loss", "Time", "Traceback", "Error", "Exception", "Fatal"})
+
+
+def _exception_end(body: str) -> str | None:
+    """The class a traceback's last line names, or None when the line is not one: a dotted
+    `module.Name[: msg]` (`onnxruntime...InvalidProtobuf: ...`, `grpc._channel._InactiveRpcError:
+    ...`), or a script's own bare `Name: msg` (`class Abort(Exception)` in __main__ prints
+    `Abort: msg`) that is not an all-caps level or a label word (INFO, Note)."""
+    m = _EXC_END.fullmatch(body)
+    if m is None:
+        return None
+    name = m.group("name")
+    if "." in name:
+        return name
+    if not m.group("msg").startswith(":") or name in _NOT_EXC or name.upper() == name:
+        return None
+    return name
+
+
+def _traceback_ends(scan: ScanResult, rs: RuleSet) -> None:
+    """The line that ends a Python traceback is its exception, whatever its class is called.
+    Rules know the usual names (...Error, ...Exception); a class named otherwise (ONNX
+    Runtime's InvalidProtobuf, grpc's _InactiveRpcError, a script's Abort) matches no rule.
+    For each traceback in the log's last TB_TAIL bytes, the first unindented line after its
+    last frame (past the frame's source and caret lines) that no rule matched and that reads
+    as `Name: message` becomes a python_exception event (priority 10: any specific rule of
+    the same incident still decides)."""
+    frames = [e for e in scan.events if e.rule.id == "traceback_frame"]
+    exc_rule = next((r for r in rs.rules if r.id == "python_exception"), None)
+    if not frames or exc_rule is None:
+        return
+    try:
+        with open(scan.path, "rb") as f:
+            start = max(0, scan.size - TB_TAIL)
+            f.seek(start)
+            data = f.read(TB_TAIL)
+    except OSError:
+        return
+    lines = data.split(b"\n")
+    if start:
+        lines = lines[1:]  # a partial first line
+    if lines and not lines[-1]:
+        lines.pop()
+    # the scanner's segments: CR ends a segment too (Event.order counts them)
+    segs: list[tuple[int, bytes]] = [(n, seg) for n, raw in enumerate(lines)
+                                     for seg in raw.split(b"\r")]
+    # the tail's segment i is the scan's order i + delta: calibrated on the log's last event
+    last = scan.events[-1]
+    delta = next((last.order - i for i in range(len(segs) - 1, -1, -1)
+                  if segs[i][1].decode("utf-8", "replace").rstrip() == last.text), None)
+    if delta is None:
+        return
+    by_order = {e.order: e for e in scan.events}
+    added: list[Event] = []
+    for i, (n, seg) in enumerate(segs):
+        if b'File "' not in seg:
+            continue
+        frame = by_order.get(i + delta)
+        if frame is None or frame.rule.id != "traceback_frame":
+            continue
+        j, skipped = i + 1, 0
+        while j < len(segs) and skipped <= TB_SKIP:
+            body = line_view(segs[j][1].decode("utf-8", "replace")).body
+            if body.strip() and not body[:1].isspace():
+                break
+            if body.lstrip().startswith(("|", "+-")):  # an exception group's members
+                j = len(segs)
+                break
+            j, skipped = j + 1, skipped + 1
+        if j >= len(segs) or skipped > TB_SKIP or (j + delta) in by_order:
+            continue
+        view = line_view(segs[j][1].decode("utf-8", "replace"))
+        body = view.body.strip()
+        name = _exception_end(body)
+        if name is None or _FRAME_LINE.match(body) or any(r.match(body) for r in rs.rules
+                                                          if r.source in ("log", "kernel")):
+            continue
+        ev = Event(scan.path, frame.line + (segs[j][0] - n) if frame.line else None,
+                   segs[j][1].decode("utf-8", "replace").rstrip()[:500], exc_rule, name,
+                   j + delta, view.task, view.rank, view.local)
+        by_order[ev.order] = ev
+        added.append(ev)
+    if added:
+        scan.events = sorted(scan.events + added, key=lambda e: e.order)
 
 
 # rule -> {class: that rule with the class}; weak keys: rule sets reloaded (site rules) go away
@@ -435,6 +533,9 @@ class _Ctx:
         inc = inc or f.incident
         assert inc is not None
         detail = inc.detail or inc.text[:200]
+        if inc.rule.detail and "{detail}" in inc.rule.detail:  # the rule's words around its capture
+            got = inc.detail if inc.detail != inc.rule.detail else "an object"
+            detail = inc.rule.detail.replace("{detail}", got)
         if inc.cls == "python_exception" and inc.detail:
             detail = _exception_name(inc.detail)
         if inc.rule.detail_next and inc.text.rstrip().endswith(":"):
@@ -482,7 +583,7 @@ def _step_node_failure(c: _Ctx) -> Verdict | None:
     v = c.make("node_failure", 0.9, what, c.state_ev)
     node, lost = _lost_node(c)
     if node is None:
-        return v
+        return _batch_host_lost(c, v)
     # the lost node is the root, not a surviving rank that srun killed after it
     v.root_node = node
     if not lost:
@@ -500,6 +601,20 @@ def _step_node_failure(c: _Ctx) -> Verdict | None:
                                      f"started on {node}, no exit record" if t.node else
                                      "left no start or exit record")} for t in lost[:3]]
                   )[:MAX_EVIDENCE]
+    return v
+
+
+def _batch_host_lost(c: _Ctx, v: Verdict) -> Verdict:
+    """No node named: the batch step runs on the job's first node (rank 0's); when it left no
+    exit record while Slurm says a node failed, that node went with it (a surviving batch
+    host records how its step ended)."""
+    b = next((t for t in c.tasks if t.step == "batch" and _no_exit(t)), None)
+    if b is None or any(t.node and t.node == b.node and not _no_exit(t) for t in c.tasks):
+        return v
+    v.root_rank, v.root_step = b.rank if b.rank is not None else 0, b.step
+    v.root_node = b.node or v.root_node
+    v.detail += ("; the batch step (the job's first node" + (f", {b.node}" if b.node else "")
+                 + ", where rank 0 runs) left no exit record: lost with its node")
     return v
 
 
@@ -658,10 +773,46 @@ def _step_silent_failure(c: _Ctx) -> Verdict | None:
 
 
 def _logged_traceback(events: list[Event], inc: Event) -> bool:
-    """A traceback header shortly before exception `inc`: the program printed the traceback
-    (logging.exception, traceback.print_exc, a thread's excepthook), not just a message."""
+    """A traceback header shortly before exception `inc`, or its stack printed under it: the
+    program printed the traceback (logging.exception, traceback.print_exc, a thread's
+    excepthook, JavaScript's console.error(err), Java's printStackTrace), not just a message."""
     return any(e.rule.id == "traceback_header" and inc.order - FRAME_WINDOW <= e.order
-               < inc.order for e in events)
+               < inc.order for e in events) or _stack_under(inc, None) > 0
+
+
+# a line of an exception's stack printed under its message line (other runtimes than Python):
+# an indented frame (JavaScript's "    at f (file.js:3:9)", the JVM's "\tat ...", Rust's
+# backtrace, Go's "\t/src/x.go:41 +0x1d"), a blank line, a runtime's stack heading, Go's
+# "main.f(...)" and the "}" closing the properties Node prints with an error
+_STACK_LINE = re.compile(r"\s*|\s+\S.*|(?:stack backtrace|Stack trace|Caused by|goroutine \d+ \[)"
+                         r".*|[\w./*()\[\]-]+\(.*\)(?: \+0x[0-9a-f]+)?|\}\s*")
+
+
+def _stack_under(inc: Event, until: Event | None) -> int:
+    """How many lines of exception `inc`'s printed stack follow its line, up to `until` (a
+    later line of its log, which must come right after the stack) or to the stack's end:
+    0 when no frame follows (or when another line comes before `until`)."""
+    if inc.line is None or (until is not None and (until.line is None or not 0 < until.line
+                                                   - inc.line <= FRAME_WINDOW + 1)):
+        return 0
+    last = inc.line + FRAME_WINDOW if until is None else until.line - 1
+    n = 0
+    try:
+        with open(inc.file, "rb") as f:
+            for i, raw in enumerate(f, 1):
+                if i <= inc.line:
+                    continue
+                if i > last:
+                    break
+                seg = raw.rstrip(b"\r\n").rsplit(b"\r", 1)[-1]
+                if not _STACK_LINE.fullmatch(line_view(seg.decode("utf-8", "replace")).body):
+                    if until is not None:
+                        return 0
+                    break
+                n += 1
+    except OSError:
+        return 0
+    return n
 
 
 def _abandoned(events: list[Event], scan: ScanResult) -> tuple[Event, Event] | None:
@@ -678,8 +829,11 @@ def _abandoned(events: list[Event], scan: ScanResult) -> tuple[Event, Event] | N
     for m in reversed(marks):
         # the exception it introduced (or the one it followed)
         after = [e for e in events if m.order < e.order <= m.order + FRAME_WINDOW]
-        before = [e for e in events if e.role == "root" and m.order > e.order
-                  and m.order - e.order <= INCIDENT_WINDOW]
+        # (or farther, when only the exception's printed stack lies between: JavaScript,
+        # the JVM and Rust print their frames under the message)
+        before = [e for e in events if e.role == "root" and m.order > e.order and (
+            m.order - e.order <= INCIDENT_WINDOW
+            or (m.order - e.order <= FRAME_WINDOW and _stack_under(e, m) > 0))]
         inc, _ = _incident(after)
         if inc is None and before:
             inc, _ = _incident(before)
@@ -1064,12 +1218,23 @@ def _exception_name(dotted: str) -> str:
     return dotted if mod and name in ("Error", "Exception") else name
 
 
+# srun's report of how a task ended (from the batch log): said of a rank whose own log holds
+# its cause, it is that cause's end, not a second cause
+_RANK_END_RULES = frozenset({"srun_task_crashed", "srun_task_killed"})
+
+
 def _straggler(findings: list[_Finding], with_root: list[_Finding]) -> _Finding | None:
     """In a collective timeout, the rank whose log has no error is the one the others waited on.
 
     Only when every rank with a root cause timed out in a collective; among several silent
     ranks, the one that ended last (killed by the launcher after the others gave up).
     """
+    # srun's line on how a rank ended ("task 2: Aborted (core dumped)") is the end of a
+    # rank whose own log timed out: torch's watchdog ends the process with std::terminate
+    timed_out = {f.rank for f in with_root if not f.from_batch
+                 and f.incident.cls == "collective_timeout"}
+    with_root = [f for f in with_root if not (f.from_batch and f.rank in timed_out
+                                              and f.incident.rule.id in _RANK_END_RULES)]
     if not with_root or any(f.incident.cls != "collective_timeout" for f in with_root):
         return None
     silent = [f for f in findings if not f.from_batch and f.rank is not None
@@ -1112,7 +1277,20 @@ def _log_straggler(f: _Finding | None) -> int | None:
         if inc is not None and rank is not None:
             reported.add(rank)
     stopped = [r for r in _elastic_terminated(f.events) if r not in reported]
-    return stopped[0] if reported and len(stopped) == 1 else None
+    if reported and len(stopped) == 1:
+        return stopped[0]
+    if stopped or not reported:
+        return None
+    # no failure summary (a log cut short): every worker of a collective timeout either
+    # reported it or was still running (the straggler, and a reporting rank still exiting)
+    # when the launcher stopped the rest. The one rank below the highest reporting one that
+    # reported nothing; or, ranks 0..k all reporting and one worker stopped, rank k+1 (ranks
+    # of another node, several gaps: not clear)
+    stops = {e.text for e in f.events if e.rule.id == "elastic_stopping_worker"}
+    gaps = set(range(max(reported) + 1)) - reported
+    if stops and len(gaps) == 1:
+        return gaps.pop()
+    return max(reported) + 1 if not gaps and len(stops) == 1 else None
 
 
 def _finding_of(findings: list[_Finding], e: Event) -> _Finding | None:
