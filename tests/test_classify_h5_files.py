@@ -294,7 +294,9 @@ def test_object_store_not_found_and_denied(tmp_path: Path, exc: str, cls: str) -
     assert v.cls == cls, (v.cls, v.evidence)
 
 
-# ---- torch weights_only: a refused global is an intact file; an unreadable one is damage ----
+# ---- torch weights_only: a refused global and an unreadable file are both a checkpoint that
+# cannot be loaded (f7m- relabelled the refusal checkpoint_corrupt; its detail says the file is
+# intact, tests/test_classify_h7_mix.py) ----
 
 TORCH_LOAD = (f"{SITE}/torch/serialization.py", "load",
               "raise pickle.UnpicklingError(_get_wo_message(str(e))) from None")
@@ -309,9 +311,9 @@ WO = ("_pickle.UnpicklingError: Weights only load failed. This file can still be
     ("\tWeightsUnpickler error: Unsupported global: GLOBAL numpy.core.multiarray._reconstruct "
      "was not an allowed global by default. Please use `torch.serialization.add_safe_globals("
      "[_reconstruct])` to allowlist this global if you trust this class/function.",
-     "python_exception"),
+     "checkpoint_corrupt"),
     ("\tWeightsUnpickler error: Unsupported global: GLOBAL trainer.config.TrainConfig was not an "
-     "allowed global by default.", "python_exception"),
+     "allowed global by default.", "checkpoint_corrupt"),
     ("Please file an issue with the following so that we can make `weights_only=True` compatible "
      "with your use case: WeightsUnpickler error: \n\nUnsupported operand 60",
      "checkpoint_corrupt"),

@@ -123,6 +123,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("f6_"):  # memory / shm / GPU-backend families holdout6 missed
         from corpus.gen import synthetic_f6
         return synthetic_f6.build(root, d, c)
+    if c["synth"].startswith("f7m_"):  # holdout7's misses: a collective timeout's straggler
+        from corpus.gen import synthetic_f7m
+        return synthetic_f7m.build(root, d, c)
     if c["synth"].startswith("f7_"):  # Julia's uncaught errors (not in Debian: composed)
         from corpus.gen import synthetic_f7
         return synthetic_f7.build(root, d, c)
