@@ -129,6 +129,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("f7_"):  # Julia's uncaught errors (not in Debian: composed)
         from corpus.gen import synthetic_f7
         return synthetic_f7.build(root, d, c)
+    if c["synth"].startswith("f8_"):  # CUDA error names, GPU allocators, Horovod, containers
+        from corpus.gen import synthetic_f8
+        return synthetic_f8.build(root, d, c)
     return synthetic.build(root, d, c)
 
 
