@@ -50,7 +50,7 @@ def test_problems_names_what_is_missing():
     assert not any(b.startswith("cuda_oom:") and "really run" in b for b in bad)
 
 
-@pytest.mark.parametrize("held_out", ["holdout3", "holdout4", "holdout5", "holdout6", "holdout7", "holdout8"])
+@pytest.mark.parametrize("held_out", [f"holdout{n}" for n in range(3, 9)])
 def test_held_out_labels_are_well_formed(held_out: str):
     labs = stats.load(ROOT / "corpus" / held_out)
     assert len(labs) >= 140
