@@ -241,6 +241,8 @@ def evaluate(corpus: Path, include_synthetic: bool = True) -> dict[str, Any]:
     if not include_synthetic:
         subsets = subsets[1:]
     for name, sub in subsets:
+        if not sub:  # e.g. no case of an all-composed set is left "without synthetic"
+            continue
         truth = [r["truth"] for r in sub]
         sec = {m: score(truth, [r[m] for r in sub]) for m in ("ours", "exit_only", "keywords")}
         ranked = [r for r in sub if r["root_truth"] is not None]

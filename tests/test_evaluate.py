@@ -92,6 +92,17 @@ def test_eval_text_report(corpus):
     assert "== all cases" not in p2.stdout and "== without synthetic" in p2.stdout
 
 
+def test_eval_of_an_all_synthetic_set_reports_only_all_cases(corpus):
+    labels = [json.loads(x) for x in (corpus / "labels.jsonl").read_text().splitlines()]
+    (corpus / "labels.jsonl").write_text("".join(
+        json.dumps({**lab, "source": "synthetic", "how": "by hand"}) + "\n" for lab in labels))
+    p = gpualert("eval", str(corpus))
+    assert p.returncode == 0, p.stderr
+    assert "== all cases (4 cases)" in p.stdout and "== without synthetic" not in p.stdout
+    p = gpualert("eval", "--exclude-synthetic", str(corpus))
+    assert p.returncode == 0 and "== " not in p.stdout, p.stdout + p.stderr
+
+
 def test_eval_unreadable_corpus_exits_2(tmp_path):
     p = gpualert("eval", str(tmp_path / "nope"))
     assert p.returncode == 2 and "not a directory" in p.stderr
