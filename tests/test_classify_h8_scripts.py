@@ -144,6 +144,14 @@ def test_other_panics_stay_the_programs_exception(tmp_path: Path, text: str) -> 
     assert v.cls == "python_exception", (v.cls, v.detail)
 
 
+def test_divergence_guard_that_recovered_is_not_the_cause(tmp_path: Path) -> None:
+    # the loop reloaded a checkpoint after "loss diverged"; the job died of something else
+    text = ("step 300 loss diverged, reloading checkpoint step-250 and lowering the lr\n"
+            "step 310 loss 2.1\nIndexError: list index out of range\n")
+    v = verdict(tmp_path, text, exit_code=1)
+    assert v.cls == "python_exception", (v.cls, v.detail)
+
+
 def test_loss_divergence_monitor_mentions_stay_success(tmp_path: Path) -> None:
     text = ("divergence check: loss diverged = false\nassert_finite: enabled\n"
             "step 100 loss 0.31\ndone\n")
@@ -192,6 +200,20 @@ def test_node_network_failure_is_storage_io(tmp_path: Path, text: str) -> None:
 ])
 def test_go_network_failure_is_storage_io(tmp_path: Path, text: str) -> None:
     v = verdict(tmp_path, "fetching shards\n" + text, exit_code=1)
+    assert v.cls == "storage_io", (v.cls, v.detail)
+
+
+@pytest.mark.parametrize("text", [
+    "thread 'main' panicked at 'read index: Os { code: 104, kind: ConnectionReset, message: "
+    '"Connection reset by peer" }\', src/fetch.rs:53:37\n',
+    "thread 'main' (771) panicked at src/fetch.rs:20:10:\nupload: reqwest::Error { kind: Request, "
+    'source: hyper::Error(Connect, ConnectError("tcp connect error", Os { code: 111, kind: '
+    'ConnectionRefused, message: "Connection refused" })) }\n',
+    "Error: Connection timed out (os error 110)\n",
+    "thread 'main' panicked at src/fetch.rs:9:5:\nread shard: Kind(TimedOut)\n",
+])
+def test_rust_network_failure_is_storage_io(tmp_path: Path, text: str) -> None:
+    v = verdict(tmp_path, "fetching shard index\n" + text, exit_code=101)
     assert v.cls == "storage_io", (v.cls, v.detail)
 
 
