@@ -39,11 +39,23 @@ fi
 # Libraries of the f6*- cases (and holdout6's), kept out of the corpus venv so that its
 # import-error cases stay as they are: the programs append this directory to sys.path.
 HO6=/opt/gpualert-ho6/site-packages
-if ! PYTHONPATH=$HO6 "$FVENV/bin/python" -c "import pyarrow, pandas, sklearn, numba, lightgbm, hydra, omegaconf" 2>/dev/null; then
-    echo "make-corpus: installing pyarrow, pandas, scikit-learn, numba, lightgbm, hydra-core into $HO6"
+if ! PYTHONPATH=$HO6 "$FVENV/bin/python" -c "import pyarrow, pandas, sklearn, numba, lightgbm, hydra, omegaconf, datasets" 2>/dev/null; then
+    echo "make-corpus: installing pyarrow, pandas, scikit-learn, numba, lightgbm, hydra-core, datasets into $HO6"
     "$FVENV/bin/pip" install -q "${find_links[@]}" --target "$HO6" pandas==3.1.1 pyarrow==26.0.1 \
-        scikit-learn==1.9.1 numba==0.68.1 lightgbm==4.7.0 hydra-core==1.3.8 omegaconf==2.3.1
+        scikit-learn==1.9.1 numba==0.68.1 lightgbm==4.7.0 hydra-core==1.3.8 omegaconf==2.3.1 \
+        datasets==5.2.0
     chmod -R a+rX "$HO6"
+fi
+
+# Libraries of the f8a- cases (and holdout8's): file formats and query engines (DuckDB, FAISS,
+# ONNX / ONNX Runtime, Polars), kept out of the corpus venv like the ones above. --no-deps: their
+# dependencies (numpy, protobuf) are the venv's, as when holdout8 was built.
+HO8=/opt/gpualert-ho8/site-packages
+if ! PYTHONPATH=$HO8 "$FVENV/bin/python" -c "import duckdb, faiss, onnx, onnxruntime, polars" 2>/dev/null; then
+    echo "make-corpus: installing duckdb, faiss-cpu, onnx, onnxruntime, polars into $HO8"
+    "$FVENV/bin/pip" install -q "${find_links[@]}" --no-deps --target "$HO8" duckdb==2.0.1 \
+        faiss-cpu==1.15.1 onnx==1.23.2 onnxruntime==1.32.0 polars==2.1.0 polars-runtime-32==2.1.0
+    chmod -R a+rX "$HO8"
 fi
 
 # The Slurm cases need the test cluster; `up` is harmless when it already runs.
