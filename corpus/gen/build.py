@@ -117,6 +117,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("h8_"):  # holdout8's composers
         from corpus.gen import synthetic_ho8
         return synthetic_ho8.build(root, d, c)
+    if c["synth"].startswith("h9_"):  # holdout9's composers
+        from corpus.gen import synthetic_ho9
+        return synthetic_ho9.build(root, d, c)
     if c["synth"].startswith("f5_"):  # GPU wording families holdout5 showed unknown
         from corpus.gen import synthetic_f5
         return synthetic_f5.build(root, d, c)
