@@ -28,11 +28,12 @@ def _bus(rng: random.Random) -> str:
     return f"0000:{rng.choice(['1b', '3d', '4b', '65', '9a', 'b1', 'cb'])}:00"
 
 
-def _spawn_block(rank: int, frames: list[tuple[str, str, str]], exc: str, rng) -> str:
+def _spawn_block(rank: int, frames: list[tuple[str, str, str]], exc: str, rng,
+                 script: str = "/home/u/gnn/train.py") -> str:
     """torch.multiprocessing.spawn's re-raise in the parent for the failed process `rank`."""
     tb = _tb(rng, [(f"{SITE}/torch/multiprocessing/spawn.py", "_wrap", "fn(i, *args)"), *frames],
              exc)
-    head = _tb(rng, [("/home/u/gnn/train.py", "<module>", "mp.spawn(worker, args=(world,), "
+    head = _tb(rng, [(script, "<module>", "mp.spawn(worker, args=(world,), "
                       "nprocs=world, join=True)"),
                      (f"{SITE}/torch/multiprocessing/spawn.py", "spawn", "return start_"
                       "processes(fn, args, nprocs, join, daemon, start_method=\"spawn\")"),
@@ -149,7 +150,7 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
         return ("".join(f"[rank {r}] epoch 0 step 120 loss {1.3 + r / 10:.3f}\n" for r in range(4))
                 + asserts + "\n" + _spawn_block(1, frames, "RuntimeError: CUDA error: "
                                                 f"device-side assert triggered\n{ASYNC}\n{DSA}\n",
-                                                rng)), False
+                                                rng, "/home/u/seg/train.py")), False
     if kind == "nccl_ib":
         host = f"gpu-n{rng.randrange(10, 60)}"
         return (f"{host}:{rng.randrange(1000, 9999)}:{rng.randrange(1000, 9999)} [3] "
@@ -177,16 +178,21 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
                             "version 2.20.5\nncclUnhandledCudaError: Call to CUDA function failed."
                             "\nLast error:\nCuda failure 'an illegal memory access was "
                             "encountered'", rng), True
-    if kind == "nccl_invalid":
-        return _tb(rng, uf[:2] + [("/home/u/llm/parallel.py", "init_tp_group",
-                                   "dist.barrier(group=tp_group)"),
-                                  (f"{SITE}/torch/distributed/distributed_c10d.py", "barrier",
-                                   "work = group.barrier(opts=opts)")],
-                   "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
-                   "distributed/c10d/NCCLUtils.hpp:317, invalid usage (run with NCCL_DEBUG=WARN "
-                   "for details), NCCL version 2.21.5\nncclInvalidUsage: This usually reflects "
-                   "invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : rank 1 "
-                   "and rank 0 both on CUDA device 1b000"), True
+    if kind == "nccl_invalid":  # NCCL_SOCKET_IFNAME names an interface this node lacks
+        host = f"gpu-n{rng.randrange(10, 60)}"
+        pid = rng.randrange(1000, 99999)
+        return (f"{host}:{pid}:{pid} [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0\n"
+                f"{host}:{pid}:{pid} [0] NCCL WARN Bootstrap : no socket interface found\n"
+                f"{host}:{pid}:{pid} [0] NCCL INFO init.cc:1890 -> 3\n"
+                + _tb(rng, uf[:2] + [("/home/u/llm/parallel.py", "init_tp_group",
+                                      "dist.barrier(group=tp_group)"),
+                                     (f"{SITE}/torch/distributed/distributed_c10d.py", "barrier",
+                                      "work = group.barrier(opts=opts)")],
+                      "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
+                      "distributed/c10d/ProcessGroupNCCL.cpp:2027, internal error - please report"
+                      " this issue to the NCCL developers, NCCL version 2.21.5\n"
+                      "ncclInternalError: Internal check failed.\nLast error:\nBootstrap : no "
+                      "socket interface found")), True
     if kind == "fsdp2_watchdog":
         seq = rng.randrange(20000, 90000)
         r = rng.randrange(1, 8)
