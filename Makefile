@@ -40,7 +40,7 @@ bench: install
 PEER_CORPUS ?= ../shared/peer-corpus
 eval: install
 	$(VENV)/bin/gpualert eval corpus/
-	@for d in corpus/holdout corpus/holdout2 corpus/holdout3 corpus/holdout4 corpus/holdout5 corpus/holdout6 corpus/holdout7 corpus/holdout8 corpus/realworld; do \
+	@for d in corpus/holdout corpus/holdout2 corpus/holdout3 corpus/holdout4 corpus/holdout5 corpus/holdout6 corpus/holdout7 corpus/holdout8 corpus/holdout9 corpus/realworld; do \
 	    [ -f $$d/labels.jsonl ] && { echo; echo "######## $$d"; $(VENV)/bin/gpualert eval $$d/ || exit 1; } || true; \
 	done
 	@[ -f $(PEER_CORPUS)/mapping.yaml ] || { echo "make eval: peer corpus $(PEER_CORPUS) not found (a clean clone needs ../shared/peer-corpus beside it)" >&2; exit 1; }

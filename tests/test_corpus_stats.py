@@ -50,10 +50,12 @@ def test_problems_names_what_is_missing():
     assert not any(b.startswith("cuda_oom:") and "really run" in b for b in bad)
 
 
-@pytest.mark.parametrize("held_out", [f"holdout{n}" for n in range(3, 9)])
-def test_held_out_labels_are_well_formed(held_out: str):
+# holdout9 was written in 50 minutes, to a smaller size
+@pytest.mark.parametrize("held_out,least", [(f"holdout{n}", 140) for n in range(3, 9)]
+                         + [("holdout9", 120)])
+def test_held_out_labels_are_well_formed(held_out: str, least: int):
     labs = stats.load(ROOT / "corpus" / held_out)
-    assert len(labs) >= 140
+    assert len(labs) >= least
     assert {lab["class"] for lab in labs} == set(stats.CLASSES)
     for lab in labs:
         for t in lab["tasks"]:
