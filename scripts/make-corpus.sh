@@ -27,8 +27,9 @@ chmod -R a+rX "$FVENV"
 
 # Debian packages some cases run: Open MPI's mpirun (f5g-nodefail-mpirun-daemon-killed, f6r-*),
 # the JDK (f6j-* compile and run F6Jobs.java), Go, Rust, R, gfortran and Node.js (f7r-* build
-# and run progs/native/f7_jobs.*)
-DEB_PACKAGES=(openmpi-bin openjdk-17-jdk-headless golang-go rustc r-base-core gfortran nodejs)
+# and run progs/native/f7_jobs.*), the data-prep tools of the f9t- cases (and holdout9's)
+DEB_PACKAGES=(openmpi-bin openjdk-17-jdk-headless golang-go rustc r-base-core gfortran nodejs
+              lz4 unzip wget curl jq gawk)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
