@@ -107,3 +107,18 @@ def test_readers_on_a_cut_file(tmp_path: Path, text: str) -> None:
 def test_benign_and_generic_stay(tmp_path: Path, text: str, cls: str, code: int) -> None:
     v = verdict(tmp_path, text, exit_code=code)
     assert v.cls == cls, (v.cls, v.detail, v.evidence)
+
+
+def test_unzip_disk_full_at_the_end_of_an_exit0_log_is_a_silent_failure(tmp_path: Path) -> None:
+    text = ("staging tokenizer\n/scratch/tok/merges.txt:  write error (disk full?).  Continue? "
+            "(y/n/^C) \nwarning:  /scratch/tok/merges.txt is probably truncated\nstaged\n")
+    v = verdict(tmp_path, text, exit_code=0)
+    assert (v.cls, v.silent_failure) == ("disk_full", True), (v.cls, v.detail)
+
+
+def test_unzip_disk_full_early_in_a_job_that_went_on_stays_success(tmp_path: Path) -> None:
+    text = ("/scratch/a.bin:  write error (disk full?).  Continue? (y/n/^C) \n"
+            "cleaned scratch, retrying\n" + "".join(f"epoch {i} loss 0.{i}\n" for i in range(80))
+            + "training complete\n")
+    v = verdict(tmp_path, text, exit_code=0)
+    assert v.cls == "success", (v.cls, v.detail)
