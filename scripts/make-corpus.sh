@@ -23,6 +23,9 @@ if ! "$FVENV/bin/python" -c "import torch, tensorflow, jax, lightning, transform
         lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 ray==2.60.0 submitit==1.5.4
     DS_BUILD_OPS=0 "$FVENV/bin/pip" install -q --no-build-isolation deepspeed==0.19.8
 fi
+# joblib (loky's process pool: the f9r-*-loky-* cases)
+"$FVENV/bin/python" -c "import joblib" 2>/dev/null \
+    || "$FVENV/bin/pip" install -q "${find_links[@]}" joblib==1.6.0
 chmod -R a+rX "$FVENV"
 
 # Debian packages some cases run: Open MPI's mpirun (f5g-nodefail-mpirun-daemon-killed, f6r-*),

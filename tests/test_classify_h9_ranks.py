@@ -86,3 +86,70 @@ def test_a_real_spawn_job_names_its_failing_middle_rank(tmp_path: Path) -> None:
     assert p.returncode == 1
     v = verdict(tmp_path, log.read_text())
     assert (v.cls, v.root_rank) == ("segfault", 2)
+
+
+# ---- a pool's worker that died: the signal decides when a line names it ----
+
+POOL = ('Traceback (most recent call last):\n'
+        '  File "/home/u/feat/extract.py", line 52, in <module>\n'
+        '    for r in ex.map(embed, shards):\n'
+        '  File "/usr/lib/python3.12/concurrent/futures/_base.py", line 401, in __get_result\n'
+        '    raise self._exception\n')
+BROKEN = [
+    "concurrent.futures.process.BrokenProcessPool: A process in the process pool was "
+    "terminated abruptly while the future was running or pending.",
+    "concurrent.futures.process.BrokenProcessPool: A child process terminated abruptly, the "
+    "process pool is not usable anymore",
+]
+LOKY = ("joblib.externals.loky.process_executor.TerminatedWorkerError: A worker process managed "
+        "by the executor was unexpectedly terminated. This could be caused by a segmentation "
+        "fault while calling the function or by an excessive memory usage causing the "
+        "Operating System to kill the worker.\n\nThe exit codes of the workers are {codes}\n"
+        "Detailed tracebacks of the workers should have been printed to stderr in the executor "
+        "process if faulthandler was not disabled.\n")
+
+
+@pytest.mark.parametrize("line", BROKEN)
+def test_a_broken_pool_alone_is_killed_with_low_confidence(tmp_path: Path, line: str) -> None:
+    """Any signal ends a worker so: the table's killed, and the detail says what is unknown."""
+    v = verdict(tmp_path, "embedding 4096 shards\n" + POOL + line + "\n")
+    assert v.cls == "killed" and v.confidence <= 0.5
+    assert "does not say" in v.detail and "kernel log" in v.detail
+
+
+@pytest.mark.parametrize(("kernel", "cls"), [
+    ("[1200.5] python3[4242]: segfault at 0 ip 00007f1c2a1b3c4d sp 00007ffd8e2f1a10 error 4 in "
+     "libc.so.6[7f1c2a000000+195000]\n", "segfault"),
+    ("[1200.5] Out of memory: Killed process 4242 (python3) total-vm:9812345kB, "
+     "anon-rss:8123456kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:16000kB "
+     "oom_score_adj:0\n", "host_oom"),
+])
+def test_a_broken_pool_with_the_workers_end_in_the_kernel_log(tmp_path: Path, kernel: str,
+                                                              cls: str) -> None:
+    v = verdict(tmp_path, "embedding 4096 shards\n" + POOL + BROKEN[0] + "\n", kernel=kernel)
+    assert v.cls == cls
+
+
+def test_a_broken_pool_after_the_workers_faulthandler_report_is_a_segfault(
+        tmp_path: Path) -> None:
+    v = verdict(tmp_path, "embedding 4096 shards\nFatal Python error: Segmentation fault\n\n"
+                "Current thread 0x00007f3c7b6a42c0 (most recent call first):\n"
+                '  File "/home/u/feat/extract.py", line 20 in embed\n' + POOL + BROKEN[0] + "\n")
+    assert v.cls == "segfault"
+
+
+@pytest.mark.parametrize(("codes", "cls"), [
+    ("{SIGSEGV(-11)}", "segfault"),
+    ("{SIGBUS(-7), EXIT(1)}", "segfault"),
+    ("{SIGKILL(-9)}", "killed"),
+])
+def test_lokys_exit_codes_name_the_workers_signal(tmp_path: Path, codes: str, cls: str) -> None:
+    v = verdict(tmp_path, "fitting 5 folds\n" + POOL + LOKY.format(codes=codes))
+    assert v.cls == cls
+
+
+def test_a_future_that_mentions_a_broken_pool_in_prose_decides_nothing(tmp_path: Path) -> None:
+    """A retry wrapper's note, the job went on and ended well."""
+    v = verdict(tmp_path, "retrying: the pool was broken once (BrokenProcessPool), recreated\n"
+                "all 4096 shards embedded\n", exit_code=0)
+    assert v.cls == "success"

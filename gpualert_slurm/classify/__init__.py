@@ -964,14 +964,27 @@ def _step_confirmation(c: _Ctx) -> Verdict | None:
     if not confs:
         return None
     e = confs[0]
+    # a worker that vanished (worker_oom's symptoms) and the kernel saw a process crash: the
+    # crash is how it died (the OOM killer's report decided before, step worker_oom)
+    crash = [k for k in c.kevents if k.cls == "segfault" and k.rule.id == "kernel_process_segfault"]
+    if crash and e.rule.id in _SYMPTOMS.get("worker_oom", frozenset()):
+        return c.make("segfault", 0.7, f"{crash[0].text[:160]} (the worker's death, "
+                      f"{e.text[:100]!r}, is its symptom)", [_ev(crash[0]), _ev(e)],
+                      _finding_of(c.findings, e))
     conf = 0.8 if e.cls != "killed" else 0.6
     # a printed "Error: ..." is weak alone; a firm line of its class after it (a runtime's
     # closing words on an uncaught error: Node's "Node.js v20.x", R's "Execution halted")
     # makes it the program's uncaught error, its message still the detail
-    if e.rule.confidence is not None and not any(
-            x.cls == e.cls and x.rule.confidence is None for x in confs[1:]):
+    firm = next((x for x in confs[1:] if x.cls == e.cls and x.rule.confidence is None), None)
+    detail = e.text[:200]
+    if e.rule.confidence is not None and firm is None:
         conf = min(conf, e.rule.confidence)
-    return c.make(e.cls, conf, e.text[:200], [_ev(x) for x in confs[:3]],
+        if e.rule.detail and "{detail}" in e.rule.detail and e.detail \
+                and e.detail != e.rule.detail:
+            # the rule's words say what the line cannot (a pool's worker that died: of what
+            # is not in the log); the line stays the evidence
+            detail = e.rule.detail.replace("{detail}", e.detail)
+    return c.make(e.cls, conf, detail, [_ev(x) for x in confs[:3]],
                   _finding_of(c.findings, e))
 
 
