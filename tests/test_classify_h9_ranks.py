@@ -153,3 +153,8 @@ def test_a_future_that_mentions_a_broken_pool_in_prose_decides_nothing(tmp_path:
     v = verdict(tmp_path, "retrying: the pool was broken once (BrokenProcessPool), recreated\n"
                 "all 4096 shards embedded\n", exit_code=0)
     assert v.cls == "success"
+
+
+def test_the_childs_exception_is_the_detail_not_the_launchers(tmp_path: Path) -> None:
+    v = verdict(tmp_path, raised(2, "ValueError: expected 3 channels, got 4"))
+    assert (v.cls, v.root_rank, v.detail) == ("python_exception", 2, "ValueError")
