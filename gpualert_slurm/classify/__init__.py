@@ -11,6 +11,7 @@ import dataclasses
 import math
 import re
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -798,21 +799,28 @@ def _stack_under(inc: Event, until: Event | None) -> int:
     last = inc.line + FRAME_WINDOW if until is None else until.line - 1
     n = 0
     try:
-        with open(inc.file, "rb") as f:
-            for i, raw in enumerate(f, 1):
-                if i <= inc.line:
-                    continue
-                if i > last:
-                    break
-                seg = raw.rstrip(b"\r\n").rsplit(b"\r", 1)[-1]
-                if not _STACK_LINE.fullmatch(line_view(seg.decode("utf-8", "replace")).body):
-                    if until is not None:
-                        return 0
-                    break
-                n += 1
+        for body in _log_lines(inc.file, inc.line, last):
+            if not _STACK_LINE.fullmatch(body):
+                if until is not None:
+                    return 0
+                break
+            n += 1
     except OSError:
         return 0
     return n
+
+
+def _log_lines(path: str, line: int, last: int) -> Iterator[str]:
+    """Lines line+1 .. last (1-based) of a log as the rules see them (line_view's body; a CRLF
+    end dropped, a progress bar's last draw kept). Raises OSError."""
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            if i <= line:
+                continue
+            if i > last:
+                return
+            seg = raw.rstrip(b"\r\n").rsplit(b"\r", 1)[-1]
+            yield line_view(seg.decode("utf-8", "replace")).body
 
 
 def _abandoned(events: list[Event], scan: ScanResult) -> tuple[Event, Event] | None:
@@ -1207,16 +1215,9 @@ def _next_line(path: str, line: int | None) -> str | None:
     if not line:
         return None
     try:
-        with open(path, "rb") as f:
-            for i, raw in enumerate(f, 1):
-                if i <= line:
-                    continue
-                seg = raw.rstrip(b"\r\n").rsplit(b"\r", 1)[-1]  # a CRLF end; a bar's last draw
-                text = line_view(seg.decode("utf-8", "replace")).body.strip()
-                if text:
-                    return text[:200]
-                if i > line + 3:
-                    return None
+        for body in _log_lines(path, line, line + 4):
+            if body.strip():
+                return body.strip()[:200]
     except OSError:
         return None
     return None
