@@ -25,10 +25,12 @@ lint: install
 
 # dockerd: the container cluster's tests (-m docker) build their images and start it themselves.
 test: install dockerd
+	scripts/install-test-deps.sh
 	$(VENV)/bin/ruff check .
 	scripts/run-pytest.sh
 
 unit: install
+	scripts/install-test-deps.sh
 	scripts/run-pytest.sh -m "not cluster"
 
 bench: install

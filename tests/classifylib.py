@@ -3,6 +3,7 @@ Python process; the verdict on a job of such tasks, the verdict on a job of one 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from gpualert_slurm.classify import JobFacts, TaskInput, Verdict, classify
+
+# PyTorch (CPU) for the tests that run a real spawn or torchrun job: the venv `make test` makes
+# (scripts/install-test-deps.sh), never one that only `make corpus` leaves behind.
+TORCH_PY = os.environ.get("GPUALERT_TORCH_VENV", "/opt/gpualert/torch-venv") + "/bin/python"
 
 
 def task(tmp_path: Path, text: str, name: str = "run.0.log", rank: int = 0,

@@ -14,9 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from classifylib import verdict
+from classifylib import TORCH_PY, verdict
 
-CORPUS_PY = "/opt/gpualert-corpus-venv/bin/python"
 PROG = Path(__file__).resolve().parents[1] / "corpus/gen/progs/f9_spawn.py"
 
 LAUNCHER = ('Traceback (most recent call last):\n'
@@ -81,7 +80,7 @@ def test_a_real_spawn_job_names_its_failing_middle_rank(tmp_path: Path) -> None:
     """Four ranks under mp.spawn, rank 2 segfaults (ctypes reads address 0)."""
     log = tmp_path / "run.0.log"
     with open(log, "wb") as out:
-        p = subprocess.run([CORPUS_PY, str(PROG), "spawn", "4", "2", "segv"], stdout=out,
+        p = subprocess.run([TORCH_PY, str(PROG), "spawn", "4", "2", "segv"], stdout=out,
                            stderr=subprocess.STDOUT, timeout=120)
     assert p.returncode == 1
     v = verdict(tmp_path, log.read_text())

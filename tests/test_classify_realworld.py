@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from classifylib import run_py
+from classifylib import TORCH_PY, run_py
 
 from gpualert_slurm.classify import (
     JobFacts,
@@ -297,8 +297,8 @@ def test_global_rank_from_torch_prefixes_when_a_task_runs_several_ranks(tmp_path
 def test_torchrun_root_cause_block_names_rank_and_host(tmp_path):
     """A real torchrun (torch.distributed.run, 2 local workers, gloo) whose rank 1 is killed by
     SIGKILL: the verdict's rank and host come from the agent's Root Cause block."""
-    fw = Path("/opt/gpualert-corpus-venv/bin/python")
-    assert fw.exists(), "the corpus venv with torch is needed (scripts/make-corpus.sh makes it)"
+    fw = Path(TORCH_PY)
+    assert fw.exists(), f"{fw}: PyTorch's venv is needed (scripts/install-test-deps.sh)"
     prog = tmp_path / "w.py"
     prog.write_text("import os, signal, time\nimport torch.distributed as d\n"
                     "d.init_process_group('gloo')\nprint('rank', d.get_rank(), flush=True)\n"

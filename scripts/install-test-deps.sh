@@ -1,0 +1,22 @@
+#!/bin/bash
+# What the tests need beyond the product's own install, made by `make test` itself (a fresh
+# machine has nothing else): a venv with PyTorch (CPU) for the tests that run a real
+# torch.multiprocessing.spawn job and a real torchrun. `make corpus` keeps its own, larger venv.
+# Safe to run again: skipped when torch already imports there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREFIX=${PREFIX:-/opt/gpualert}
+TVENV=${GPUALERT_TORCH_VENV:-$PREFIX/torch-venv}
+mkdir -p "$PREFIX"
+exec 9>"$PREFIX/.install-test.lock"
+flock 9
+if "$TVENV/bin/python" -c "import torch.distributed.run, torch.multiprocessing" 2>/dev/null; then
+    exit 0
+fi
+find_links=()
+# The CPU build where the machine has it on disk; otherwise the registry's (larger) build.
+[ -d /opt/wheels ] && find_links=(--find-links /opt/wheels)
+echo "install-test-deps: $TVENV (torch 2.13.0, CPU where available)"
+/usr/bin/python3 -m venv "$TVENV"
+"$TVENV/bin/pip" install -q "${find_links[@]}" torch==2.13.0 numpy
+chmod -R a+rX "$TVENV"
