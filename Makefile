@@ -37,15 +37,19 @@ bench: install
 	$(PY) bench/run.py
 
 # The tuning corpus, the held-out sets (written by engineers who had not seen the rules), the
-# real-world tuning set, then GPUAlert's published corpus (../shared/peer-corpus, read-only,
-# scored through its mapping.yaml). A missing set fails: every figure is meant to be there.
+# real-world tuning set, the real logs people pasted (../shared/realworld, read-only: labels.csv),
+# then GPUAlert's published corpus (../shared/peer-corpus, read-only, scored through its
+# mapping.yaml). A missing set fails: every figure is meant to be there.
 PEER_CORPUS ?= ../shared/peer-corpus
+REALWORLD ?= ../shared/realworld
 eval: install
 	$(VENV)/bin/gpualert eval corpus/
 	@for d in corpus/holdout corpus/holdout2 corpus/holdout3 corpus/holdout4 corpus/holdout5 corpus/holdout6 corpus/holdout7 corpus/holdout8 corpus/holdout9 corpus/realworld; do \
 	    [ -f $$d/labels.jsonl ] && { echo; echo "######## $$d"; $(VENV)/bin/gpualert eval $$d/ || exit 1; } || true; \
 	done
 	@[ -f $(PEER_CORPUS)/mapping.yaml ] || { echo "make eval: peer corpus $(PEER_CORPUS) not found (a clean clone needs ../shared/peer-corpus beside it)" >&2; exit 1; }
+	@[ -f $(REALWORLD)/labels.csv ] || { echo "make eval: real-world set $(REALWORLD) not found (a clean clone needs ../shared/realworld beside it)" >&2; exit 1; }
+	@echo; echo "######## $(REALWORLD)"; $(VENV)/bin/gpualert eval $(REALWORLD)/
 	@echo; echo "######## $(PEER_CORPUS)"; $(VENV)/bin/gpualert eval $(PEER_CORPUS)/
 
 corpus: install

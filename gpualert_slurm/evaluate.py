@@ -100,6 +100,32 @@ def load_peer(corpus: Path) -> tuple[list[dict], dict[str, str]]:
     return labels, {str(k): str(v) for k, v in same.items()}
 
 
+def load_pasted(corpus: Path) -> list[dict]:
+    """A set of real logs as people pasted them (labels.csv: id, class, source, note; the log of
+    case `id` is logs/<id>.log). A pasted excerpt carries no exit status, Slurm state or rank:
+    the classifier gets the log alone and the one fact every poster knows, whether the job
+    failed (exit status unknown) or succeeded (exit 0)."""
+    import csv
+
+    path = corpus / "labels.csv"
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise CorpusError(f"cannot read {path}: {e}") from None
+    labels = []
+    for n, row in enumerate(rows, 2):
+        cid, cls = (row.get("id") or "").strip(), (row.get("class") or "").strip()
+        if not cid or not cls:
+            raise CorpusError(f"{path}:{n}: a row needs an id and a class")
+        labels.append({"id": cid, "class": cls, "root_rank": None, "source": "pasted",
+                       "exit_code": 0 if cls == "success" else None,
+                       "tasks": [{"log": f"logs/{cid}.log"}]})
+    if not labels:
+        raise CorpusError(f"{path}: no labels")
+    return labels
+
+
 def _resolve(corpus: Path, case_id: str, rel: str) -> str:
     """A label path is relative to the corpus dir; a bare name may be relative to its case dir."""
     p = Path(rel)
@@ -214,10 +240,13 @@ def score(truth: list[str], pred: list[str]) -> dict[str, Any]:
 
 
 def evaluate(corpus: Path, include_synthetic: bool = True) -> dict[str, Any]:
-    """Score a corpus; a dir with mapping.yaml is a peer's corpus (see load_peer)."""
+    """Score a corpus; a dir with mapping.yaml is a peer's corpus (see load_peer), one with
+    labels.csv and no labels.jsonl a set of pasted real logs (see load_pasted)."""
     same: dict[str, str] = {}
     if (corpus / "mapping.yaml").is_file():
         labels, same = load_peer(corpus)
+    elif (corpus / "labels.csv").is_file() and not (corpus / "labels.jsonl").exists():
+        labels = load_pasted(corpus)
     else:
         labels = load_labels(corpus)
     rules = load_rules()
