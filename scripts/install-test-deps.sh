@@ -1,8 +1,9 @@
 #!/bin/bash
 # What the tests need beyond the product's own install, made by `make test` itself (a fresh
-# machine has nothing else): a venv with PyTorch (CPU) for the tests that run a real
-# torch.multiprocessing.spawn job and a real torchrun. `make corpus` keeps its own, larger venv.
-# Safe to run again: skipped when torch already imports there.
+# machine has nothing else): the unprivileged test user the jobs run as (the cluster script makes
+# it too, but tests that own files by it run before any cluster is up), and a venv with PyTorch
+# (CPU) for the tests that run a real torch.multiprocessing.spawn job and a real torchrun.
+# `make corpus` keeps its own, larger venv. Safe to run again: each step is skipped when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/opt/gpualert}
@@ -10,6 +11,8 @@ TVENV=${GPUALERT_TORCH_VENV:-$PREFIX/torch-venv}
 mkdir -p "$PREFIX"
 exec 9>"$PREFIX/.install-test.lock"
 flock 9
+TEST_USER=gpatest   # docker/slurm-cluster/cluster and tests/clusterlib.py use the same name
+id -u "$TEST_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash --user-group "$TEST_USER"
 if "$TVENV/bin/python" -c "import torch.distributed.run, torch.multiprocessing" 2>/dev/null; then
     exit 0
 fi
