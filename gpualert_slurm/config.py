@@ -45,6 +45,10 @@ class MailConfig:
     send_timeout_s: float = 10.0  # per SMTP command
     slurm_mail: str = "enrich"  # what `gpualert mailprog` does with Slurm's own mail
     slurm_mail_wait_s: float = 20.0  # how long mailprog waits for a verdict to enrich with
+    # The site's previous MailProg (jobstats_mail.sh, slurm-spool-mail): mailprog hands Slurm's
+    # mail on to it, same argv and environment; None: mailprog sends the mail itself.
+    slurm_mail_chain: str | None = None
+    slurm_mail_chain_send: bool = False  # with a chain, also send gpualert's own copy
 
     @property
     def relay_host(self) -> str:
@@ -406,7 +410,7 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
     m = c.mapping("mail", data, (
         "relay", "host", "port", "from", "domain", "users", "allow_domains", "tls", "username",
         "password_file", "password", "ca_file", "connect_timeout_s", "send_timeout_s",
-        "slurm_mail", "slurm_mail_wait_s",
+        "slurm_mail", "slurm_mail_wait_s", "slurm_mail_chain", "slurm_mail_chain_send",
     ))
     mkw: dict[str, Any] = {}
     if "password" in m:
@@ -464,6 +468,11 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
         if m["slurm_mail"] not in SLURM_MAIL_MODES:
             raise c.err("mail.slurm_mail", ", ".join(SLURM_MAIL_MODES), m["slurm_mail"])
         mkw["slurm_mail"] = m["slurm_mail"]
+    if m.get("slurm_mail_chain") is not None:
+        mkw["slurm_mail_chain"] = _abs_path(c, "mail.slurm_mail_chain", m["slurm_mail_chain"])
+    if "slurm_mail_chain_send" in m:
+        mkw["slurm_mail_chain_send"] = c.boolean("mail.slurm_mail_chain_send",
+                                                 m["slurm_mail_chain_send"])
     return MailConfig(**mkw)
 
 

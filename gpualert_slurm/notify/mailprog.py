@@ -14,17 +14,27 @@ allowlist and retries as the reports), and, by mail.slurm_mail:
     suppress sends nothing for an end/fail mail that a gpualert report replaces (a monitored
              job, notify= not never; a COMPLETED one only under notify=always); other mails
              (begin, requeue, time-limit warnings) and unmonitored jobs still go.
-Exit status 0 when the message was sent, queued or deliberately suppressed; 1 (and a line
-slurmctld logs) when it could not be sent nor kept, or the config is wrong.
+With mail.slurm_mail_chain (the site's previous MailProg: jobstats_mail.sh, slurm-spool-mail)
+gpualert does not send Slurm's mail itself: after enriching or suppressing as above, it runs that
+MailProg with the argv and environment Slurm gave, so the other tool keeps working; the enriched
+text is its stdin (mail(1)-style MailProgs put it in the body; Slurm's own stdin is /dev/null).
+A suppressed mail is not handed on. mail.slurm_mail_chain_send: gpualert also sends its copy.
+Exit status 0 when the message was sent, queued, handed on or deliberately suppressed; 1 (and a
+line slurmctld logs) when it could not be sent nor kept, or the config is wrong; the chained
+MailProg's own status when that failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import email.message
 import os
 import re
 import select
+import signal
+import stat
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -146,9 +156,53 @@ def build_message(subject: str, body: str, rcpts: list[str], cfg: Config,
     return msg
 
 
+def _check_chain(path: str) -> str | None:
+    """Why the chained MailProg may not be run (None: it may). It runs as SlurmUser with the
+    job's variables: only a program no one but root (or SlurmUser) could have replaced."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot stat it: {e.strerror}"
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+        return "not an executable file"
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        return (f"owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: it must be "
+                "root's (or SlurmUser's) and writable by no one else")
+    return None
+
+
+def run_chain(path: str, argv: list[str], env: Mapping[str, str], text: str | None,
+              timeout_s: float) -> tuple[int, str]:
+    """Run the site's previous MailProg with Slurm's argv and environment, `text` on stdin
+    (None: /dev/null, as Slurm gives), within timeout_s (then its process group is killed)."""
+    why = _check_chain(path)
+    if why is not None:
+        return 1, f"mail.slurm_mail_chain {path}: {why}: refused"
+    try:
+        p = subprocess.Popen([path, *argv], env=dict(env), start_new_session=True,
+                             stdin=subprocess.DEVNULL if text is None else subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True)
+    except OSError as e:
+        return 1, f"mail.slurm_mail_chain {path}: cannot run it: {e.strerror}"
+    try:
+        out, _ = p.communicate(None if text is None else text.encode(), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        return 1, f"mail.slurm_mail_chain {path}: killed after {timeout_s:.0f} s"
+    tail = out.decode("utf-8", "replace").strip().splitlines()[-1:] if out else []
+    said = f" ({safe_header(tail[0], 300)})" if tail else ""
+    if p.returncode != 0:
+        return p.returncode if p.returncode > 0 else 1, \
+            f"mail.slurm_mail_chain {path}: exit status {p.returncode}{said}"
+    return 0, f"handed on to {path}{said}"
+
+
 def run(subject: str, users: list[str], env: Mapping[str, str], cfg: Config,
-        body: str = "") -> tuple[int, str]:
-    """What main() does, without argv and stdio: (exit status, the line to print)."""
+        body: str = "", argv: list[str] | None = None) -> tuple[int, str]:
+    """What main() does, without stdio: (exit status, the line to print). `argv` is what
+    Slurm gave (after the program name), for the chained MailProg; None: `-s subject users`."""
     start = time.monotonic()
     m = _JOB_RE.search(subject)
     job_id = env.get("SLURM_JOB_ID") or (m.group(1) if m else "") or ""
@@ -169,16 +223,32 @@ def run(subject: str, users: list[str], env: Mapping[str, str], cfg: Config,
     if cfg.mail.slurm_mail == "suppress" and replaced:
         return 0, (f"gpualert mailprog: job {job_id}: Slurm's '{mail_type}' mail suppressed "
                    "(mail.slurm_mail: suppress; gpualert's report replaces it)")
+    if cfg.mail.slurm_mail_chain:
+        return _run_chained(subject, users, env, cfg, body, argv, job_id, monitored and ends,
+                            start)
+    verdict = None
+    if cfg.mail.slurm_mail == "enrich" and monitored and ends and job_id and _recipients(
+            users, cfg)[0]:
+        verdict = wait_verdict(cfg, job_id, cfg.mail.slurm_mail_wait_s)
+    return _send_own(subject, users, env, cfg, body, verdict, job_id, start)
+
+
+def _recipients(users: list[str], cfg: Config) -> tuple[list[str], list[str]]:
+    """(permitted addresses, notes on the users refused or unmapped)."""
     addrs = [u if "@" in u else (cfg.mail.address_for(u) or "") for u in users]
     allowed, refused = check_addresses([a for a in addrs if a], cfg)
     unmapped = [u for u, a in zip(users, addrs, strict=True) if not a]
     notes = [f"{u}: no address (set mail.domain or mail.users)" for u in unmapped]
     notes += [f"{a}: {why}" for a, why in refused]
+    return allowed, notes
+
+
+def _send_own(subject: str, users: list[str], env: Mapping[str, str], cfg: Config, body: str,
+              verdict: Mapping[str, Any] | None, job_id: str, start: float) -> tuple[int, str]:
+    """gpualert sends Slurm's mail (enriched with `verdict`, if any) through its outbox."""
+    allowed, notes = _recipients(users, cfg)
     if not allowed:
         return 1, f"gpualert mailprog: job {job_id}: no permitted recipient: {'; '.join(notes)}"
-    verdict = None
-    if cfg.mail.slurm_mail == "enrich" and monitored and ends and job_id:
-        verdict = wait_verdict(cfg, job_id, cfg.mail.slurm_mail_wait_s)
     msg = build_message(subject, body, allowed, cfg, env, verdict, job_id)
     left = MAILPROG_BOUND_S - (time.monotonic() - start)
     d = submit(msg, cfg=cfg, job_id=job_id or "slurm", channels=["mail"],
@@ -187,6 +257,63 @@ def run(subject: str, users: list[str], env: Mapping[str, str], cfg: Config,
     enriched = " with the verdict" if verdict is not None else ""
     line = f"gpualert mailprog: job {job_id}: {d.status}{enriched}: {d.reason}{extra}"
     return (1 if d.status == "failed" else 0), line
+
+
+def _run_chained(subject: str, users: list[str], env: Mapping[str, str], cfg: Config, body: str,
+                 argv: list[str] | None, job_id: str, may_enrich: bool,
+                 start: float) -> tuple[int, str]:
+    """mail.slurm_mail_chain: enrich (the verdict as the chained MailProg's stdin), gpualert's own
+    copy only under slurm_mail_chain_send, then the site's previous MailProg."""
+    verdict = None
+    if cfg.mail.slurm_mail == "enrich" and may_enrich and job_id:
+        verdict = wait_verdict(cfg, job_id, cfg.mail.slurm_mail_wait_s)
+    own = ""
+    status = 0
+    if cfg.mail.slurm_mail_chain_send:
+        status, own = _send_own(subject, users, env, cfg, body, verdict, job_id, start)
+        own = "; " + own.removeprefix(f"gpualert mailprog: job {job_id}: ")
+    text = None
+    if verdict is not None:
+        text = (body.rstrip("\n") + "\n" if body.strip() else "") + \
+            "\n".join(verdict_lines(verdict, job_id)).lstrip("\n") + "\n"
+    elif body:
+        text = body
+    left = MAILPROG_BOUND_S - (time.monotonic() - start)
+    cstatus, cline = run_chain(cfg.mail.slurm_mail_chain or "", argv if argv is not None
+                               else ["-s", subject, *users], env, text, max(5.0, left))
+    enriched = " with the verdict" if verdict is not None else ""
+    return (cstatus or status), f"gpualert mailprog: job {job_id}: {cline}{enriched}{own}"
+
+
+def initial_env() -> dict[str, str]:
+    """The environment exactly as this process was given it (/proc/self/environ): Python's
+    locale coercion (PEP 538) adds LC_CTYPE=C.UTF-8 to os.environ when Slurm gave no locale,
+    and a chained MailProg must get what Slurm gave."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return dict(os.environ)
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep and k:
+            out[os.fsdecode(k)] = os.fsdecode(v)
+    return out or dict(os.environ)
+
+
+def _slurm_argv(argv: list[str]) -> list[str]:
+    """argv without gpualert's own --config (Slurm never passes it; a chained MailProg would
+    not know it)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--config":
+            skip = True
+        elif not a.startswith("--config="):
+            out.append(a)
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -201,7 +328,8 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"gpualert mailprog: {e}", file=sys.stderr)
         return 1
-    status, line = run(args.subject, args.users, os.environ, cfg, _read_stdin())
+    status, line = run(args.subject, args.users, initial_env(), cfg, _read_stdin(),
+                       argv=_slurm_argv(argv))
     print(line, file=sys.stderr if status else sys.stdout)
     return status
 
