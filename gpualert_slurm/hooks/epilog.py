@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualert_slurm.config import Config
+from gpualert_slurm.hooks import cost
 from gpualert_slurm.hooks.common import (
     DEFAULT_TIMEOUT_S,
     HookLog,
@@ -462,6 +463,7 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
             os.close(nfd)
         log.info(f"job {jobid}: node verdict {verdict.get('class')} for {len(mine)} task(s) "
                  f"on {node} in {time.time() - t0:.2f} s")
+        log.info(cost.line(jobid, f"epilog on {node}"))
     except (OSError, SpoolError) as e:
         log.error(f"job {jobid}: {e}; no node verdict")
     finally:
@@ -589,6 +591,7 @@ def detach() -> bool:
     schedules nothing new on its nodes) while EpilogSlurmctld runs: the report's work must not
     hold the cluster. The worker keeps its own bound (watchdog) and writes the pending marker,
     so a report it cannot finish is finished later (sweep_pending)."""
+    cost.before_fork()
     pid = os.fork()
     if pid:
         os.waitpid(pid, 0)  # the middle child exits at once

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpualert_slurm import slurm
 from gpualert_slurm.config import Config, ReportConfig
+from gpualert_slurm.hooks import cost
 from gpualert_slurm.hooks.common import HookLog, Watchdog, load_config_logged, shim_bound_s
 from gpualert_slurm.hooks.epilog import (
     VERDICT_VERSION,
@@ -657,6 +658,7 @@ def job_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         js.close()
     if marked:
         clear_pending(cfg, jobid)
+    log.info(cost.line(jobid, "epilog-slurmctld"))
     # Spare time: finish the reports of job epilogs that an overloaded controller cut short.
     if bound - (time.monotonic() - t0) > max(6.0, bound / 4) * 2:
         with suppress(Exception):

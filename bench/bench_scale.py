@@ -1,0 +1,519 @@
+#!/usr/bin/env python3
+"""Scale: what a failing many-rank job and a burst of failing array tasks cost, on a 48-node
+native cluster of its own (docker/slurm-cluster/cluster with GPUALERT_CLUSTER_NODES, root
+/var/lib/gpualert-cluster-scale, ports +300, proctrack/linuxproc; brought up here, used by
+this process alone, stopped at the end). Prints figures, never pass/fail.
+
+    bench_scale.py [--nodes 3,12,48] [--tpn 4] [--array 500] [--skip-array] [--skip-jobs]
+                   [--keep] [--seed S]
+
+1. A failing job at each node count x --tpn tasks (12, 48, 192 ranks), twice: a rank raises
+   an exception and srun kills the rest (srun -K); a rank is SIGKILLed and the rest end in
+   a collective-timeout cascade (their watchdog's timeout, then exit 1). The failing rank is
+   chosen at random per run (printed, with the seed); the job itself records where it ran.
+   Per run: root failure -> batch end (Slurm ending the step), job end (batch end) -> Slurm
+   final state (the baseline), -> verdict.json, -> mail in the sink; the node Epilog's wall
+   and CPU per node and its peak RSS; the job epilog's CPU seconds and peak RSS (the hooks'
+   own `cost` log lines, gpualert_slurm/hooks/cost.py); spool files and bytes of the job; and
+   whether the verdict names the recorded rank and node. Then how each grows from the
+   smallest to the largest size against the expected order.
+2. A --array task array whose every task fails within a minute, with and without --gpualert:
+   the job epilogs' CPU seconds (sum of their cost lines), slurmctld's own CPU, the machine's
+   CPU, the time from the last task's end to the array's one summary mail, and squeue's
+   latency sampled every second while it runs (largest, p50), with the ratio to the run
+   without gpualert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+import clusterlib as cl  # noqa: E402
+
+from gpualert_slurm import slurm  # noqa: E402
+
+SCALE_ENV = {
+    "GPUALERT_CLUSTER_DIR": "/var/lib/gpualert-cluster-scale",
+    "GPUALERT_CLUSTER_NAME": "gpascale",
+    "GPUALERT_CLUSTER_PORT_OFFSET": "300",
+    "GPUALERT_CLUSTER_NODES": "48",
+    # no cgroups: the slurm_n1.. cgroups of this host are the shared cluster's node names
+    "GPUALERT_CLUSTER_PROCTRACK": "linuxproc",
+}
+SESSION_LOCK = Path(SCALE_ENV["GPUALERT_CLUSTER_DIR"] + ".session.lock")
+POLL_S = 0.1
+
+# One rank of a fake training job. ROOT fails (MODE=exc: a Python exception; kill: SIGKILL)
+# after a few steps; the others either wait to be killed by srun -K (CASCADE=srun) or notice
+# that the root rank's heartbeat stopped and end as NCCL's watchdog does (CASCADE=timeout).
+# Waiting is fork-free (read -t on a pipe, builtins), so 192 ranks cost little CPU.
+RANK_SH = r"""#!/bin/bash
+R=$SLURM_PROCID; HB="$WORK/hb"
+exec 9<> <(:)
+for i in 1 2 3 4; do
+  echo "[rank $R] step $i loss=2.$i tokens/s=9812"
+  [ "$R" = "$ROOT" ] && echo "$i" > "$HB"
+  read -t 0.5 -u 9 || true
+done
+if [ "$R" = "$ROOT" ]; then
+  printf '%s %(%s)T\n' "$SLURMD_NODENAME" -1 > "$WORK/root-node"
+  date +%s.%N > "$WORK/root-time"
+  if [ "$MODE" = exc ]; then
+    exec python3 -c 'def forward(x): raise ValueError(f"shape mismatch in layer 7: {x}")
+forward("(8, 512) vs (8, 768)")'
+  fi
+  echo "[rank $R] step 5 loss=2.5"; kill -9 $$
+fi
+[ "$CASCADE" = srun ] && exec sleep 300
+last=""; same=0
+while :; do
+  read -r v < "$HB" || v=""
+  if [ "$v" = "$last" ]; then same=$((same + 1)); else same=0; last=$v; fi
+  if [ $same -ge 8 ]; then
+    w="WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=4000)"
+    echo "[rank $R] [E ProcessGroupNCCL.cpp:475] Watchdog caught collective operation" \
+         "timeout: $w ran for 4012 milliseconds before timing out." >&2
+    exit 1
+  fi
+  read -t 0.5 -u 9 || true
+done
+"""
+
+JOB_SH = """#!/bin/bash
+#SBATCH --gpualert
+#SBATCH -o slurm-%j.out
+#SBATCH -N {nodes} --ntasks-per-node={tpn} --no-requeue -t 10
+export WORK={work} ROOT={root} MODE={mode} CASCADE={cascade}
+srun {k} bash ./rank.sh
+"""
+
+ARRAY_SH = """#!/bin/bash
+{opt}
+#SBATCH -o slurm-%A_%a.out
+#SBATCH --array=0-{last} -n1 --no-requeue -t 5
+echo "task $SLURM_ARRAY_TASK_ID: epoch 1 loss=2.31"
+sleep 1
+cat >&2 <<EOF
+Traceback (most recent call last):
+  File "train.py", line 88, in <module>
+    shard = open(f"/data/shard-{{task}}.bin", "rb")
+FileNotFoundError: [Errno 2] No such file or directory: '/data/shard-$SLURM_ARRAY_TASK_ID.bin'
+EOF
+exit 1
+"""
+
+COST_RE = re.compile(r"job (\d+): (epilog on (\S+)|epilog-slurmctld) cost cpu ([\d.]+) s "
+                     r"\(children ([\d.]+) s\), peak rss ([\d.]+) MiB \(largest child ([\d.]+)")
+NODE_RE = re.compile(r"job (\d+): node verdict \S+ for \d+ task\(s\) on (\S+) in ([\d.]+) s")
+
+
+def hooks_log(f: cl.ClusterFacts) -> Path:
+    return f.spool / "gpualert-hooks.log"
+
+
+def read_costs(f: cl.ClusterFacts, jobs: set[str]) -> dict[str, Any]:
+    """The hooks' cost and node-time lines for `jobs`."""
+    out: dict[str, Any] = {"node": {}, "ctld": {}, "node_wall": {}}
+    for p in (hooks_log(f).with_name(hooks_log(f).name + ".1"), hooks_log(f)):
+        try:
+            text = p.read_text(errors="replace")
+        except OSError:
+            continue
+        for m in COST_RE.finditer(text):
+            if m.group(1) not in jobs:
+                continue
+            rec = {"cpu": float(m.group(4)), "rss": float(m.group(6)),
+                   "child_rss": float(m.group(7))}
+            if m.group(3):
+                out["node"][(m.group(1), m.group(3))] = rec
+            else:
+                out["ctld"][m.group(1)] = rec
+        for m in NODE_RE.finditer(text):
+            if m.group(1) in jobs:
+                out["node_wall"][(m.group(1), m.group(2))] = float(m.group(3))
+    return out
+
+
+def spool_size(d: Path) -> tuple[int, int]:
+    files = size = 0
+    for root, _dirs, names in os.walk(d):
+        for n in names:
+            files += 1
+            size += os.lstat(os.path.join(root, n)).st_size
+    return files, size
+
+
+class MailWatch:
+    """Messages arriving in the sink, by the job id their subject names."""
+
+    def __init__(self, maildir: Path) -> None:
+        self.maildir = maildir
+        self.seen = {p.name for p in maildir.glob("*.eml")}
+        self.subjects: dict[str, tuple[str, float]] = {}
+
+    def poll(self) -> None:
+        for p in self.maildir.glob("*.eml"):
+            if p.name in self.seen:
+                continue
+            self.seen.add(p.name)
+            try:
+                head = p.read_bytes()[:4096].decode(errors="replace")
+                mtime = p.stat().st_mtime
+            except OSError:
+                continue
+            m = re.search(r"^Subject: (.*)$", head, re.M)
+            self.subjects[p.name] = (m.group(1) if m else "", mtime)
+
+    def for_job(self, jid: int | str) -> float | None:
+        pat = re.compile(rf"\bjob {jid}\b")
+        hits = [t for s, t in self.subjects.values() if pat.search(s)]
+        return min(hits) if hits else None
+
+
+def final_state(jid: int) -> str | None:
+    try:
+        st = slurm.show_job(jid, timeout=10)
+    except slurm.JobNotFound:
+        return "PURGED"
+    except slurm.SlurmError:
+        return None
+    return st.state if st.final else None
+
+
+def batch_end(f: cl.ClusterFacts, jid: int) -> float | None:
+    try:
+        return float(json.loads((f.spool / str(jid) / "tasks" / "batch.0.exit")
+                                .read_text())["end_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# ---- 1. one failing job per size and failure kind --------------------------------------------
+
+def run_job(f: cl.ClusterFacts, mail: MailWatch, nodes: int, tpn: int, mode: str,
+            rng: random.Random) -> dict[str, Any]:
+    ranks = nodes * tpn
+    root = rng.randrange(ranks)
+    cascade = "srun" if mode == "exc" else "timeout"
+    work = cl.make_workdir(f, f"bench-scale-{ranks}-{mode}")
+    cl.write_user_file(work / "rank.sh", RANK_SH)
+    jid = cl.submit(JOB_SH.format(nodes=nodes, tpn=tpn, work=work, root=root, mode=mode,
+                                  cascade=cascade, k="-K" if cascade == "srun" else ""),
+                    workdir=work)
+    r: dict[str, Any] = {"ranks": ranks, "nodes": nodes, "mode": f"{mode}+{cascade}",
+                         "job": jid, "root": root}
+    t_final = t_mail = None
+    vpath = f.spool / str(jid) / "verdict.json"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        mail.poll()
+        now = time.time()
+        if t_final is None and final_state(jid):
+            t_final = now
+        if t_mail is None:
+            t_mail = mail.for_job(jid)
+        if t_final is not None and t_mail is not None and vpath.exists():
+            break
+        time.sleep(POLL_S)
+    # the job epilog's cost line comes after the mail
+    costs: dict[str, Any] = {}
+    for _ in range(100):
+        costs = read_costs(f, {str(jid)})
+        if str(jid) in costs["ctld"] and len(costs["node"]) >= nodes:
+            break
+        time.sleep(0.2)
+    try:
+        root_node, _ = (work / "root-node").read_text().split()
+        t_fail = float((work / "root-time").read_text())
+    except (OSError, ValueError):
+        root_node, t_fail = None, None
+    t_end = batch_end(f, jid)
+    try:
+        v = json.loads(vpath.read_text())
+        t_verdict = vpath.stat().st_mtime
+        verdict = v.get("verdict") or {}
+    except (OSError, ValueError):
+        v, verdict, t_verdict = {}, {}, None
+    files, size = spool_size(f.spool / str(jid))
+    nw = [w for (j, _n), w in costs["node_wall"].items() if j == str(jid)]
+    nc = [c for (j, _n), c in costs["node"].items() if j == str(jid)]
+    ctld = costs["ctld"].get(str(jid), {})
+
+    def since(t: float | None, t0: float | None) -> float | None:
+        return t - t0 if t is not None and t0 is not None else None
+
+    r.update({
+        "root_node": root_node, "class": verdict.get("class"),
+        "v_rank": verdict.get("root_rank"), "v_node": verdict.get("root_node"),
+        "named": verdict.get("root_rank") == root and root_node is not None
+        and verdict.get("root_node") == root_node,
+        "fail_to_end": since(t_end, t_fail), "end_to_slurm": since(t_final, t_end),
+        "end_to_verdict": since(t_verdict, t_end), "end_to_mail": since(t_mail, t_end),
+        "node_wall_mean": statistics.mean(nw) if nw else None,
+        "node_wall_max": max(nw) if nw else None,
+        "node_cpu_mean": statistics.mean(x["cpu"] for x in nc) if nc else None,
+        "node_cpu_sum": sum(x["cpu"] for x in nc) if nc else None,
+        "node_rss_max": max(max(x["rss"], x["child_rss"]) for x in nc) if nc else None,
+        "ctld_cpu": ctld.get("cpu"), "ctld_rss": ctld.get("rss"),
+        "ctld_child_rss": ctld.get("child_rss"),
+        "spool_files": files, "spool_bytes": size, "node_records": len(nc),
+    })
+    return r
+
+
+def fmt(x: Any, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_jobs(rows: list[dict[str, Any]]) -> None:
+    print("\nper run (times in s; end = the batch step's end, as its exit record says):")
+    print(f"{'ranks':>5} {'kind':<12} {'job':>5} {'root':>9} {'verdict':>14} {'named':>5} "
+          f"{'fail>end':>8} {'end>slurm':>9} {'end>verd':>8} {'end>mail':>8} "
+          f"{'ep wall':>7} {'ep cpu':>6} {'ep rss':>6} {'jep cpu':>7} {'jep rss':>7} "
+          f"{'files':>5} {'KiB':>6}")
+    for r in rows:
+        root = f"{r['root']}@{r['root_node']}"
+        got = f"{r['v_rank']}@{r['v_node']}"
+        print(f"{r['ranks']:>5} {r['mode']:<12} {r['job']:>5} {root:>9} {got:>14} "
+              f"{'yes' if r['named'] else 'NO':>5} {fmt(r['fail_to_end']):>8} "
+              f"{fmt(r['end_to_slurm']):>9} {fmt(r['end_to_verdict']):>8} "
+              f"{fmt(r['end_to_mail']):>8} {fmt(r['node_wall_mean']):>7} "
+              f"{fmt(r['node_cpu_mean']):>6} {fmt(r['node_rss_max'], '.0f'):>6} "
+              f"{fmt(r['ctld_cpu']):>7} "
+              f"{fmt(max(r['ctld_rss'] or 0, r['ctld_child_rss'] or 0) or None, '.0f'):>7} "
+              f"{r['spool_files']:>5} {r['spool_bytes'] / 1024:>6.0f}")
+    print("  ep = node Epilog (mean per node: wall from its start, CPU incl. its classifier "
+          "child); rss = peak MiB, largest process; jep = job epilog (EpilogSlurmctld and its "
+          "detached worker)")
+    print(f"  verdict named the recorded rank and node: {sum(r['named'] for r in rows)}"
+          f"/{len(rows)} runs")
+    sizes = sorted({r["ranks"] for r in rows})
+    if len(sizes) < 2:
+        return
+    lo, hi = sizes[0], sizes[-1]
+    # expected order in ranks n: what each figure has to do per job
+    expect = [("end_to_slurm", "O(1): Slurm's own end, the node Epilogs run in parallel"),
+              ("end_to_verdict", "O(n): the job epilog reads n logs and records"),
+              ("end_to_mail", "O(n): as the verdict, plus n attachments"),
+              ("node_wall_mean", "O(1) on real nodes (each has its own 4 tasks); here all "
+               "nodes' Epilogs share 2 cores: O(nodes)"),
+              ("node_cpu_sum", "O(nodes): one Epilog per node"),
+              ("ctld_cpu", "O(n): n logs, records and attachments"),
+              ("ctld_rss", "O(n), small: n task records in memory"),
+              ("spool_files", "O(n): 3 files per rank"),
+              ("spool_bytes", "O(n): n logs")]
+    print(f"\ngrowth {lo} -> {hi} ranks (x{hi / lo:g}), mean over the runs of each size:")
+    for key, why in expect:
+        a = [r[key] for r in rows if r["ranks"] == lo and r[key] is not None]
+        b = [r[key] for r in rows if r["ranks"] == hi and r[key] is not None]
+        if not a or not b or statistics.mean(a) <= 0:
+            print(f"  {key:<15} -")
+            continue
+        ma, mb = statistics.mean(a), statistics.mean(b)
+        print(f"  {key:<15} {ma:10.2f} -> {mb:10.2f}  x{mb / ma:6.2f}   expected {why}")
+
+
+# ---- 2. the array burst ----------------------------------------------------------------------
+
+def proc_cpu(pidfile: Path) -> float:
+    try:
+        pid = int(pidfile.read_text().strip())
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def machine_cpu() -> float:
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    busy = sum(int(x) for i, x in enumerate(fields) if i not in (3, 4))  # not idle, iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+class SqueueSampler(threading.Thread):
+    """squeue's latency, once a second (what a user or a dashboard sees)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            subprocess.run(["squeue", "-h", "-o", "%i %T"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=120, check=False)
+            dt = time.monotonic() - t0
+            self.samples.append(dt)
+            self.stop.wait(max(0.0, 1.0 - dt))
+
+
+def array_ids(array: int) -> list[str]:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", str(array), "-o", "JobIDRaw,End,State"],
+                         capture_output=True, text=True, timeout=60).stdout
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> dict[str, Any]:
+    work = cl.make_workdir(f, f"bench-scale-array-{'on' if gpualert else 'off'}")
+    sampler = SqueueSampler()
+    ctld0, mach0 = proc_cpu(f.run_dir / "slurmctld.pid"), machine_cpu()
+    t0 = time.time()
+    sampler.start()
+    jid = cl.submit(ARRAY_SH.format(opt="#SBATCH --gpualert" if gpualert else "", last=n - 1),
+                    workdir=work)
+    done_at = summary_at = None
+    deadline = t0 + 900
+    while time.time() < deadline:
+        mail.poll()
+        if done_at is None:
+            q = subprocess.run(["squeue", "-h", "-r", "-j", str(jid), "-o", "%T"],
+                               capture_output=True, text=True, timeout=60).stdout.split()
+            if not any(s in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING") for s in q):
+                done_at = time.time()
+        if gpualert and summary_at is None:
+            summary_at = mail.for_job(jid)
+        if done_at is not None and (summary_at is not None or not gpualert):
+            break
+        time.sleep(0.5)
+    # the hooks' work goes on after Slurm is done: wait for every job epilog's cost line
+    ids: set[str] = set()
+    for _ in range(60):
+        rows = array_ids(jid)
+        ids = {ln.split("|")[0] for ln in rows}
+        if not gpualert or len(read_costs(f, ids)["ctld"]) >= n:
+            break
+        time.sleep(2)
+    settled = time.time()
+    time.sleep(1)
+    sampler.stop.set()
+    sampler.join(10)
+    ctld1, mach1 = proc_cpu(f.run_dir / "slurmctld.pid"), machine_cpu()
+    rows = array_ids(jid)
+    ends = [ln.split("|")[1] for ln in rows if "|" in ln]
+    last_end = max((time.mktime(time.strptime(e, "%Y-%m-%dT%H:%M:%S")) for e in ends
+                    if e and e[0].isdigit()), default=None)
+    states = sorted({ln.split("|")[2] for ln in rows if ln.count("|") >= 2})
+    costs = read_costs(f, ids)
+    ctld_cpu = [c["cpu"] for c in costs["ctld"].values()]
+    node_cpu = [c["cpu"] for c in costs["node"].values()]
+    s = sampler.samples
+    return {
+        "gpualert": gpualert, "array": jid, "tasks": len(rows), "states": states,
+        "first_to_done": (done_at - t0) if done_at else None,
+        "last_end_to_summary": (summary_at - last_end) if summary_at and last_end else None,
+        "summary_mails": sum(1 for sub, _t in mail.subjects.values()
+                             if re.search(rf"\b{jid}\b", sub)),
+        "ctld_epilog_cpu": sum(ctld_cpu) if ctld_cpu else None, "ctld_epilogs": len(ctld_cpu),
+        "node_epilog_cpu": sum(node_cpu) if node_cpu else None, "node_epilogs": len(node_cpu),
+        "slurmctld_cpu": ctld1 - ctld0, "machine_cpu": mach1 - mach0,
+        "wall": settled - t0,
+        "squeue_max": max(s) if s else None,
+        "squeue_p50": statistics.median(s) if s else None,
+        "squeue_n": len(s),
+    }
+
+
+def print_arrays(rows: list[dict[str, Any]]) -> None:
+    print("\narray burst (times in s, CPU in CPU-seconds):")
+    for r in rows:
+        print(f"  {'with' if r['gpualert'] else 'without'} --gpualert: array {r['array']}, "
+              f"{r['tasks']} tasks {','.join(r['states'])}; submit -> all ended "
+              f"{fmt(r['first_to_done'], '.1f')}; last end -> summary mail "
+              f"{fmt(r['last_end_to_summary'], '.1f')} ({r['summary_mails']} mail(s)); "
+              f"wall until the hooks settled {r['wall']:.1f}")
+        print(f"    job epilogs' CPU {fmt(r['ctld_epilog_cpu'], '.1f')} over "
+              f"{r['ctld_epilogs']} cost lines; node Epilogs' CPU "
+              f"{fmt(r['node_epilog_cpu'], '.1f')} over {r['node_epilogs']}; slurmctld's own "
+              f"CPU {r['slurmctld_cpu']:.1f}; the machine's CPU {r['machine_cpu']:.1f}")
+        print(f"    squeue latency over {r['squeue_n']} samples: max "
+              f"{fmt(r['squeue_max'], '.3f')}, p50 {fmt(r['squeue_p50'], '.3f')}")
+    on = next((r for r in rows if r["gpualert"]), None)
+    off = next((r for r in rows if not r["gpualert"]), None)
+    if on and off and on["squeue_max"] and off["squeue_max"]:
+        print(f"  squeue max latency with/without gpualert: "
+              f"x{on['squeue_max'] / off['squeue_max']:.2f} "
+              f"(p50 x{on['squeue_p50'] / off['squeue_p50']:.2f}); target <= 2x")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="3,12,48", help="node counts (comma-separated)")
+    ap.add_argument("--tpn", type=int, default=4, help="tasks per node")
+    ap.add_argument("--modes", default="exc,kill", help="exc (exception + srun -K), "
+                    "kill (SIGKILL + collective-timeout cascade)")
+    ap.add_argument("--array", type=int, default=500, help="array tasks (0: no array part)")
+    ap.add_argument("--skip-array", action="store_true")
+    ap.add_argument("--skip-jobs", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="leave the scale cluster up")
+    ap.add_argument("--seed", type=int, default=None)
+    args, _ = ap.parse_known_args()
+    sizes = [int(x) for x in args.nodes.split(",") if x]
+    need = max(sizes + [3])
+    env = dict(SCALE_ENV, GPUALERT_CLUSTER_NODES=str(max(need, 3)))
+    seed = args.seed if args.seed is not None else int(time.time())
+    rng = random.Random(seed)
+    print(f"scale bench: seed {seed}; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    with cl.held_lock(SESSION_LOCK, 1800, " by another scale benchmark"):
+        t0 = time.monotonic()
+        facts = cl.cluster_up(env=env)
+        print(f"cluster {env['GPUALERT_CLUSTER_NAME']}: {len(facts.nodes)} nodes up in "
+              f"{time.monotonic() - t0:.1f} s; {slurmd_memory(facts)}")
+        try:
+            with cl.using_conf(facts):
+                mail = MailWatch(facts.maildir)
+                if not args.skip_jobs:
+                    rows = []
+                    for n in sizes:
+                        for mode in args.modes.split(","):
+                            r = run_job(facts, mail, n, args.tpn, mode, rng)
+                            print(f"  {r['ranks']} ranks {r['mode']}: job {r['job']} rank "
+                                  f"{r['root']} on {r['root_node']} -> verdict {r['class']} "
+                                  f"rank {r['v_rank']} on {r['v_node']}", flush=True)
+                            rows.append(r)
+                    print_jobs(rows)
+                if not args.skip_array and args.array > 0:
+                    arr = []
+                    for on in (False, True):
+                        print(f"  array of {args.array}, {'with' if on else 'without'} "
+                              f"--gpualert (load {os.getloadavg()[0]:.2f})...", flush=True)
+                        arr.append(run_array(facts, mail, args.array, on))
+                    print_arrays(arr)
+        finally:
+            if not args.keep:
+                cl.cluster_cmd("down", env=env)
+    return 0
+
+
+def slurmd_memory(f: cl.ClusterFacts) -> str:
+    rss = []
+    for p in f.run_dir.glob("slurmd-*.pid"):
+        try:
+            pid = int(p.read_text().strip())
+            for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if ln.startswith("VmRSS:"):
+                    rss.append(int(ln.split()[1]) / 1024)
+        except (OSError, ValueError):
+            pass
+    if not rss:
+        return "slurmd RSS unknown"
+    return (f"{len(rss)} slurmd: RSS {sum(rss):.0f} MiB in all ({statistics.mean(rss):.1f} "
+            f"MiB each, most of it shared libraries)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
