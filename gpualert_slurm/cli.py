@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"gpualert: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    if name != "run":  # run's child writes to the terminal itself, as without gpualert
+        from gpualert_slurm.termsafe import SafeStream
+
+        # Job data (output, names, paths) reaches what every admin command prints: its
+        # control characters are shown escaped, never interpreted by the terminal.
+        sys.stdout = SafeStream(sys.stdout)  # type: ignore[assignment]
+        sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest) or 0)
 

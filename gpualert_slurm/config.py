@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpualert_slurm.options import ADDR_RE, parse_duration, parse_size
+from gpualert_slurm.options import ADDR_RE, Options, parse_duration, parse_size
 
 DEFAULT_PATH = "/etc/gpualert/gpualert.yaml"
 RECOVERY_ACTIONS = ("requeue", "exclude_node", "drain_node", "hold", "cancel")
@@ -152,6 +152,21 @@ class RetentionConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """The site's bounds on what a job's --gpualert options may ask of root (docs/SECURITY.md):
+    a user's option is cut down to these, never the other way round (bound_options)."""
+
+    budget_max_bytes: int | None = None  # budget= at most this; None: the site's `budget`
+    hang_min_s: int = 60  # hang= below this is raised to it (watch's alerts, the classifier)
+    max_recipients: int = 5  # addresses a job's mail= may name
+    checkpoint_max_matches: int = 10000  # files a checkpoint= glob may visit
+    checkpoint_timeout_s: float = 2.0  # and for how long (as the job's user, in a child)
+    watch_job_s: float = 5.0  # `gpualert watch`: one job's reads in one pass
+    watch_alerts_per_job: int = 4  # alerts for one job, all attempts together
+    watch_alerts_per_user_hour: int = 10  # alerts for one user's jobs in any hour
+
+
+@dataclass(frozen=True)
 class Config:
     path: str | None = None  # the file it came from; None for built-in defaults
     spool: str = "/var/spool/gpualert"
@@ -165,6 +180,7 @@ class Config:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     @property
     def outbox(self) -> str:
@@ -217,7 +233,7 @@ def parse_config(data: Any, path: str) -> Config:
     c = _Checker(path)
     top = c.mapping("", data, (
         "spool", "default_monitoring", "hook_timeout_s", "epilog_wait_s", "budget", "hang",
-        "mail", "recovery", "notify", "report", "retention",
+        "mail", "recovery", "notify", "report", "retention", "limits",
     ))
     kw: dict[str, Any] = {"path": path}
     if "spool" in top:
@@ -249,7 +265,48 @@ def parse_config(data: Any, path: str) -> Config:
     kw["recovery"] = _parse_recovery(c, top.get("recovery"))
     kw["retention"] = _parse_retention(c, top.get("retention"))
     kw["report"] = _report_config(c, top.get("report"))
+    kw["limits"] = _parse_limits(c, top.get("limits"))
     return Config(**kw)
+
+
+def _parse_limits(c: _Checker, value: Any) -> LimitsConfig:
+    r = c.mapping("limits", value, (
+        "budget_max", "hang_min", "max_recipients", "checkpoint_max_matches",
+        "checkpoint_timeout_s", "watch_job_s", "watch_alerts_per_job",
+        "watch_alerts_per_user_hour"))
+    kw: dict[str, Any] = {}
+    if r.get("budget_max") is not None:
+        try:
+            kw["budget_max_bytes"] = parse_size(str(r["budget_max"]))
+        except ValueError:
+            raise c.err("limits.budget_max", "a size like 20M or 1G", r["budget_max"]) from None
+    if "hang_min" in r:
+        kw["hang_min_s"] = _duration(c, "limits.hang_min", r["hang_min"])
+    for key, lo, hi in (("max_recipients", 1, 100), ("checkpoint_max_matches", 1, 10**7),
+                        ("watch_alerts_per_job", 1, 1000),
+                        ("watch_alerts_per_user_hour", 1, 100000)):
+        if key in r:
+            kw[key] = int(c.number(f"limits.{key}", r[key], lo, hi))
+    for key, lo, hi in (("checkpoint_timeout_s", 0.1, 60), ("watch_job_s", 0.5, 120)):
+        if key in r:
+            kw[key] = c.number(f"limits.{key}", r[key], lo, hi)
+    return LimitsConfig(**kw)
+
+
+def bound_options(opts: Options, cfg: Config) -> Options:
+    """The job's options cut down to the site's bounds (cfg.limits): budget= at most the
+    site's budget (or limits.budget_max), hang= at least limits.hang_min, at most
+    limits.max_recipients addresses in mail=. What the user wrote is never a bound of root's."""
+    lim = cfg.limits
+    cap = lim.budget_max_bytes or cfg.budget_bytes
+    changes: dict[str, Any] = {}
+    if opts.budget_bytes is not None and opts.budget_bytes > cap:
+        changes["budget_bytes"] = cap
+    if opts.hang_s is not None and opts.hang_s < lim.hang_min_s:
+        changes["hang_s"] = lim.hang_min_s
+    if len(opts.mail) > lim.max_recipients:
+        changes["mail"] = opts.mail[:lim.max_recipients]
+    return replace(opts, **changes) if changes else opts
 
 
 RULE_KEYS = ("do", "retries", "shadow")

@@ -19,18 +19,19 @@ local dir is not: `--local-only` sweeps just the local dir, for each compute nod
 
 Root walks user-owned job dirs by fd without following symlinks; a job dir is first renamed to
 `.gc-<jobid>-<random>` in the root-owned spool root (so no Prolog joins a half-removed dir) and
-then removed with the standard library's fd-based rmtree. One gc at a time (flock on
+then removed by fd without recursion (remove_tree: any depth, any size, bounded memory and
+fds; what the time limit leaves is finished by the next pass). One gc at a time (flock on
 <spool>/.gc.lock); a second one says so and exits 0. `--dry-run` only lists.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import fcntl
 import os
 import re
-import shutil
 import stat
 import sys
 import time
@@ -45,6 +46,9 @@ REMOVING_PREFIX = ".gc-"  # a job dir being removed: renamed, so nothing else to
 TEMP_PREFIX = ".tmp-"  # a Prolog's build dir (spool.create_job_dir); left only by a crash
 FUTURE_SLACK_S = 300  # clock skew between nodes; later mtimes are ignored
 MAX_DEPTH = 64  # deeper trees (a user's own making) are measured down to here only
+MEASURE_MAX_ENTRIES = 200_000  # entries measured per job dir: a huge one cannot eat the pass
+RM_MAX_DEPTH = 32  # deeper dirs are moved up to the spool root and removed as entries of their own
+RM_BATCH = 4096  # subdirectory names held per directory while removing
 # a node-local record, <job>.<attempt>.<step>.<rank>.exit, or the temp file a slurmstepd killed
 # mid-write left, .<that>.<pid>.tmp (spank/records.c write_local_record)
 _LOCAL_RECORD = re.compile(r"^(\.)?(\d+)\.\d+\.[A-Za-z0-9_-]+\.\d+\.exit(?(1)\.\d+\.tmp)$")
@@ -89,9 +93,12 @@ class Summary:
 
 # ---- measuring -------------------------------------------------------------------------------
 
-def measure(parent_fd: int, name: str, deadline: float | None = None) -> JobUsage:
+def measure(parent_fd: int, name: str, deadline: float | None = None,
+            max_entries: int = MEASURE_MAX_ENTRIES) -> JobUsage:
     """Disk usage, file count and newest mtime of parent/name, walked by fd (never following a
-    symlink; a symlink counts as itself). Iterative, at most MAX_DEPTH fds open at once."""
+    symlink; a symlink counts as itself). Iterative, at most MAX_DEPTH fds open at once, at
+    most max_entries entries looked at (a user's huge directory is measured in part, and
+    the pass goes on to the next job)."""
     u = JobUsage(name)
     try:
         st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
@@ -104,6 +111,7 @@ def measure(parent_fd: int, name: str, deadline: float | None = None) -> JobUsag
         u.files = 1
         return u
     stack: list[tuple[int, Iterator[os.DirEntry[str]]]] = []
+    seen = 0
     try:
         fd = open_dir(name, parent_fd)
         stack.append((fd, os.scandir(fd)))  # scandir(fd) reads a dup; we close fd ourselves
@@ -119,6 +127,10 @@ def measure(parent_fd: int, name: str, deadline: float | None = None) -> JobUsag
             if entry is None:
                 _close(stack.pop())
                 continue
+            seen += 1
+            if seen > max_entries:
+                u.partial = f"more than {max_entries} entries: not measured beyond"
+                break
             try:
                 est = entry.stat(follow_symlinks=False)
             except OSError:
@@ -350,16 +362,86 @@ def sweep_local(local_dir: str, max_age_s: int, active: dict[int, str], now: flo
 
 # ---- removing ------------------------------------------------------------------------------
 
-def remove_entry(root_fd: int, name: str) -> None:
-    """Rename the entry aside in the spool root, then remove it by fd, never following a
-    symlink (shutil.rmtree with dir_fd; on Linux it avoids symlink attacks)."""
-    if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - not on Linux
-        raise GcError("this platform's rmtree can follow symlinks: refusing to remove")
+def remove_entry(root_fd: int, name: str, deadline: float | None = None) -> bool:
+    """Rename the entry aside in the spool root, then remove it by fd (remove_tree). True when
+    it is gone; False when the deadline came first (the `.gc-` entry is finished next pass)."""
     if not name.startswith(REMOVING_PREFIX):
         aside = f"{REMOVING_PREFIX}{name}-{os.urandom(4).hex()}"
         os.rename(name, aside, src_dir_fd=root_fd, dst_dir_fd=root_fd)
         name = aside
-    shutil.rmtree(name, dir_fd=root_fd)
+    pending = [name]
+    while pending:
+        if not remove_tree(root_fd, pending.pop(), deadline, pending):
+            return False
+    return True
+
+
+def remove_tree(root_fd: int, name: str, deadline: float | None = None,
+                moved: list[str] | None = None) -> bool:
+    """Remove root/name, a tree a user made, without recursion and without following a link:
+    files unlinked as they are listed (a huge directory is never held in memory: at most
+    RM_BATCH subdirectory names a directory), at most RM_MAX_DEPTH fds open; a directory
+    deeper than that is renamed up into the spool root as a `.gc-` entry of its own (named
+    in `moved`), so any depth is removed. False when the deadline came first. OSError when
+    something cannot be removed."""
+    try:
+        st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=root_fd)
+        return True
+    stack: list[tuple[int, str, list[str]]] = [(open_dir(name, root_fd), name, [])]
+    try:
+        while stack:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            fd, _, subdirs = stack[-1]
+            if not subdirs:
+                _unlink_files(root_fd, fd, subdirs, len(stack), moved, deadline)
+                if deadline is not None and time.monotonic() > deadline:
+                    return False
+            if subdirs:
+                sub = subdirs.pop()
+                try:
+                    stack.append((open_dir(sub, fd), sub, []))
+                except FileNotFoundError:
+                    continue
+                except SpoolError:  # swapped for a link or a file meanwhile: unlink that
+                    os.unlink(sub, dir_fd=fd)
+                continue
+            fd, nm, _ = stack.pop()
+            os.close(fd)
+            os.rmdir(nm, dir_fd=stack[-1][0] if stack else root_fd)
+        return True
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+
+
+def _unlink_files(root_fd: int, fd: int, subdirs: list[str], depth: int,
+                  moved: list[str] | None, deadline: float | None) -> None:
+    """One listing of fd: unlink what is not a directory, keep up to RM_BATCH subdirectory
+    names in `subdirs`; past RM_MAX_DEPTH a subdirectory is moved up to the spool root."""
+    with os.scandir(fd) as it:
+        for i, entry in enumerate(it):
+            if deadline is not None and i % 1024 == 0 and time.monotonic() > deadline:
+                return
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if not is_dir:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+            elif depth >= RM_MAX_DEPTH and moved is not None:
+                up = f"{REMOVING_PREFIX}deep-{os.urandom(6).hex()}"
+                os.rename(entry.name, up, src_dir_fd=fd, dst_dir_fd=root_fd)
+                moved.append(up)
+            else:
+                subdirs.append(entry.name)
+                if len(subdirs) >= RM_BATCH:
+                    return
 
 
 def _open_lock(root_fd: int) -> tuple[int, bool]:
@@ -420,9 +502,12 @@ def run_gc(cfg: Config, dry_run: bool = False, time_limit_s: float | None = None
                     summary.removed.append(d.job)
                     continue
                 try:
-                    remove_entry(root_fd, d.job.name)
+                    if not remove_entry(root_fd, d.job.name, deadline):
+                        summary.stopped = (f"time limit ({time_limit_s:g} s) reached while "
+                                           f"removing {d.job.name} (the rest next pass)")
+                        break
                     summary.removed.append(d.job)
-                except (OSError, RecursionError) as e:
+                except OSError as e:
                     summary.failed.append((d.job, getattr(e, "strerror", None) or str(e)))
             if lock_fd >= 0:
                 os.utime(lock_fd)  # the time of the last pass, for min_interval_s

@@ -439,6 +439,50 @@ def read_json_nofollow(name: str, dir_fd: int, owners: tuple[int, ...] | None = 
         raise SpoolError(f"{name}: not valid JSON: {e}") from None
 
 
+def read_job_file(spool: str, jobid: str | int, name: str, attempt: int = 0,
+                  owners: tuple[int, ...] = (0,), job_uid: int | None = None,
+                  limit: int = MAX_RECORD_BYTES) -> Any:
+    """A JSON file root wrote in a job's directory (job.json, an attempt's verdict.json), read
+    as root reads a user's directory: from the spool root (root's, checked) down by fds, no
+    link followed on the way, O_NONBLOCK, size-capped, the file of one of `owners` (root: the
+    user cannot have written it) with one link. job_uid: the job dir must be that user's.
+    OSError/SpoolError when any of it does not hold."""
+    root_fd = open_dir(spool)
+    fds = [root_fd]
+    try:
+        check_spool_root(root_fd, spool)
+        fds.append(open_dir(_jobid(jobid), root_fd, shown=job_dir(spool, jobid)))
+        if job_uid is not None and os.fstat(fds[-1]).st_uid != job_uid:
+            raise SpoolError(f"{job_dir(spool, jobid)}: not owned by uid {job_uid}: refused")
+        sub = attempt_subdir(attempt)
+        if sub:
+            fds.append(open_dir(sub, fds[-1]))
+        data = read_bytes_nofollow(name, fds[-1], limit, owners=owners)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SpoolError(f"{name}: not valid JSON: {e}") from None
+
+
+def read_run_verdict(spool: str, jobid: str | int, attempt: int) -> dict[str, Any]:
+    """The verdict.json the job epilog (root) wrote for jobid's attempt, and only if it says
+    it is about that job and attempt (a root file the user moved between their attempt
+    dirs is not taken for another one). OSError/SpoolError else."""
+    v = read_job_file(spool, jobid, "verdict.json", attempt)
+    try:
+        ok = isinstance(v, dict) and str(v.get("job_id")) == str(jobid) \
+            and int(v.get("attempt") or 0) == int(attempt)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise SpoolError(f"verdict.json of {jobid} attempt {attempt} is about another run: "
+                         "refused")
+    return v
+
+
 EXIT_FIELDS = ("node", "step", "rank", "pid", "exit_code", "signal", "core_dumped", "end_time",
                "status")
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualert_slurm.config import Config
+from gpualert_slurm.config import Config, bound_options
 from gpualert_slurm.hooks import cost
 from gpualert_slurm.hooks.common import (
     DEFAULT_TIMEOUT_S,
@@ -83,8 +83,10 @@ def node_file_name(node: str) -> str:
 
 
 def job_options(env: dict[str, str], cfg: Config, log: HookLog) -> Options:
+    """The job's options within the site's bounds (config.bound_options: budget, hang, mail)."""
     try:
-        return options_from_env(env.get("SPANK_GPUALERT"), cfg.default_monitoring)
+        return bound_options(options_from_env(env.get("SPANK_GPUALERT"), cfg.default_monitoring),
+                             cfg)
     except OptionError as e:  # validated at submit time: a site problem; monitor anyway
         log.error(f"job {env.get('SLURM_JOB_ID')}: SPANK_GPUALERT: {e}; using defaults")
         return Options()

@@ -18,6 +18,7 @@ import socket
 import time
 from typing import Any
 
+from gpualert_slurm.config import bound_options
 from gpualert_slurm.hooks.common import (
     DEFAULT_TIMEOUT_S,
     HookLog,
@@ -124,7 +125,9 @@ def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         return
     options_error = None
     try:
-        options = options_from_env(env.get("SPANK_GPUALERT"), cfg.default_monitoring)
+        # within the site's bounds: job.json then says what applies (config.bound_options)
+        options = bound_options(options_from_env(env.get("SPANK_GPUALERT"),
+                                                 cfg.default_monitoring), cfg)
     except OptionError as e:
         # The plugin validates at submit time, so this is a site problem; monitor anyway.
         options_error = str(e)

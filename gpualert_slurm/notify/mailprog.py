@@ -67,29 +67,14 @@ def _read_stdin(timeout: float = 1.0) -> str:
 
 
 def _verdict(cfg: Config, job_id: str) -> dict[str, Any] | None:
-    """The job's verdict.json (latest attempt), or None while there is none."""
-    from gpualert_slurm.spool import (
-        SpoolError,
-        attempt_dir,
-        job_dir,
-        latest_attempt,
-        open_dir,
-        read_json_nofollow,
-    )
+    """The job's verdict (its latest attempt's), or None while there is none. Only a
+    verdict.json root wrote about this job and that attempt counts (spool.read_run_verdict):
+    a user's own file in an attempt-N directory they made is not enrichment."""
+    from gpualert_slurm.spool import job_dir, latest_attempt, read_run_verdict
 
-    path = job_dir(cfg.spool, job_id)
     try:
-        where = attempt_dir(path, latest_attempt(path))
-        fd = open_dir(where)
-    except (OSError, SpoolError, ValueError):
-        return None
-    try:
-        data = read_json_nofollow("verdict.json", fd)
-    except (OSError, SpoolError, ValueError):
-        return None
-    finally:
-        os.close(fd)
-    if not isinstance(data, dict):
+        data = read_run_verdict(cfg.spool, job_id, latest_attempt(job_dir(cfg.spool, job_id)))
+    except (OSError, ValueError):
         return None
     inner = data.get("verdict")
     return inner if isinstance(inner, dict) else data

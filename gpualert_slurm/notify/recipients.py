@@ -9,7 +9,6 @@ dropped silently.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -116,15 +115,26 @@ def resolve_recipients(opts: Any, env: Mapping[str, str], cfg: Config) -> Recipi
 
 
 def _job_facts(cfg: Config, job_id: str) -> dict[str, Any]:
-    """user/partition/account from the job's job.json, when it can be read."""
-    from gpualert_slurm.spool import job_json
+    """user/partition/account for routing: from the job.json root wrote (the Prolog, from
+    Slurm's environment), read the careful way (spool.read_job_file: root's file, no link,
+    no FIFO); a job.json the user replaced is refused, and Slurm is asked instead. A user must
+    not route their report, text they control, to another team's channel."""
+    from gpualert_slurm.spool import read_job_file
 
     try:
-        with open(job_json(cfg.spool, job_id), "rb") as f:
-            data = json.loads(f.read(1 << 20))
+        data = read_job_file(cfg.spool, job_id, "job.json")
+        if isinstance(data, dict):
+            return data
     except (OSError, ValueError):
+        pass
+    from gpualert_slurm import slurm
+
+    try:
+        st = slurm.show_job(job_id, timeout=SCONTROL_TIMEOUT_S)
+    except slurm.SlurmError:
         return {}
-    return data if isinstance(data, dict) else {}
+    return {"user": st.user, "partition": st.partition,
+            "account": str(st.raw.get("Account") or "")}
 
 
 def resolve_channels(facts: Mapping[str, Any], cfg: Config) -> list[str]:

@@ -14,6 +14,7 @@ from email import message_from_bytes, policy
 
 from gpualert_slurm.config import ChannelConfig, MailConfig
 from gpualert_slurm.notify.smtp import Outcome, read_secret
+from gpualert_slurm.termsafe import escape, one_line
 
 MAX_BODY = 3500  # Slack/Mattermost cut long posts; the full report stays in the mail/spool
 
@@ -38,6 +39,9 @@ def title_and_body(data: bytes) -> tuple[str, str]:
             body = ""
     if not isinstance(body, str):
         body = ""
+    # The report quotes the job's output: its control characters (ESC/OSC...) are posted
+    # escaped, never raw (a chat client or a terminal reading the channel would act on them).
+    title, body = one_line(title, 998), escape(body.replace("\r\n", "\n"))
     if len(body) > MAX_BODY:
         body = body[:MAX_BODY] + "\n[... cut: the full report is in the mail and in the spool]"
     return title, body.strip() or title

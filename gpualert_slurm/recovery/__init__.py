@@ -15,7 +15,6 @@ was killed) is an interrupted decision: `gpualert watch` carries it on (resume_u
 from __future__ import annotations
 
 import glob
-import json
 import os
 import time
 from typing import Any
@@ -27,14 +26,37 @@ SLURM_CALL_S = 5.0
 LOCK_WHY = "the audit lock did not come"
 
 
-def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: float
-              ) -> tuple[list[str], list[str]]:
-    """Nodes to blame (and notes): for a node failure the job's nodes Slurm reports down or
-    not responding, else the verdict's root node."""
-    notes: list[str] = []
+def _claimed(verdict: dict[str, Any], nodes: list[str]) -> list[str]:
+    """The nodes the verdict blames, whatever its evidence's origin: the root rank's node,
+    else the node whose log holds the first evidence, else the job's only node. (A claim:
+    the job's own text and files say so.)"""
     v = verdict.get("verdict") or {}
+    root = v.get("root_node")
+    if root:
+        return [str(root)]
+    ev = (v.get("evidence") or [{}])[0]
+    efile = ev.get("file") if isinstance(ev, dict) else None
+    for t in verdict.get("tasks") or []:
+        if efile and t.get("file") == efile and t.get("node"):
+            return [str(t["node"])]
+    return list(nodes) if len(nodes) == 1 else []
+
+
+def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: float
+              ) -> tuple[list[str], dict[str, str], dict[str, str], list[str]]:
+    """(claimed, proven, refuted, notes) for the nodes Slurm says ran this attempt (`nodes`):
+    what the verdict blames; node -> the Slurm or root fact that backs the class there (for
+    a node failure Slurm's DOWN/NOT_RESPONDING/FAIL, else the node's sealed kernel log or
+    NVML, provenance.backing); node -> why a blamed node is not backed."""
+    from gpualert_slurm import provenance
+
+    notes: list[str] = []
+    trusted = verdict.get("trusted") or {}
+    claimed = _claimed(verdict, nodes)
+    proven: dict[str, str] = {}
+    refuted: dict[str, str] = {}
+    states: dict[str, str] = {}
     if cls == "node_failure":
-        down = []
         for n in nodes:
             if time.monotonic() > deadline:
                 notes.append("node states not all read within the bound")
@@ -44,34 +66,54 @@ def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: flo
             except slurm.SlurmError as e:
                 notes.append(f"node {n}: {e}")
                 continue
+            states[n] = info.state
             if info.flags & {"DOWN", "NOT_RESPONDING", "FAIL"}:
-                down.append(n)
-        if down:
-            return down, notes
-    root = v.get("root_node")
-    if root:
-        return [str(root)], notes
-    # No root rank (a batch script alone): the node whose log holds the first evidence, else
-    # the job's only node.
-    ev = (v.get("evidence") or [{}])[0]
-    efile = ev.get("file") if isinstance(ev, dict) else None
-    for t in verdict.get("tasks") or []:
-        if efile and t.get("file") == efile and t.get("node"):
-            return [str(t["node"])], notes
-    return (list(nodes) if len(nodes) == 1 else []), notes
+                proven[n] = f"Slurm: {n} {info.state}"
+    else:
+        for n in nodes:
+            b = provenance.backing(trusted, n, cls)
+            if b:
+                proven[n] = b
+    for c in claimed:
+        if c in proven:
+            continue
+        if cls == "node_failure" and c in nodes:
+            refuted[c] = f"Slurm does not say {c} failed (its state: {states.get(c, 'unknown')})"
+        else:
+            refuted[c] = provenance.not_backed(trusted, c, cls)
+    return claimed, proven, refuted, notes
 
 
-def checkpoint_newest(pattern: str | None, work_dir: str | None, deadline: float
-                      ) -> float | None:
-    """Newest mtime of the files matching the job's checkpoint= glob (relative to its work
-    dir); lstat only: no file is opened, no link followed."""
-    if not pattern:
-        return None
-    base = pattern if os.path.isabs(pattern) else os.path.join(work_dir or "/nonexistent",
-                                                               pattern)
+def _breaker_facts(partition: str, deadline: float, notes: list[str]
+                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the partition's nodes as Slurm lists them, those of them drained now by gpualert):
+    the breaker counts state, per node set. () for a partition Slurm does not know."""
+    from gpualert_slurm.recovery.actions import REASON_PREFIX
+
+    if not partition:
+        return (), ()
+    try:
+        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
+        node_set = tuple(slurm.partition_nodes(partition, timeout=max(0.1, left)))
+    except slurm.SlurmError as e:
+        notes.append(f"partition {partition}: {e}")
+        return (), ()
+    try:
+        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
+        infos = slurm.nodes_info(timeout=max(0.1, left))
+    except slurm.SlurmError as e:
+        notes.append(f"node states: {e}; the breaker counts the audit log's drains only")
+        return node_set, ()
+    members = set(node_set)
+    return node_set, tuple(sorted(i.name for i in infos if i.name in members and i.drained
+                                  and i.reason.startswith(REASON_PREFIX)))
+
+
+def _newest_match(base: str, limit: int) -> float | None:
+    """Newest mtime of at most `limit` paths glob matches (lstat: no file opened)."""
     newest = None
     for i, path in enumerate(glob.iglob(base, recursive=True)):
-        if i > 100000 or time.monotonic() > deadline:
+        if i >= limit:
             break
         try:
             m = os.lstat(path).st_mtime
@@ -79,6 +121,41 @@ def checkpoint_newest(pattern: str | None, work_dir: str | None, deadline: float
             continue
         newest = m if newest is None else max(newest, m)
     return newest
+
+
+def checkpoint_newest(pattern: str | None, work_dir: str | None, deadline: float,
+                      user: str | None = None, cfg: Config | None = None) -> float | None:
+    """Newest mtime of the files matching the job's checkpoint= glob (relative to its work
+    dir). Root never walks it: it runs in a child as the job's user (so no link is followed
+    with root's rights, and what the user cannot see does not count), killed past
+    limits.checkpoint_timeout_s or the deadline (a symlink loop under `**`), and visits at
+    most limits.checkpoint_max_matches paths. None: no glob, or nothing known in time."""
+    if not pattern:
+        return None
+    from gpualert_slurm.artifacts import run_forked
+    from gpualert_slurm.config import LimitsConfig
+
+    lim = cfg.limits if cfg is not None else LimitsConfig()
+    base = pattern if os.path.isabs(pattern) else os.path.join(work_dir or "/nonexistent",
+                                                               pattern)
+    uid = gid = None
+    if user is not None and os.geteuid() == 0:  # None: an admin's own call (tests, a shell)
+        import pwd
+
+        try:
+            pw = pwd.getpwnam(str(user))
+        except KeyError:
+            return None  # whose files these are is not known: root does not look
+        uid, gid = pw.pw_uid, pw.pw_gid
+    timeout = min(lim.checkpoint_timeout_s, deadline - time.monotonic() - 0.5)
+    if timeout <= 0:
+        return None
+    try:
+        got = run_forked(lambda: _newest_match(base, lim.checkpoint_max_matches), timeout,
+                         uid, gid)
+    except (TimeoutError, RuntimeError, OSError):
+        return None
+    return float(got) if isinstance(got, int | float) else None
 
 
 def _summary(dec: dict[str, Any], outcome: str | None, results: list[dict[str, Any]],
@@ -122,19 +199,19 @@ def _facts(cfg: Config, verdict: dict[str, Any], deadline: float) -> dict[str, A
     att_timeout = max(0.1, min(rc.attribution_timeout_s, deadline - time.monotonic() - 1))
     v2, att = attribution.attribute(rc.attribution, verdict, att_timeout)
     cls = str((v2.get("verdict") or {}).get("class") or "unknown")
-    nodes = [str(n) for n in job.get("nodes") or []]
-    partition = str(job.get("partition") or "").split(",")[0]
-    suspects, notes = _suspects(v2, cls, nodes, deadline)
-    try:
-        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
-        psize = len(slurm.partition_nodes(partition, timeout=max(0.1, left))) if partition else 0
-    except slurm.SlurmError as e:
-        psize = 0
-        notes.append(f"partition {partition}: {e}")
+    # Slurm's word only (docs/SECURITY.md): the job epilog put what Slurm said in "trusted";
+    # a verdict without it (made up by the hang watcher) names no node that may be touched.
+    sl = (verdict.get("trusted") or {}).get("slurm") or {}
+    nodes = [str(n) for n in sl.get("nodes") or []]
+    partition = str(sl.get("partition") or "").split(",")[0]
+    suspects, proven, refuted, notes = _suspects(v2, cls, nodes, deadline)
+    node_set, drained_now = _breaker_facts(partition, deadline, notes)
     return {"verdict": v2, "attribution": att, "nodes": nodes, "partition": partition,
-            "suspects": suspects, "notes": notes, "partition_size": psize,
+            "suspects": suspects, "proven": proven, "refuted": refuted,
+            "node_set": node_set, "drained_now": drained_now, "user": str(sl.get("user") or ""),
+            "notes": notes, "partition_size": len(node_set),
             "checkpoint_newest": checkpoint_newest(opts.get("checkpoint"), job.get("work_dir"),
-                                                   deadline)}
+                                                   deadline, str(job.get("user") or ""), cfg)}
 
 
 def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
@@ -183,7 +260,10 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 suspects=tuple(suspects), recover=opts.get("recover"),
                 checkpoint=opts.get("checkpoint"), checkpoint_newest=f["checkpoint_newest"],
                 partition_size=f["partition_size"],
-                breaker_open=breaker_open(records, partition) is not None, time=time.time())
+                breaker_open=breaker_open(records, partition, f["node_set"]) is not None,
+                time=time.time(), proven=tuple(f["proven"].items()),
+                refuted=tuple(f["refuted"].items()), user=f["user"], node_set=f["node_set"],
+                drained_now=f["drained_now"])
             d = policy.decide(rc, v2, facts, records)
             d.id = dec_id
             ev = (vv.get("evidence") or [{}])[0]
@@ -196,7 +276,7 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 "outcome": "recorded", "decided_s": time.monotonic() - t0}]
             old = audit.append({
                 "event": "decision", **d.to_json(), "partition": partition, "nodes": nodes,
-                "user": job.get("user"),
+                "user": f["user"] or job.get("user"),
                 "suspects": suspects, "evidence": evidence,
                 "failed_at": job.get("end_time"), "checkpoint": opts.get("checkpoint"),
                 "attribution": f["attribution"], "notes": [*d.notes, *notes],
@@ -204,6 +284,7 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 "not_retried": policy.not_retried(rc, d)}, *done_now)
             if d.trip_breaker:
                 audit.append({"event": "breaker", "partition": partition, "state": "open",
+                              "node_set": list(f["node_set"]),
                               "id": dec_id, "why": next(
                                   (n["why"] for n in d.not_taken if "breaker" in n["why"]), "")})
         if not old.get("planned"):
@@ -223,14 +304,47 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
         return _summary(old, out, results, audit.path)
 
 
+def _resume_decision(cfg: Config, dec: dict[str, Any], log: Any) -> dict[str, Any]:
+    """Carry on an interrupted decision from its audit record alone (root's file): the
+    actions it planned, from Slurm's current state, skipping those already done. Nothing a
+    user can write (verdict.json, job.json) is read: it could name another job or node."""
+    from gpualert_slurm.recovery import actions
+    from gpualert_slurm.recovery.audit import AuditLog, audit_path, decision_state
+
+    t0 = time.monotonic()
+    deadline = t0 + cfg.recovery.timeout_s
+    audit = AuditLog(audit_path(cfg))
+    did, job, attempt = str(dec.get("id")), dec.get("job"), dec.get("attempt")
+    with audit.locked(max(0.1, deadline - time.monotonic() - 0.5)) as held:
+        if not held:
+            return {"id": did, "outcome": "undecided", "why": LOCK_WHY + " (the next pass)"}
+        old, done, outcome = decision_state(audit.read(), did)
+        if old is None or outcome is not None:  # finished meanwhile
+            return {"id": did, "outcome": outcome or "gone", "repeat": True}
+        if not old.get("planned"):
+            audit.append({"event": "outcome", "id": did, "job": job, "attempt": attempt,
+                          "outcome": "recorded", "decided_s": time.monotonic() - t0})
+            return _summary(old, "recorded", [], audit.path)
+        out, results = actions.execute(old, old["planned"], audit, deadline, done)
+        audit.append({"event": "outcome", "id": did, "job": job, "attempt": attempt,
+                      "outcome": out, "decided_s": time.monotonic() - t0, "resumed": True})
+        if log is not None:
+            log.info(f"job {job}: resumed recovery {old.get('rule')}: "
+                     + ", ".join(f"{r['action']} {r['target']}: {r['outcome']}" for r in results))
+        return _summary(old, out, results, audit.path)
+
+
 def resume_unfinished(cfg: Config, log: Any = None, min_age_s: float | None = None,
                       max_age_s: float = 3600) -> list[dict[str, Any]]:
     """Finish decisions a crash interrupted (a decision line without its outcome, older than
-    the bound): each is carried on from Slurm's current state, so what was done is not done
-    again. Also make, late (within 10 minutes), the decisions a burst left undone (the audit
-    lock did not come within the epilog's bound). `gpualert watch` calls this every pass."""
+    the bound): each is carried on from its audit record and Slurm's current state, so what
+    was done is not done again, and nothing in the user's directory is read. Also make, late
+    (within 10 minutes), the decisions a burst left undone (the audit lock did not come
+    within the epilog's bound), from the verdict.json root wrote (spool.read_run_verdict).
+    `gpualert
+    watch` calls this every pass."""
     from gpualert_slurm.recovery.audit import AuditLog, audit_path
-    from gpualert_slurm.spool import attempt_dir, job_dir
+    from gpualert_slurm.spool import read_run_verdict
 
     audit = AuditLog(audit_path(cfg))
     recs = audit.read()
@@ -255,17 +369,17 @@ def resume_unfinished(cfg: Config, log: Any = None, min_age_s: float | None = No
         limit = min(max_age_s, 600) if r.get("id") in last_lock_abandon else max_age_s
         if not age <= now - float(r.get("time") or 0) <= limit:
             continue
+        if r.get("id") not in last_lock_abandon:
+            out.append(_resume_decision(cfg, r, log))
+            continue
         if r.get("id") != f"{r.get('job')}.{r.get('attempt')}":
             continue  # a hang decision: its verdict was made up by the watcher, not kept
-        path = os.path.join(attempt_dir(job_dir(cfg.spool, str(r["job"])), int(r["attempt"])),
-                            "verdict.json")
         try:
-            with open(path, encoding="utf-8") as f:
-                verdict = json.load(f)
-        except (OSError, ValueError) as e:
+            verdict = read_run_verdict(cfg.spool, str(r["job"]), int(r["attempt"]))
+        except (OSError, ValueError, TypeError) as e:
             audit.append({"event": "outcome", "id": r["id"], "job": r.get("job"),
                           "attempt": r.get("attempt"), "outcome": "abandoned",
-                          "why": f"interrupted, and its verdict cannot be read: {e}"})
+                          "why": f"never decided, and root's verdict cannot be read: {e}"})
             continue
         out.append(on_verdict(cfg, verdict, log) or {})
     return out

@@ -36,8 +36,11 @@ def _timed_out(e: slurm.SlurmError) -> bool:
 
 
 def drain_reason(cls: str, evidence: str) -> str:
-    text = " ".join(f"{REASON_PREFIX} {cls} {evidence}".split())
-    # scontrol takes it as one argv element; keep it short for sinfo and without '"'
+    from gpualert_slurm.termsafe import one_line
+
+    # The evidence may be a job's own text: no control character of it reaches sinfo's or
+    # an admin's terminal (escaped); one argv element for scontrol, short, without '"'.
+    text = " ".join(f"{REASON_PREFIX} {cls} {one_line(evidence, 400)}".split())
     return text.replace('"', "'")[:200]
 
 
@@ -165,7 +168,8 @@ def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: Audi
             continue
         try:
             if action == "drain_node":
-                ev = decision.get("evidence") or ""
+                # the drain's reason is the Slurm or root fact that allowed it, never job text
+                ev = (decision.get("backing") or {}).get(target) or decision.get("evidence") or ""
                 res, info = do_drain(target, drain_reason(decision["class"], ev), deadline,
                                      audit, base)
             elif action == "requeue":

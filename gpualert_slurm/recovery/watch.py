@@ -7,72 +7,132 @@ job (it only looks at jobs squeue says are RUNNING), it costs nothing on the com
 (an squeue and a few stat() of the shared spool per pass on the controller), and its crash or
 hang touches no job (it only reads mtimes and the last lines of logs, as root).
 
-Per running job that asked for hang= (or with the config's hang:), in its latest attempt:
+Per running job that asked for hang= (or with the config's hang:), in its current attempt:
 - every rank silent for at least hang -> "hung": an alert mail while the job still runs (the
   last lines of each rank), then the recovery policy's decision for class `hang`
   (recovery.rules.hang: notify only by default; action mode may cancel or requeue it);
 - one or more ranks silent for at least hang while another wrote within it -> "straggler":
   an alert naming those ranks.
-Each alert is sent once per job attempt (state in <spool>/.gpualert/watch.json).
-Each pass also finishes recovery decisions a crash interrupted (recovery.resume_unfinished).
+Each alert is sent once per job attempt, the attempt being Slurm's restart count (an
+attempt-N directory a user makes is no run), at most limits.watch_alerts_per_job per job and
+limits.watch_alerts_per_user_hour per user (state in <spool>/.gpualert/watch.json, root's).
+Each pass also finishes recovery decisions a crash interrupted (recovery.resume_unfinished),
+from the root-only audit log alone.
+
+Everything it reads in a job's directory is the user's: it is read from the spool root down
+by fds, no link followed, non-blocking, owner- and type-checked, at most MAX_TASK_ENTRIES
+names, and each job's reads run in a thread bounded by limits.watch_job_s; a job that fails
+any of it is logged and skipped, and the pass goes on (docs/SECURITY.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
+import stat
 import sys
+import threading
 import time
 from typing import Any
 
 from gpualert_slurm import slurm
-from gpualert_slurm.config import Config, ConfigError, load_config
+from gpualert_slurm.config import Config, ConfigError, bound_options, load_config
 from gpualert_slurm.options import OptionError, parse_options
-from gpualert_slurm.spool import attempt_dir, job_dir, latest_attempt
+from gpualert_slurm.spool import (
+    SpoolError,
+    attempt_subdir,
+    check_spool_root,
+    job_dir,
+    latest_attempt,
+    open_dir,
+    read_job_file,
+    write_json_atomic,
+)
+from gpualert_slurm.termsafe import escape
 
 TAIL_BYTES = 4096
+TAIL_LINES = 8
+MAX_TASK_ENTRIES = 4096  # names read from one tasks/ dir per pass (a user can make millions)
+MAX_ALERT_RANKS = 64  # ranks whose last lines an alert quotes
+_LOG_RE = re.compile(r"^([A-Za-z0-9_-]+)\.(\d+)\.log\Z")
+_stuck: dict[str, threading.Thread] = {}  # job -> its reader, still blocked from a pass
 
 
-def _tail(path: str, n: int = 8) -> list[str]:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return []
-    try:
-        size = os.fstat(fd).st_size
-        data = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES)).replace(b"\0", b"")
-    finally:
-        os.close(fd)
+def _tail(fd: int, size: int, n: int = TAIL_LINES) -> list[str]:
+    """The last lines of an open log (pread on the checked fd: nothing reopened by name)."""
+    data = os.pread(fd, TAIL_BYTES, max(0, size - TAIL_BYTES)).replace(b"\0", b"")
     lines = data.decode(errors="replace").splitlines()
-    return [ln[:300] for ln in lines[-n:]]
+    return [escape(ln[:300], keep_newlines=False) for ln in lines[-n:]]
 
 
-def heartbeats(spool: str, job_id: str, start: float) -> tuple[int, dict[str, dict[str, Any]]]:
-    """(attempt, '<step>.<rank>' -> {"silence_s", "file"}) for the latest attempt; a rank's
-    log that was never written counts from the attempt's start."""
-    jd = job_dir(spool, job_id)
-    att = latest_attempt(jd)
-    tasks = os.path.join(attempt_dir(jd, att), "tasks")
+def heartbeats(spool: str, job_id: str, start: float, attempt: int | None = None,
+               uid: int | None = None, tails: bool = False
+               ) -> tuple[int, dict[str, dict[str, Any]]]:
+    """(attempt, '<step>.<rank>' -> {"silence_s", "file"[, "tail"]}) for one attempt (Slurm's
+    restart count; None: the latest there is); a rank's log that was never written counts from
+    the attempt's start. Read as root reads a user's directory: from the spool root down by
+    fds, no link followed (a tasks/ that is a symlink to another job's is refused), each log
+    opened O_NOFOLLOW|O_NONBLOCK and checked (a plain file of the job's user, one link),
+    at most MAX_TASK_ENTRIES names. uid: the job's user (Slurm's), whom the dirs must belong to.
+    SpoolError/OSError when the job dir cannot be read that way."""
+    root_fd = open_dir(spool)
+    fds = [root_fd]
     out: dict[str, dict[str, Any]] = {}
-    now = time.time()
     try:
-        names = sorted(os.listdir(tasks))
-    except OSError:
-        return att, {}
-    for name in names:
-        if not name.endswith(".log"):
-            continue
-        path = os.path.join(tasks, name)
+        if uid is not None:
+            check_spool_root(root_fd, spool)
+        jpath = job_dir(spool, job_id)
+        fds.append(open_dir(os.path.basename(jpath), root_fd, shown=jpath))
+        owner = os.fstat(fds[-1]).st_uid if uid is None else uid
+        att = latest_attempt(jpath) if attempt is None else int(attempt)
+        sub = attempt_subdir(att)
+        if sub:
+            fds.append(open_dir(sub, fds[-1], shown=os.path.join(jpath, sub)))
+        tasks_path = os.path.join(jpath, sub, "tasks") if sub else os.path.join(jpath, "tasks")
         try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if os.path.exists(path[:-4] + ".exit"):
-            continue  # that task has ended: silence is not a hang
-        last = st.st_mtime if st.st_size else max(start, st.st_mtime)
-        out[name[:-4]] = {"silence_s": now - last, "file": path}
-    return att, out
+            fds.append(open_dir("tasks", fds[-1], shown=tasks_path))
+        except FileNotFoundError:
+            return att, {}
+        for fd in fds[1:]:
+            if os.fstat(fd).st_uid not in (owner, 0):
+                raise SpoolError(f"{jpath}: a directory not owned by uid {owner}: refused")
+        tfd = fds[-1]
+        names: set[str] = set()
+        with os.scandir(tfd) as it:
+            for i, entry in enumerate(it):
+                if i >= MAX_TASK_ENTRIES:
+                    break
+                names.add(entry.name)
+        now = time.time()
+        for name in sorted(names):
+            m = _LOG_RE.match(name)
+            if not m or f"{name[:-4]}.exit" in names:
+                continue  # not a log, or that task has ended: silence is not a hang
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=tfd)
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 \
+                        or st.st_uid not in (owner, 0):
+                    continue  # a FIFO, a directory named x.log, a hard link: not a log
+                last = st.st_mtime if st.st_size else max(start, st.st_mtime)
+                beat: dict[str, Any] = {"silence_s": now - last,
+                                        "file": os.path.join(tasks_path, name)}
+                if tails and len(out) < MAX_ALERT_RANKS:
+                    beat["tail"] = _tail(fd, st.st_size)
+                out[name[:-4]] = beat
+            finally:
+                os.close(fd)
+        return att, out
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def judge(beats: dict[str, dict[str, Any]], hang_s: float) -> tuple[str | None, list[str]]:
@@ -90,26 +150,32 @@ def judge(beats: dict[str, dict[str, Any]], hang_s: float) -> tuple[str | None, 
     return "straggler", silent
 
 
-def _job_record(spool: str, job_id: str) -> dict[str, Any] | None:
+def _job_record(spool: str, job_id: str, uid: int | None) -> dict[str, Any] | None:
+    """job.json as the Prolog (root) wrote it; None when it is missing or not root's own file
+    (a FIFO, a symlink, a file the user put there: not monitored, as far as watch goes)."""
     try:
-        with open(os.path.join(job_dir(spool, job_id), "job.json"), encoding="utf-8") as f:
-            rec = json.load(f)
-        return rec if isinstance(rec, dict) else None
+        rec = read_job_file(spool, job_id, "job.json", job_uid=uid)
     except (OSError, ValueError):
         return None
+    return rec if isinstance(rec, dict) else None
 
 
-def _alert(cfg: Config, rec: dict[str, Any], kind: str, ranks: list[str],
+def _job_options(cfg: Config, rec: dict[str, Any]) -> Any:
+    try:
+        return bound_options(parse_options(rec.get("options_raw")), cfg)
+    except (OptionError, TypeError):
+        return parse_options(None)
+
+
+def _alert(cfg: Config, job: slurm.JobState, opts: Any, kind: str, ranks: list[str],
            beats: dict[str, dict[str, Any]], hang_s: float, attempt: int) -> str:
     from gpualert_slurm import notify
     from gpualert_slurm.report import build_message
 
-    job_id = str(rec.get("job_id"))
-    try:
-        opts = parse_options(rec.get("options_raw"))
-    except OptionError:
-        opts = parse_options(None)
-    who = ", ".join(f"rank {r}" for r in ranks)
+    job_id = str(job.job_id)
+    who = ", ".join(f"rank {r}" for r in ranks[:MAX_ALERT_RANKS])
+    if len(ranks) > MAX_ALERT_RANKS:
+        who += f" and {len(ranks) - MAX_ALERT_RANKS} more"
     if kind == "hung":
         subject = f"[gpualert] HUNG job {job_id}: no output from any rank for {hang_s:g} s"
         head = (f"Job {job_id} (attempt {attempt}) is still running but none of its ranks has "
@@ -119,11 +185,11 @@ def _alert(cfg: Config, rec: dict[str, Any], kind: str, ranks: list[str],
         head = (f"Job {job_id} (attempt {attempt}) is running; {who} wrote nothing for at least "
                 f"{hang_s:g} s while other ranks go on: the straggler is {who}.")
     parts = [head, ""]
-    for k, b in sorted(beats.items()):
+    for k, b in sorted(beats.items())[:MAX_ALERT_RANKS]:
         parts.append(f"--- {k} (silent {b['silence_s']:.0f} s): {b['file']}")
-        parts += [f"    {ln}" for ln in _tail(b["file"])]
+        parts += [f"    {ln}" for ln in b.get("tail") or []]
     text = "\n".join(parts) + "\n"
-    env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": str(rec.get("user") or "")}
+    env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": job.user}
     rcpts = list(notify.resolve_recipients(opts, env, cfg))
     msg = build_message(subject, text, "<pre>" + _html(text) + "</pre>", sender=cfg.mail.sender,
                         recipients=rcpts, job_id=job_id)
@@ -137,70 +203,181 @@ def _html(text: str) -> str:
     return html.escape(text)
 
 
-def _state_path(cfg: Config) -> str:
-    return os.path.join(cfg.spool, ".gpualert", "watch.json")
+STATE_DIR = ".gpualert"
+STATE_NAME = "watch.json"
 
 
 def _load_state(cfg: Config) -> dict[str, Any]:
+    """watch's own state (root's, in the root-owned spool root): alerts sent, by key."""
     try:
-        with open(_state_path(cfg), encoding="utf-8") as f:
-            s = json.load(f)
+        root_fd = open_dir(cfg.spool)
+        try:
+            dfd = open_dir(STATE_DIR, root_fd)
+        finally:
+            os.close(root_fd)
+    except OSError:
+        return {}
+    try:
+        from gpualert_slurm.spool import read_json_nofollow
+
+        s = read_json_nofollow(STATE_NAME, dfd, owners=(os.geteuid(),))
         return s if isinstance(s, dict) else {}
     except (OSError, ValueError):
         return {}
+    finally:
+        os.close(dfd)
 
 
 def _save_state(cfg: Config, state: dict[str, Any]) -> None:
-    p = _state_path(cfg)
-    os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
-    tmp = p + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f)
-    os.replace(tmp, p)
+    root_fd = open_dir(cfg.spool)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(STATE_DIR, 0o700, dir_fd=root_fd)
+        dfd = open_dir(STATE_DIR, root_fd)
+    finally:
+        os.close(root_fd)
+    try:
+        write_json_atomic(dfd, STATE_NAME, state, 0o600)
+    finally:
+        os.close(dfd)
+
+
+def _uid_of(user: str) -> int | None:
+    import pwd
+
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except (KeyError, TypeError):
+        return None
+
+
+def _read_job(cfg: Config, job: slurm.JobState, tails: bool
+              ) -> tuple[dict[str, Any] | None, int, dict[str, dict[str, Any]]]:
+    """(job.json, attempt, heartbeats) of one running job: what a pass reads of it."""
+    jid, uid = str(job.job_id), _uid_of(job.user)
+    if uid is None:
+        return None, 0, {}
+    rec = _job_record(cfg.spool, jid, uid)
+    if rec is None:
+        return None, 0, {}
+    start = rec.get("start_time")
+    start = float(start) if isinstance(start, int | float) else time.time()
+    att, beats = heartbeats(cfg.spool, jid, start, attempt=job.restarts, uid=uid, tails=tails)
+    return rec, att, beats
+
+
+def _bounded(cfg: Config, job: slurm.JobState, tails: bool, log: Any) -> Any:
+    """_read_job within limits.watch_job_s, in a thread of its own: a job whose spool blocks
+    (a stalled filesystem) is skipped, logged, and not read again while that read is stuck;
+    any error of one job is logged and skipped, never the end of the pass."""
+    jid = str(job.job_id)
+    old = _stuck.get(jid)
+    if old is not None and old.is_alive():
+        _say(log, f"job {jid}: skipped: its spool read of an earlier pass is still blocked")
+        return None
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["ok"] = _read_job(cfg, job, tails)
+        except Exception as e:  # noqa: BLE001 - one job's directory must not stop watch
+            box["error"] = f"{type(e).__name__}: {e}"
+
+    t = threading.Thread(target=work, name=f"gpualert-watch-{jid}", daemon=True)
+    t.start()
+    t.join(cfg.limits.watch_job_s)
+    if t.is_alive():
+        _stuck[jid] = t
+        _say(log, f"job {jid}: skipped: its spool did not answer within "
+                  f"{cfg.limits.watch_job_s:g} s (limits.watch_job_s)")
+        return None
+    _stuck.pop(jid, None)
+    if "error" in box:
+        _say(log, f"job {jid}: skipped: {box['error']}")
+        return None
+    return box.get("ok")
+
+
+def _say(log: Any, text: str) -> None:
+    if log is not None:
+        log.error(text)
+    else:
+        print(f"gpualert watch: {escape(text)}", file=sys.stderr, flush=True)
+
+
+def _capped(cfg: Config, state: dict[str, Any], jid: str, user: str, now: float) -> str | None:
+    """Why an alert for this job is not sent (limits.watch_alerts_per_job, per user per
+    hour), or None."""
+    sent = state.get("sent") or []
+    lim = cfg.limits
+    if sum(1 for a in sent if a.get("job") == jid) >= lim.watch_alerts_per_job:
+        return (f"{lim.watch_alerts_per_job} alerts for this job already "
+                "(limits.watch_alerts_per_job)")
+    recent = sum(1 for a in sent if a.get("user") == user and now - float(a.get("t", 0)) < 3600)
+    if recent >= lim.watch_alerts_per_user_hour:
+        return (f"{lim.watch_alerts_per_user_hour} alerts for user {user} in the last hour "
+                "(limits.watch_alerts_per_user_hour)")
+    return None
 
 
 def scan(cfg: Config, log: Any = None) -> list[dict[str, Any]]:
-    """One pass over the running jobs; returns the alerts sent in this pass."""
+    """One pass over the running jobs; returns the alerts sent (or capped) in this pass."""
     from gpualert_slurm import recovery
 
     state = _load_state(cfg)
-    sent: list[dict[str, Any]] = []
+    keys: dict[str, float] = state.get("keys") if isinstance(state.get("keys"), dict) else {}
+    sent_log: list[dict[str, Any]] = [a for a in state.get("sent") or []
+                                      if isinstance(a, dict)]
+    state = {"keys": keys, "sent": sent_log}
+    out: list[dict[str, Any]] = []
     running = [j for j in slurm.queue(timeout=10) if j.state == "RUNNING"]
     alive = {str(j.job_id) for j in running}
     for j in running:
         jid = str(j.job_id)
-        rec = _job_record(cfg.spool, jid)
-        if rec is None:
-            continue  # not monitored
-        hang = (rec.get("options") or {}).get("hang_s") or cfg.hang_s
+        got = _bounded(cfg, j, False, log)
+        if not got or got[0] is None:
+            continue  # not monitored, or not readable the safe way
+        rec, att, beats = got
+        opts = _job_options(cfg, rec)
+        hang = opts.hang_s or cfg.hang_s
         if not hang:
             continue
-        start = float(rec.get("start_time") or time.time())
-        att, beats = heartbeats(cfg.spool, jid, start)
         kind, ranks = judge(beats, float(hang))
         if kind is None:
             continue
+        # the attempt is Slurm's restart count: an attempt-N dir the user makes is not a run
         key = f"{jid}.{att}.{kind}" + ("" if kind == "hung" else "." + ",".join(ranks))
-        if key in state:
+        if key in keys:
             continue
-        status = _alert(cfg, rec, kind, ranks, beats, float(hang), att)
-        state[key] = time.time()
-        alert = {"job": jid, "attempt": att, "kind": kind, "ranks": ranks, "mail": status}
+        keys[key] = time.time()
+        alert: dict[str, Any] = {"job": jid, "attempt": att, "kind": kind, "ranks": ranks}
+        why = _capped(cfg, state, jid, j.user, time.time())
+        if why:
+            alert["mail"] = f"not sent: {why}"
+        else:
+            full = _bounded(cfg, j, True, log)
+            beats = full[2] if full and full[0] is not None else beats
+            alert["mail"] = _alert(cfg, j, opts, kind, ranks, beats, float(hang), att)
+            sent_log.append({"job": jid, "user": j.user, "t": time.time()})
         if kind == "hung":
             worst = max(beats.values(), key=lambda b: b["silence_s"])
+            # every fact here is Slurm's (nodes, partition, user, attempt) or root's
             v = {"job_id": jid, "attempt": att, "failed": True, "decision_id": f"{jid}.{att}.hang",
                  "job": {"nodes": list(j.nodes), "partition": j.partition, "user": j.user,
                          "work_dir": rec.get("work_dir"), "end_time": time.time()},
-                 "options": rec.get("options") or {},
+                 "options": opts.to_json(),
                  "verdict": {"class": "hang", "domain": "unknown", "root_node": None,
                              "evidence": [{"file": worst["file"], "line": None, "text":
                                            f"no output from any rank for {hang} s"}]}}
             alert["recovery"] = recovery.on_verdict(cfg, v, log)
-        sent.append(alert)
-    # forget jobs that are gone
-    state = {k: t for k, t in state.items() if k.split(".")[0] in alive}
+        out.append(alert)
+    # forget jobs that are gone; the per-user log keeps the last hour
+    now = time.time()
+    state["keys"] = {k: t for k, t in keys.items() if k.split(".")[0] in alive}
+    state["sent"] = [a for a in sent_log if a.get("job") in alive
+                     or now - float(a.get("t", 0)) < 3600]
     _save_state(cfg, state)
-    return sent
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -225,6 +402,9 @@ def main(argv: list[str]) -> int:
                 print(json.dumps({"resumed": r}, default=str), flush=True)
         except slurm.SlurmError as e:  # Slurm busy or down: the next pass tries again
             print(f"gpualert watch: {e}", file=sys.stderr, flush=True)
+        except Exception as e:  # noqa: BLE001 - a service: a bad pass is logged, not fatal
+            print(f"gpualert watch: pass failed: {type(e).__name__}: {escape(str(e))}",
+                  file=sys.stderr, flush=True)
         if not a.loop:
             return 0
         time.sleep(max(0.5, a.interval - (time.monotonic() - t0)))
