@@ -243,7 +243,28 @@ def _base_state(state: str) -> str:
 
 
 def _int(value: Any, default: int = 0) -> int:
-    """Numbers as 22.05 (plain) and 23.x+ ({"set": true, "number": N}) print them."""
+    """A plain number (scontrol's and sacct's text, 22.05's JSON) or 23.02+'s JSON number."""
+    return _json_number(value, default)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON of each Slurm version (`squeue --json`, `sacct --json`): every shape that differs between
+# versions is mapped here, once, so the parsers below read one shape. From Slurm's source
+# (src/plugins/openapi/*/ in 22.05, src/plugins/data_parser/v0.0.*/parsers.c after it) and
+# real output (tests/data/slurm/*-22.05.*, *-24.11.*; capture.sh there made the 24.11 set):
+#
+#   field                22.05 (openapi v0.0.38)   23.02 (v0.0.39)          23.11+ (v0.0.40..43)
+#   numbers              plain int                 {"set","infinite","number"}
+#   job_state, state     "FAILED"                  "FAILED"                 ["FAILED", flags...]
+#   squeue exit_code     wait status (int)         {"number": wait status}  process exit code
+#   sacct/step exit_code {status, return_code: int|null, signal: {signal_id}} (22.05);
+#                        {status: [..], return_code: {number}, signal: {id: {number}}} (later)
+#   step id              {"id": "batch" | 0}       {"id": {"job_id", "step_id"}}  {"id": "7.batch"}
+#   restart_cnt (sacct)  absent                    int
+
+
+def _json_number(value: Any, default: int = 0) -> int:
+    """22.05's plain numbers; 23.02+'s {"set": bool, "infinite": bool, "number": N}."""
     if isinstance(value, dict):
         if value.get("infinite") or not value.get("set", True):
             return default
@@ -256,21 +277,46 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def _first(value: Any) -> str:
-    """States as 22.05 (a string) and 23.x+ (a list of strings) print them."""
+def _json_state(value: Any) -> str:
+    """A job or step state: 22.05/23.02 a string, 23.11+ a list (base state first, then flags);
+    sacct's job state is under "current". Returns the base state name."""
+    if isinstance(value, dict):
+        value = value.get("current")
     if isinstance(value, list):
-        return str(value[0]) if value else "UNKNOWN"
-    return str(value) if value is not None else "UNKNOWN"
+        value = value[0] if value else "UNKNOWN"
+    return _base_state(str(value) if value is not None else "UNKNOWN")
 
 
 def _json_exit_code(value: Any) -> ExitCode:
+    """An exit code in any version's JSON: a raw wait status (22.05's squeue: an int; 23.02's:
+    a JSON number) or a process exit code {status, return_code, signal} (sacct in every
+    version, squeue from 23.11), whose return_code is null/unset when a signal ended it."""
+    if isinstance(value, bool) or value is None:
+        return ExitCode()
     if isinstance(value, int):
         return ExitCode.from_wait_status(value)
     if not isinstance(value, dict):
         return ExitCode()
+    if "number" in value and "return_code" not in value and "status" not in value:
+        return ExitCode.from_wait_status(_json_number(value))
     sig = value.get("signal") or {}
-    signal = _int(sig.get("signal_id", sig.get("id")) if isinstance(sig, dict) else 0)
-    return ExitCode(_int(value.get("return_code")), signal)
+    signal = _json_number(sig.get("signal_id", sig.get("id")) if isinstance(sig, dict) else 0)
+    return ExitCode(_json_number(value.get("return_code")), signal)
+
+
+def _json_step_id(step: Mapping[str, Any]) -> str:
+    """A step's name as sacct's table prints it (batch, extern, 0, 1, ...): 22.05 gives
+    {"id": "batch"} or {"id": 0}; 23.02 {"id": {"job_id": 7, "step_id": "batch"}}; 23.11+
+    {"id": "7.batch"} (the job id first)."""
+    sid = step.get("step")
+    if not isinstance(sid, dict):
+        return str(sid if sid is not None else "?")
+    value = sid.get("id", "?")
+    if isinstance(value, dict):
+        value = value.get("step_id", "?")
+    text = str(value)
+    job, dot, rest = text.partition(".")
+    return rest if dot and job.isdigit() else text
 
 
 def _json_nodes(value: Any) -> tuple[tuple[str, ...], str]:
@@ -279,6 +325,15 @@ def _json_nodes(value: Any) -> tuple[tuple[str, ...], str]:
         return tuple(lst), str(value.get("range", ",".join(lst)))
     text = str(value or "")
     return tuple(expand_hostlist(text)), text
+
+
+def json_format(text_or_doc: str | Mapping[str, Any]) -> str:
+    """Which JSON a Slurm command printed: "openapi/v0.0.38" (22.05), "data_parser/v0.0.42"
+    (24.11), ...; "" when its meta block does not say."""
+    doc = json.loads(text_or_doc) if isinstance(text_or_doc, str) else text_or_doc
+    meta = doc.get("meta") or {}
+    plugin = meta.get("plugin") or meta.get("plugins") or {}
+    return str(plugin.get("data_parser") or plugin.get("type") or "")
 
 
 def job_from_scontrol(record: Mapping[str, str]) -> JobState:
@@ -311,25 +366,22 @@ def job_from_scontrol(record: Mapping[str, str]) -> JobState:
 
 
 def job_from_sacct_json(job: Mapping[str, Any]) -> JobState:
-    """A JobState from one element of `sacct --json`'s "jobs"."""
+    """A JobState from one element of `sacct --json`'s "jobs" (any version: see above)."""
     state = job.get("state") or {}
     nodes, nodelist = _json_nodes(job.get("nodes"))
     steps = []
     for s in job.get("steps") or []:
         step_nodes, _ = _json_nodes(s.get("nodes"))
-        step_state = s.get("state")
-        if isinstance(step_state, dict):
-            step_state = step_state.get("current")
         steps.append(StepState(
-            step=str((s.get("step") or {}).get("id", s.get("step", "?"))),
-            state=_base_state(_first(step_state)),
+            step=_json_step_id(s),
+            state=_json_state(s.get("state")),
             exit_code=_json_exit_code(s.get("exit_code")),
             nodes=step_nodes,
         ))
     derived = job.get("derived_exit_code")
     return JobState(
-        job_id=_int(job.get("job_id")),
-        state=_base_state(_first(state.get("current") if isinstance(state, dict) else state)),
+        job_id=_json_number(job.get("job_id")),
+        state=_json_state(state),
         exit_code=_json_exit_code(job.get("exit_code")),
         reason=str(state.get("reason", "None")) if isinstance(state, dict) else "None",
         nodes=nodes,
@@ -338,7 +390,8 @@ def job_from_sacct_json(job: Mapping[str, Any]) -> JobState:
         user=str(job.get("user", "")),
         partition=str(job.get("partition", "")),
         derived_exit_code=_json_exit_code(derived) if derived is not None else None,
-        restarts=_int(job.get("restart_cnt")),
+        restarts=_json_number(job.get("restart_cnt")),
+        alloc_nodes=_json_number(job.get("allocation_nodes")) if nodelist else 0,
         steps=tuple(steps),
         source="sacct",
         raw=dict(job),
@@ -346,12 +399,12 @@ def job_from_sacct_json(job: Mapping[str, Any]) -> JobState:
 
 
 def job_from_squeue_json(job: Mapping[str, Any]) -> JobState:
-    """A JobState from one element of `squeue --json`'s "jobs"."""
+    """A JobState from one element of `squeue --json`'s "jobs" (any version: see above)."""
     nodes, nodelist = _json_nodes(job.get("nodes"))
     derived = job.get("derived_exit_code")
     return JobState(
-        job_id=_int(job.get("job_id")),
-        state=_base_state(_first(job.get("job_state"))),
+        job_id=_json_number(job.get("job_id")),
+        state=_json_state(job.get("job_state")),
         exit_code=_json_exit_code(job.get("exit_code")),
         reason=str(job.get("state_reason", "None")),
         nodes=nodes,
@@ -360,7 +413,8 @@ def job_from_squeue_json(job: Mapping[str, Any]) -> JobState:
         user=str(job.get("user_name", "")),
         partition=str(job.get("partition", "")),
         derived_exit_code=_json_exit_code(derived) if derived is not None else None,
-        restarts=_int(job.get("restart_cnt")),
+        restarts=_json_number(job.get("restart_cnt")),
+        alloc_nodes=_json_number(job.get("node_count")) if nodelist else 0,
         source="squeue",
         raw=dict(job),
     )

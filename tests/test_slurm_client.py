@@ -125,24 +125,75 @@ def test_sacct_json_22_05() -> None:
     assert [s.step for s in jobs[96].steps] == ["batch", "0"]
 
 
-def test_sacct_json_24_shape() -> None:
-    doc = {"jobs": [{
-        "job_id": 41, "name": "train", "user": "alice", "partition": "gpu", "nodes": "g[1-2]",
-        "state": {"current": ["NODE_FAIL"], "reason": "None"},
-        "exit_code": {"status": ["SIGNALED"], "return_code": {"set": True, "infinite": False,
-                                                              "number": 0},
-                      "signal": {"id": {"set": True, "infinite": False, "number": 9},
-                                 "name": "KILL"}},
-        "derived_exit_code": {"status": ["SUCCESS"],
-                              "return_code": {"set": True, "infinite": False, "number": 0}},
-        "restart_cnt": 2,
-        "steps": [{"step": {"id": "41.batch", "name": "batch"},
-                   "state": ["CANCELLED"], "nodes": {"count": 1, "range": "g1", "list": ["g1"]},
-                   "exit_code": {"status": ["SIGNALED"], "signal": {"id": {"number": 9}}}}],
-    }], "errors": []}
-    (st,) = slurm.parse_sacct_json(json.dumps(doc))
-    assert (st.job_id, st.state, st.exit_code, st.restarts) == (41, "NODE_FAIL", ExitCode(0, 9), 2)
-    assert st.nodes == ("g1", "g2") and st.steps[0].state == "CANCELLED"
+# ---------------------------------------------------------------------------------------------
+# each version's JSON, as that version printed it (22.05.8: the native cluster; 24.11.5: the
+# Debian 13 container cluster, tests/data/slurm/capture.sh; README.md there says how)
+
+VERSIONS = ("22.05", "24.11")
+FORMATS = {"22.05": ("openapi/dbv0.0.38", "openapi/v0.0.38"),
+           "24.11": ("data_parser/v0.0.42", "data_parser/v0.0.42")}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_versions_json_is_recognised(version: str) -> None:
+    assert (slurm.json_format((DATA / f"sacct-{version}.json").read_text()),
+            slurm.json_format((DATA / f"squeue-{version}.json").read_text())) == FORMATS[version]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sacct_json_agrees_with_sacct_table_of_the_same_jobs(version: str) -> None:
+    """The same finished jobs through both of sacct's outputs: the JSON (whose shape changed
+    between versions) must say what the delimited table says (which did not)."""
+    from_json = {j.job_id: j for j in slurm.parse_sacct_json(
+        (DATA / f"sacct-{version}.json").read_text())}
+    from_table = {j.job_id: j for j in slurm.parse_sacct_table(
+        (DATA / f"sacct-table-{version}.txt").read_text())}
+    common = sorted(set(from_json) & set(from_table))
+    assert len(common) >= 2, (sorted(from_json), sorted(from_table))
+    for job in common:
+        j, t = from_json[job], from_table[job]
+        assert (j.state, j.exit_code, j.nodes, j.alloc_nodes, j.user, j.partition) == \
+            (t.state, t.exit_code, t.nodes, t.alloc_nodes, t.user, t.partition), job
+        assert [(s.step, s.state, s.exit_code) for s in j.steps if s.step != "extern"] == \
+            [(s.step, s.state, s.exit_code) for s in t.steps if s.step != "extern"], job
+
+
+def test_sacct_json_24_11() -> None:
+    jobs = {j.job_id: j for j in slurm.parse_sacct_json((DATA / "sacct-24.11.json").read_text())}
+    ids = dict(line.split("=") for line in (DATA / "jobs-24.11.txt").read_text().split())
+    oom, ex3, sig, multi, canc = (jobs[int(ids[k])] for k in
+                                  ("oom", "exit3", "signal", "multi", "cancelled"))
+    # states are lists there, numbers {"set", "number"}, step ids "<job>.batch"
+    assert (oom.state, oom.exit_code) == ("OUT_OF_MEMORY", ExitCode(0, 125))
+    assert (ex3.state, ex3.exit_code) == ("FAILED", ExitCode(3, 0))
+    assert (sig.state, sig.exit_code) == ("FAILED", ExitCode(0, 11))
+    assert sig.steps[0].state == "CANCELLED" and sig.steps[0].exit_code == ExitCode(0, 11)
+    assert multi.state == "COMPLETED" and multi.nodes == ("n1", "n2", "n3")
+    assert [s.step for s in multi.steps] == ["batch", "0"]
+    assert multi.steps[1].nodes == ("n1", "n2", "n3") and multi.alloc_nodes == 3
+    assert (canc.state, canc.name) == ("CANCELLED", "job name X=1")
+    assert canc.steps[0].exit_code == ExitCode(0, 15)
+    assert all(j.restarts == 0 and j.derived_exit_code == ExitCode() for j in jobs.values())
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_squeue_json_of_a_running_two_node_job(version: str) -> None:
+    (st,) = slurm.parse_squeue_json((DATA / f"squeue-{version}.json").read_text())
+    assert (st.state, st.name, st.user, len(st.nodes), st.alloc_nodes) == (
+        "RUNNING", "two nodes", "gpatest", 2, 2)
+    assert st.exit_code == ExitCode() and st.derived_exit_code == ExitCode()
+    assert st.source == "squeue" and not st.final
+
+
+def test_scontrol_record_of_24_11() -> None:
+    rec = slurm.parse_scontrol_record((DATA / "scontrol-job-24.11.txt").read_text())
+    st = slurm.job_from_scontrol(rec)
+    assert (st.state, st.name, st.user, st.nodelist, st.alloc_nodes) == (
+        "RUNNING", "two nodes", "gpatest", "n[2-3]", 2)
+    assert rec["Comment"] == "a b=c Reason=x" and rec["Reason"] == "None"
+    # 24.11 split TRES= into ReqTRES= and AllocTRES= (keys this parser had not seen)
+    assert "TRES" not in rec and rec["AllocTRES"] == "cpu=2,mem=752M,node=2,billing=2"
+    assert rec["StdOut"].endswith(f"/run-{st.job_id}.out")
 
 
 def test_sacct_json_nothing_found_is_empty_and_real_errors_raise() -> None:
@@ -154,13 +205,6 @@ def test_sacct_json_nothing_found_is_empty_and_real_errors_raise() -> None:
                                            "jobs": []}))
     with pytest.raises(SlurmError, match="not JSON"):
         slurm.parse_sacct_json("sacct: error: Problem talking to the database")
-
-
-def test_squeue_json_22_05() -> None:
-    (st,) = slurm.parse_squeue_json((DATA / "squeue-22.05.json").read_text())
-    assert (st.state, st.name, st.user, st.nodes) == ("RUNNING", "two nodes", "gpatest",
-                                                      ("n1", "n2"))
-    assert st.source == "squeue" and not st.final
 
 
 # ---------------------------------------------------------------------------------------------
