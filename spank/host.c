@@ -17,6 +17,7 @@
  * closed their end, i.e. once the step's last task has exec'd.
  */
 #include "gpualert.h"
+#include "cgroup.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -118,33 +119,19 @@ static __attribute__((noreturn)) void host_main(int sock)
 
 /*
  * Whether slurmstepd's own cgroup is the step's, where a host would buy nothing: under cgroup
- * v2 slurmstepd sits in job_X/step_Y/slurm, which Slurm counts (and kills) with the step's
- * tasks at its end, and 25.05's cgroup.kill would leave a lingering copier there to drain the
- * node. Under v1 proctrack/cgroup keeps it in the job's freezer cgroup, outside the step's.
- * Read from the freezer hierarchy when there is one, else from the unified one.
+ * v2 slurmstepd sits in job_X/step_Y/slurm_processes, which Slurm counts with the step's tasks
+ * at its end (and 25.05's cgroup.kill, which kills only user_processes, would leave a
+ * lingering copier there to hold the step). Under v1 proctrack/cgroup keeps it in the job's
+ * freezer cgroup, outside the step's. cgroup.c tells the layouts apart (statfs).
  */
 static int stepd_in_step_cgroup(void)
 {
-    FILE *f = fopen("/proc/self/cgroup", "re");
-    if (!f)
-        return 1;                  /* cannot tell: the task starts its copier, as before */
-    char line[1024], unified[1024] = "", frz[1024] = "";
-    int have_freezer = 0;
-    while (fgets(line, sizeof(line), f)) {
-        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-        if (!b)
-            continue;
-        *b = '\0';
-        const char *controllers = a + 1, *path = b + 1;
-        if (!strncmp(line, "0", 1) && a == line + 1 && *controllers == '\0')
-            snprintf(unified, sizeof(unified), "%s", path);
-        else if (strstr(controllers, "freezer")) {
-            have_freezer = 1;
-            snprintf(frz, sizeof(frz), "%s", path);
-        }
-    }
-    fclose(f);
-    return strstr(have_freezer ? frz : unified, "/step_") != NULL;
+    enum gpa_cgroup_mode mode = gpa_cgroup_mode("/sys/fs/cgroup");
+    int in_step = gpa_stepd_in_step_cgroup("/proc/self/cgroup", mode);
+    if (in_step && mode == GPA_CG_V2)
+        slurm_info("gpualert: cgroup v2: slurmstepd is in the step's cgroup; copiers start in "
+                   "the tasks (a copier stalled on the spool holds the step's end)");
+    return in_step;
 }
 
 /* slurmstepd, user_init (euid is the job's user): forks the host for this step. */
