@@ -8,7 +8,7 @@ CLUSTER := docker/slurm-cluster/cluster
 DCLUSTER := docker/slurm-cluster/dcluster
 
 .PHONY: install plugin demo test lint unit bench eval corpus cluster-up cluster-down clean \
-        dockerd dcluster-up dcluster-down
+        dockerd dcluster-up dcluster-down deb
 
 install:
 	scripts/install.sh
@@ -54,6 +54,12 @@ eval: install
 
 corpus: install
 	scripts/make-corpus.sh
+
+# The Debian package, dist/gpualert-slurm_<version>_amd64.deb (debian/, README.Debian); built
+# in build/deb/ with dpkg-buildpackage, which `make-deb.sh` installs with the rest of the
+# build dependencies. install: the bundled NVML binding is taken from the venv.
+deb: install
+	scripts/make-deb.sh
 
 cluster-up:
 	$(CLUSTER) up

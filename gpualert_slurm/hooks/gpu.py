@@ -20,7 +20,10 @@ def gpu_snapshot() -> dict[str, Any] | str:
     try:
         import pynvml
     except ImportError as e:
-        return f"unavailable: nvidia-ml-py not installed ({e})"
+        try:  # the Debian package bundles NVIDIA's binding, which Debian lacks (README)
+            from gpualert_slurm._vendor import pynvml  # type: ignore[no-redef]
+        except ImportError:
+            return f"unavailable: nvidia-ml-py not installed ({e})"
     try:
         pynvml.nvmlInit()
     except Exception as e:

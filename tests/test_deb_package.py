@@ -1,0 +1,258 @@
+"""The Debian package (`make deb`, debian/): installed with `apt-get install ./…deb` on a clean
+container node (the container cluster's Debian 12 image: Slurm, munge and Python from Debian,
+no gpualert), enabled as README.Debian says, a failing job ends in a report in a real SMTP sink,
+and `apt-get remove` leaves no gpualert process running and slurm.conf as it was.
+
+The node is one container (`gpadeb-node`, not the container cluster's `gpadock-*`) running
+its own slurmctld and slurmd on ports of its own (+700: 7517, 7531); it uses the host's network
+so that apt reaches Debian's mirror for the package's dependencies and the job epilog reaches
+the sink on 127.0.0.1. Measured: see README, "The Debian package"."""
+
+from __future__ import annotations
+
+import email
+import json
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator
+from email import policy
+from pathlib import Path
+
+import clusterlib
+import pytest
+from dockerlib import DCLUSTER
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parent.parent
+NAME = "gpadeb-node"
+CTLD_PORT, NODE_PORT = 7517, 7531
+
+SLURM_CONF = """# the site's slurm.conf before gpualert (one controller, one node)
+ClusterName=gpadeb
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld}
+SlurmdPort={node}
+SlurmUser=root
+AuthType=auth/munge
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurmctld.log
+SlurmdLogFile=/var/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+SlurmdParameters=config_overrides
+MailProg=/bin/true
+NodeName=dn1 NodeHostname={host} NodeAddr=127.0.0.1 Port={node} CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=dn1 Default=YES MaxTime=10 State=UP
+"""
+
+# README.Debian, step 4.
+ENABLE_LINES = """
+# gpualert (README.Debian step 4)
+PrologFlags=Alloc
+Prolog=/etc/slurm/prolog.d/*
+Epilog=/etc/slurm/epilog.d/*
+EpilogSlurmctld=/etc/slurm/gpualert-epilog-slurmctld
+PrologEpilogTimeout=60
+"""
+
+
+def sh(cmd: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """A bash command line in the node container, as root."""
+    p = subprocess.run(["docker", "exec", NAME, "bash", "-c", cmd], capture_output=True,
+                       text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    if check and p.returncode != 0:
+        raise AssertionError(f"in {NAME}: {cmd}\nexit {p.returncode}\n{p.stdout[-3000:]}"
+                             f"\n{p.stderr[-3000:]}\n{logs()}")
+    return p
+
+
+def logs() -> str:
+    p = subprocess.run(["docker", "exec", NAME, "bash", "-c",
+                        "tail -n 15 /var/log/slurmctld.log /var/log/slurmd.log "
+                        "/var/spool/gpualert/gpualert-hooks.log 2>&1"],
+                       capture_output=True, text=True, timeout=30)
+    return p.stdout[-4000:]
+
+
+def write(path: str, text: str, mode: str = "0644") -> None:
+    p = subprocess.run(["docker", "exec", "-i", NAME, "bash", "-c",
+                        f"cat > {shlex.quote(path)} && chmod {mode} {shlex.quote(path)}"],
+                       input=text, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+
+
+LISTER = """
+import json, os
+me = os.getpid()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    if int(pid) == me:
+        continue
+    try:
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+        maps = open(f"/proc/{pid}/maps").read()
+    except OSError:
+        continue
+    mapped = sorted({line.split(None, 5)[-1] for line in maps.splitlines()
+                     if "gpualert" in line})
+    if "gpualert" in cmd or mapped:
+        print(json.dumps({"pid": int(pid), "cmd": cmd, "maps": mapped}))
+"""
+
+
+def gpualert_processes(cmd_only: bool = False) -> list[dict]:
+    """The node's processes that run gpualert (its console scripts) or map a file of it (the
+    plugin, in slurmd and slurmstepd): pid, cmd, maps."""
+    p = subprocess.run(["docker", "exec", "-i", NAME, "python3", "-"], input=LISTER,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    procs = [json.loads(line) for line in p.stdout.splitlines()]
+    return [r for r in procs if "gpualert" in r["cmd"]] if cmd_only else procs
+
+
+def wait(predicate, timeout: float, what: str):  # noqa: ANN001, ANN201 - test helper
+    return clusterlib.wait_until(predicate, timeout, what, diagnose=logs)
+
+
+@pytest.fixture(scope="module")
+def deb() -> Path:
+    t0 = time.monotonic()
+    p = subprocess.run(["make", "-s", "deb"], cwd=REPO, capture_output=True, text=True,
+                       timeout=1200, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"make deb failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    version = re.search(r'__version__ = "(.+)"',
+                        (REPO / "gpualert_slurm" / "__init__.py").read_text()).group(1)
+    path = REPO / "dist" / f"gpualert-slurm_{version}_amd64.deb"
+    assert path.is_file(), p.stdout
+    print(f"make deb: {time.monotonic() - t0:.0f} s")
+    return path
+
+
+@pytest.fixture(scope="module")
+def node(deb: Path) -> Iterator[str]:
+    p = subprocess.run([str(DCLUSTER), "image"], capture_output=True, text=True, timeout=1800,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    image = p.stdout.strip().splitlines()[-1]
+    subprocess.run(["docker", "rm", "-f", NAME], capture_output=True, timeout=60)
+    run = subprocess.run(["docker", "run", "-d", "--name", NAME, "--network", "host", "--init",
+                          "-v", f"{deb.parent}:/deb:ro", image, "sleep", "infinity"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    try:
+        yield deb.name
+    finally:
+        subprocess.run(["docker", "rm", "-f", NAME], capture_output=True, timeout=120)
+
+
+def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smtp_server):
+    t0 = time.monotonic()
+    host = sh("hostname").stdout.strip()
+    assert sh("ls /opt/gpualert /usr/lib/gpualert 2>&1; command -v gpualert",
+              check=False).returncode != 0, "the node is not clean: gpualert is there already"
+    # The site as it was before gpualert: munge and a working Slurm.
+    sh("dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none && "
+       "chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key && "
+       "install -d -o munge -g munge -m 0755 /run/munge && runuser -u munge -- munged")
+    write("/etc/slurm/slurm.conf", SLURM_CONF.format(host=host, ctld=CTLD_PORT, node=NODE_PORT))
+    sh("install -d -m 0755 /var/spool/slurmctld /var/spool/slurmd")
+    site_conf = sh("sha256sum /etc/slurm/slurm.conf").stdout
+
+    # apt-get install ./…deb: the dependencies come from Debian's mirror.
+    t_inst = time.monotonic()
+    inst = sh(f"export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && "
+              f"apt-get install -y -q /deb/{node}", timeout=900)
+    t_inst = time.monotonic() - t_inst
+    assert "installed, not enabled" in inst.stdout
+    assert sh("dpkg-query -W -f='${Status}' gpualert-slurm").stdout == "install ok installed"
+    # Installed inactive: the plugstack line commented, slurm.conf untouched, nothing running.
+    plug = sh("cat /etc/slurm/plugstack.conf.d/gpualert.conf").stdout
+    assert re.search(r"^#optional /usr/lib/gpualert/gpualert.so ", plug, re.M), plug
+    assert sh("sha256sum /etc/slurm/slurm.conf").stdout == site_conf
+    assert "python3-jinja2" in sh("dpkg-query -W -f='${Depends}' gpualert-slurm").stdout
+
+    # Enabled as README.Debian says: config (step 2), plugstack (3), slurm.conf (4).
+    write("/etc/gpualert/gpualert.yaml", json.dumps({
+        "spool": "/var/spool/gpualert",
+        "mail": {"relay": f"127.0.0.1:{smtp_server.port}", "from": "gpualert@deb.test",
+                 "domain": "deb.test"}}))
+    sh("sed -i 's|^#optional /usr/lib/gpualert/|optional /usr/lib/gpualert/|' "
+       "/etc/slurm/plugstack.conf.d/gpualert.conf")
+    sh(f"cat >> /etc/slurm/slurm.conf <<'EOF'\n{ENABLE_LINES}EOF")
+    sh("slurmctld && slurmd -N dn1")
+    wait(lambda: "idle" in sh("sinfo -h -n dn1 -o %T", check=False).stdout, 60, "dn1 idle")
+    doctor = sh("gpualert doctor", check=False)
+    assert "FAIL" not in doctor.stdout, doctor.stdout
+
+    # A failing job with --gpualert, as the user: the report arrives in the sink.
+    sh("install -d -o gpatest -g gpatest /tmp/work")
+    write("/tmp/work/job.sh", "#!/bin/bash\n#SBATCH -o out.%j\npython3 -c \"raise "
+          "FileNotFoundError(2, 'No such file or directory', '/data/shards/train-0001.bin')\"\n",
+          "0755")
+    job = sh("cd /tmp/work && runuser -u gpatest -- sbatch --parsable --gpualert "
+             "job.sh").stdout.strip()
+    assert job.isdigit(), job
+
+    def report() -> email.message.EmailMessage | None:
+        for p in smtp_server.messages():
+            m = email.message_from_bytes(p.read_bytes(), policy=policy.default)
+            if m["X-Gpualert-Job"] == job:
+                return m
+        return None
+
+    m = wait(report, 150, f"job {job}'s report in the sink")
+    assert m["X-Sink-Rcpt-To"] == "gpatest@deb.test"
+    verdict = json.loads(sh(f"cat /var/spool/gpualert/{job}/verdict.json").stdout)["verdict"]
+    assert verdict["class"] == "file_not_found"
+    assert "file_not_found" in m["Subject"] or "train-0001.bin" in m.get_body(
+        ("plain",)).get_content()
+    assert sh(f"ls /var/spool/gpualert/{job}/tasks/").stdout.strip(), "no task log kept"
+
+    # apt-get remove: no gpualert process left, slurm.conf as it was, Slurm still runs jobs.
+    conf_before = sh("sha256sum /etc/slurm/slurm.conf").stdout
+    wait(lambda: not gpualert_processes(cmd_only=True), 90,
+         "the job epilog's worker to finish")
+    # A gpualert process still running at remove time (the hang watcher, started by hand)
+    # is stopped by prerm after its wait (shortened here from 30 s).
+    sh("setsid gpualert watch --loop --interval 5 </dev/null >/tmp/watch.log 2>&1 &")
+    wait(lambda: any("watch" in r["cmd"] for r in gpualert_processes(cmd_only=True)), 30,
+         "gpualert watch running")
+    rm = sh("export DEBIAN_FRONTEND=noninteractive GPUALERT_PRERM_WAIT=3; "
+            "apt-get remove -y -q gpualert-slurm", timeout=300)
+    assert "stopping gpualert processes still running" in rm.stdout, rm.stdout
+    assert sh("dpkg-query -W -f='${Status}' gpualert-slurm").stdout.startswith("deinstall")
+    # No process runs gpualert. slurmd, which loaded the plugin when the job ran, keeps the
+    # deleted file mapped until it restarts (Slurm's process, not gpualert's; new steps find
+    # the plugin gone, and the plugstack line is `optional`).
+    left = gpualert_processes()
+    assert [r for r in left if "gpualert" in r["cmd"]] == []
+    for r in left:
+        assert r["cmd"].startswith(("slurmd", "slurmctld")), left
+        assert all(m.endswith("(deleted)") for m in r["maps"]), left
+    assert sh("sha256sum /etc/slurm/slurm.conf").stdout == conf_before
+    assert sh("test -e /usr/bin/gpualert || test -e /usr/lib/gpualert/gpualert.so",
+              check=False).returncode != 0
+    # The conffile shims stay and exit 0: a job still runs and the node is not drained.
+    job2 = sh("cd /tmp/work && runuser -u gpatest -- sbatch --parsable --wrap 'echo ok'"
+              ).stdout.strip()
+
+    def done() -> str | None:
+        st = sh(f"scontrol show job {job2} -o", check=False).stdout
+        m2 = re.search(r"JobState=(\S+)", st)
+        return m2.group(1) if m2 and m2.group(1) not in ("PENDING", "RUNNING",
+                                                          "CONFIGURING", "COMPLETING") else None
+
+    assert wait(done, 60, f"job {job2} after the remove") == "COMPLETED"
+    state = sh("sinfo -h -n dn1 -o %T").stdout.strip()
+    assert state == "idle", state
+    print(f"deb test: apt-get install {t_inst:.0f} s, whole test {time.monotonic() - t0:.0f} s")
