@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hook": ("gpualert_slurm.hooks", "entry points for Slurm's Prolog/Epilog (admins)"),
     "flush": ("gpualert_slurm.notify.flushcmd", "send the reports waiting in the outbox (admins)"),
     "mailprog": ("gpualert_slurm.notify.mailprog", "Slurm's MailProg, enriched (admins)"),
+    "metrics": ("gpualert_slurm.metrics", "Prometheus metrics for node_exporter's textfile "
+                "collector (admins: a timer)"),
     "status": ("gpualert_slurm.recovery.status", "monitored jobs now, recovery state (admins)"),
     "watch": ("gpualert_slurm.recovery.watch", "hang and straggler alerts for running jobs "
               "(admins: a timer or service on the controller)"),

@@ -180,6 +180,7 @@ def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smt
     assert re.search(r"^#optional /usr/lib/gpualert/gpualert.so ", plug, re.M), plug
     assert sh("sha256sum /etc/slurm/slurm.conf").stdout == site_conf
     assert "python3-jinja2" in sh("dpkg-query -W -f='${Depends}' gpualert-slurm").stdout
+    assert sh("test -f /lib/systemd/system/gpualert-metrics.timer").returncode == 0
 
     # Enabled as README.Debian says: config (step 2), plugstack (3), slurm.conf (4).
     write("/etc/gpualert/gpualert.yaml", json.dumps({
@@ -217,6 +218,12 @@ def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smt
     assert "file_not_found" in m["Subject"] or "train-0001.bin" in m.get_body(
         ("plain",)).get_content()
     assert sh(f"ls /var/spool/gpualert/{job}/tasks/").stdout.strip(), "no task log kept"
+
+    # The package's metrics command (what gpualert-metrics.service runs) sees the failure.
+    sh("install -d /var/lib/prometheus/node-exporter")
+    sh("gpualert metrics --output /var/lib/prometheus/node-exporter/gpualert.prom")
+    prom = sh("cat /var/lib/prometheus/node-exporter/gpualert.prom").stdout
+    assert 'gpualert_failed_jobs{class="file_not_found",partition="debug"} 1' in prom, prom
 
     # apt-get remove: no gpualert process left, slurm.conf as it was, Slurm still runs jobs.
     conf_before = sh("sha256sum /etc/slurm/slurm.conf").stdout
