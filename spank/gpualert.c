@@ -140,6 +140,11 @@ int get_task_id(spank_t sp, struct task_id *id)
         if (gethostname(id->node, sizeof(id->node)) != 0)
             snprintf(id->node, sizeof(id->node), "unknown");
     id->node[sizeof(id->node) - 1] = '\0';
+    int local = -1;                /* only in the task hooks */
+    if (spank_get_item(sp, S_TASK_ID, &local) == ESPANK_SUCCESS && local >= 0) {
+        id->local = (uint32_t)local;
+        id->has_local = 1;
+    }
     /* A requeued job's tasks log into attempt-N/ (docs/CONTRACTS.md, Attempts). */
     char restarts[16];
     if (spank_getenv(sp, "SLURM_RESTART_COUNT", restarts, sizeof(restarts)) == ESPANK_SUCCESS)
@@ -152,8 +157,12 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
     (void)ac;
     (void)av;
-    if (spank_remote(sp) && monitored() && spool[0] != '\0')
+    if (spank_remote(sp) && monitored() && spool[0] != '\0') {
+        uint32_t ntasks = 0;
+        if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) == ESPANK_SUCCESS)
+            drain_nonces_make(ntasks);
         host_start(sp);
+    }
     return 0;
 }
 

@@ -39,6 +39,8 @@ struct task_id {
     gid_t gid;
     char step_name[16];
     char node[64];
+    uint32_t local;            /* S_TASK_ID: the task's index on this node */
+    int has_local;
 };
 int get_task_id(spank_t sp, struct task_id *id);
 
@@ -52,6 +54,7 @@ int open_tasks_dir(int adir, const struct task_id *id, int as_root);
 void tap_log(int jfd, const struct task_id *id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void drain_socket_name(const struct task_id *id, struct sockaddr_un *sa, socklen_t *len);
+void drain_nonces_make(uint32_t ntasks);   /* slurmstepd, before the tasks are forked */
 
 /* What the copier tells task_exit once the task's output is drained. */
 struct drain_report {

@@ -12,7 +12,9 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -158,12 +160,41 @@ void tap_log(int jfd, const struct task_id *id, const char *fmt, ...)
         close(fd);
 }
 
+/* One random number per local task, made in slurmstepd before it forks them (so each task
+ * and task_exit, in slurmstepd, know it, and no one else does): the drain socket's name. An
+ * abstract name anyone on the node can bind; a guessable one (uid/job/step/rank) let another
+ * user bind it first and so switch a task's drain handshake off. /proc/net/unix shows names
+ * once bound, so each task has its own number, not one per step. */
+static uint64_t *drain_nonce;
+static uint32_t drain_nonces;
+
+void drain_nonces_make(uint32_t ntasks)
+{
+    if (ntasks == 0 || ntasks > 65536 || drain_nonce)
+        return;
+    uint64_t *t = calloc(ntasks, sizeof(*t));
+    size_t n = ntasks * sizeof(*t);
+    if (!t)
+        return;
+    if (getrandom(t, n, GRND_NONBLOCK) != (ssize_t)n) {
+        free(t);                   /* the guessable name below; the peer check still holds */
+        return;
+    }
+    drain_nonce = t;
+    drain_nonces = ntasks;
+}
+
 void drain_socket_name(const struct task_id *id, struct sockaddr_un *sa, socklen_t *len)
 {
     memset(sa, 0, sizeof(*sa));
     sa->sun_family = AF_UNIX;
     /* Abstract namespace: no file in the spool, so the handshake works when it is stalled. */
-    int n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "gpualert-tap/%u/%u/%s/%u/%u",
+    int n;
+    if (id->has_local && id->local < drain_nonces)
+        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "gpualert-tap/%u/%016llx",
+                     id->uid, (unsigned long long)drain_nonce[id->local]);
+    else
+        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "gpualert-tap/%u/%u/%s/%u/%u",
                      id->uid, id->job, id->step_name, id->rank, id->attempt);
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }

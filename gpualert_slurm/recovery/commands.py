@@ -159,25 +159,35 @@ def resume_main(argv: list[str]) -> int:
     return rc
 
 
-def rank_silence(spool: str, job_id: str, now: float) -> dict[str, float]:
+def rank_silence(spool: str, job_id: str, now: float, attempt: int | None = None,
+                 user: str | None = None) -> dict[str, float]:
     """'<step>.<rank>' -> seconds since that task's log last grew (its mtime: the tap's
-    heartbeat), for the job's latest attempt."""
-    from gpualert_slurm.spool import attempt_dir, job_dir, latest_attempt
+    heartbeat), for the running tasks of the job's attempt (Slurm's restart count). Read the
+    way `gpualert watch` reads it (watch.heartbeats: by fds, no link followed, bounded), in
+    a thread bounded like one of its jobs: a user's directory never stalls or misleads
+    this command."""
+    import pwd
+    import threading
 
-    jd = job_dir(spool, job_id)
-    tasks = os.path.join(attempt_dir(jd, latest_attempt(jd)), "tasks")
-    out = {}
+    from gpualert_slurm.recovery.watch import heartbeats
+
     try:
-        names = os.listdir(tasks)
-    except OSError:
+        uid = pwd.getpwnam(user).pw_uid if user else None
+    except KeyError:
         return {}
-    for name in sorted(names):
-        if name.endswith(".log"):
-            try:
-                out[name[:-4]] = round(now - os.lstat(os.path.join(tasks, name)).st_mtime, 1)
-            except OSError:
-                continue
-    return out
+    box: dict[str, dict[str, float]] = {}
+
+    def work() -> None:
+        try:
+            _, beats = heartbeats(spool, job_id, now, attempt=attempt, uid=uid)
+            box["ok"] = {k: round(b["silence_s"], 1) for k, b in beats.items()}
+        except (OSError, ValueError):
+            box["ok"] = {}
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(5.0)
+    return box.get("ok", {})
 
 
 def status_data(cfg: Config) -> dict[str, Any]:
@@ -208,8 +218,8 @@ def status_data(cfg: Config) -> dict[str, Any]:
         jobs.append({"job": jid, "name": j.name, "user": j.user, "slurm_state": j.state,
                      "state": state, "attempt": j.restarts, "nodes": list(j.nodes),
                      "retries_left": max(0, cfg.recovery.max_retries - j.restarts),
-                     "silence_s": rank_silence(cfg.spool, jid, now) if j.state == "RUNNING"
-                     else {},
+                     "silence_s": rank_silence(cfg.spool, jid, now, j.restarts, j.user)
+                     if j.state == "RUNNING" else {},
                      "last_decision": _brief(d)})
     queued = {j["job"] for j in jobs}
     recent = [{"job": jid, "state": "stopped" if d.get("outcome") == "recorded"
