@@ -302,6 +302,22 @@ def check_relay(cfg: Config) -> Result:
         return Result(name, False, f"cannot connect: {why}", fix)
 
 
+def check_mail_chain(cfg: Config) -> list[Result]:
+    """mail.slurm_mail_chain: the site's previous MailProg must be there and safe to run, or
+    gpualert-mailprog refuses it and Slurm's mail goes nowhere."""
+    chain = cfg.mail.slurm_mail_chain
+    if not chain:
+        return []
+    from gpualert_slurm.notify.mailprog import check_chain
+
+    why = check_chain(chain)
+    check = f"mail.slurm_mail_chain {chain}"
+    if why is None:
+        return [Result(check, True)]
+    return [Result(check, False, why, f"install the site's previous MailProg at {chain} "
+                   "(root's, mode 0755), or remove mail.slurm_mail_chain")]
+
+
 def check_outbox(cfg: Config) -> list[Result]:
     """Reports waiting in the outbox, and those given up on (quarantined) with the oldest
     reason; also that the SMTP password file, if any, is root-only."""
@@ -405,6 +421,7 @@ def main(argv: list[str]) -> int:
         relay = Result(relay.check, True, f"{relay.problem} (needed once EpilogSlurmctld is "
                        "configured)", relay.fix, kind="warn")
     results.append(relay)
+    results += check_mail_chain(cfg)
     results += check_outbox(cfg)
     results.append(check_breakers(cfg))
     results += spool_usage(cfg)

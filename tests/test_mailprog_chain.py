@@ -282,3 +282,22 @@ def test_slurmctld_mail_suppressed_is_not_handed_on(chain_cluster):
     assert [r for r in records_in(given) if r["env"].get("SLURM_JOB_ID") == str(job)]
     assert not [r for r in records_in(handed) if r["env"].get("SLURM_JOB_ID") == str(job)]
     assert stat.S_IMODE(cfg_path.stat().st_mode) & 0o022 == 0
+
+
+def test_doctor_checks_the_chained_mailprog(tmp_path):
+    from gpualert_slurm import doctor
+    from gpualert_slurm.config import parse_config
+
+    assert doctor.check_mail_chain(parse_config({}, "x.yaml")) == []
+    prog = make_standin(tmp_path, tmp_path / "rec")
+    [ok] = doctor.check_mail_chain(parse_config({"mail": {"slurm_mail_chain": str(prog)}},
+                                                "x.yaml"))
+    assert ok.ok and not ok.failed
+    missing = str(tmp_path / "jobstats_mail.sh")
+    [bad] = doctor.check_mail_chain(parse_config({"mail": {"slurm_mail_chain": missing}},
+                                                 "x.yaml"))
+    assert bad.failed and "cannot stat it" in bad.problem and missing in bad.fix
+    prog.chmod(0o777)
+    [bad] = doctor.check_mail_chain(parse_config({"mail": {"slurm_mail_chain": str(prog)}},
+                                                 "x.yaml"))
+    assert bad.failed and "writable by no one else" in bad.problem

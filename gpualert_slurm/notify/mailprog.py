@@ -141,7 +141,7 @@ def build_message(subject: str, body: str, rcpts: list[str], cfg: Config,
     return msg
 
 
-def _check_chain(path: str) -> str | None:
+def check_chain(path: str) -> str | None:
     """Why the chained MailProg may not be run (None: it may). It runs as SlurmUser with the
     job's variables: only a program no one but root (or SlurmUser) could have replaced."""
     try:
@@ -160,7 +160,7 @@ def run_chain(path: str, argv: list[str], env: Mapping[str, str], text: str | No
               timeout_s: float) -> tuple[int, str]:
     """Run the site's previous MailProg with Slurm's argv and environment, `text` on stdin
     (None: /dev/null, as Slurm gives), within timeout_s (then its process group is killed)."""
-    why = _check_chain(path)
+    why = check_chain(path)
     if why is not None:
         return 1, f"mail.slurm_mail_chain {path}: {why}: refused"
     try:
