@@ -13,12 +13,9 @@ import re
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
-import yaml
-
-from gpualert_slurm.classify.rules import RuleError, RuleSet, load_rules
+from gpualert_slurm.classify.rules import RuleError, RuleSet, load_rules, parse_yaml
 from gpualert_slurm.classify.scan import Event, ScanResult, line_view, scan_file
 
 __all__ = ["TaskInput", "JobFacts", "Verdict", "RuleError", "RuleSet", "classify", "load_rules",
@@ -433,8 +430,8 @@ def _traceback_ends(scan: ScanResult, rs: RuleSet) -> None:
         view = line_view(segs[j][1].decode("utf-8", "replace"))
         body = view.body.strip()
         name = _exception_end(body)
-        if name is None or _FRAME_LINE.match(body) or any(r.match(body) for r in rs.rules
-                                                          if r.source in ("log", "kernel")):
+        # (any_match: as any rule's match, trying only the rules whose literals it holds)
+        if name is None or _FRAME_LINE.match(body) or rs.any_match(body, ("log", "kernel")):
             continue
         ev = Event(scan.path, frame.line + (segs[j][0] - n) if frame.line else None,
                    segs[j][1].decode("utf-8", "replace").rstrip()[:500], exc_rule, name,
@@ -1072,12 +1069,12 @@ def load_precedence(text: str | None = None) -> list[str]:
     """The step ids of precedence.yaml (or of `text`), in order. Raises RuleError naming the
     file and field when an id names no step, one is repeated, or 'unknown' (the last resort)
     is missing."""
-    if text is None:
-        text = resources.files("gpualert_slurm.classify").joinpath("precedence.yaml").read_text()
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise RuleError(f"{PRECEDENCE_FILE}: not valid YAML: {e}") from None
+    if text is None:  # from the rule cache when it holds it (no YAML parser to import)
+        from gpualert_slurm.classify.rulecache import shipped_yaml
+
+        data = shipped_yaml("precedence.yaml", PRECEDENCE_FILE) or {}
+    else:
+        data = parse_yaml(PRECEDENCE_FILE, text) or {}
     steps = data.get("steps") if isinstance(data, dict) else None
     if not isinstance(steps, list):
         raise RuleError(f"{PRECEDENCE_FILE}: field 'steps' must be a list of {{id, why}}")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
 import signal as _signal
 import sys
-from pathlib import Path
 
 from gpualert_slurm import spool
 from gpualert_slurm.classify import JobFacts, RuleError, TaskInput, classify, load_rules
@@ -76,15 +76,15 @@ def _check_readable(path: str, what: str) -> str | None:
     return None
 
 
-def _record(rec: Path) -> dict | None:
+def _record(rec: str) -> dict | None:
     """A JSON record read with the spool's careful reader (no symlink, FIFO or huge file: root
     may run this on a user's job dir); None when missing, refused or not an object."""
     try:
-        dfd = os.open(rec.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        dfd = os.open(os.path.dirname(rec) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        data = spool.read_json_nofollow(rec.name, dfd)
+        data = spool.read_json_nofollow(os.path.basename(rec), dfd)
     except (OSError, spool.SpoolError):
         return None
     finally:
@@ -92,7 +92,7 @@ def _record(rec: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _read_record(t: TaskInput, rec: Path, start: Path | None = None) -> None:
+def _read_record(t: TaskInput, rec: str, start: str | None = None) -> None:
     """Exit facts from the tap's <step>.<rank>.exit or `gpualert run`'s exit.json, if there;
     the node from the task's .start record when no exit record names it (a lost node)."""
     data = _record(rec)
@@ -109,14 +109,15 @@ def task_from_path(path: str) -> TaskInput:
     """Rank/step from the file name; exit facts from a sibling <step>.<rank>.exit record
     (or exit.json next to `gpualert run --log-dir`'s output.log); the node from the exit
     record, else from the sibling <step>.<rank>.start record."""
-    name = Path(path).name
+    name = os.path.basename(path)  # (os.path, not pathlib: its import is ms of each run)
     t = TaskInput(path=path)
     m = _STEP_RANK.match(name)
     if m:
         t.step, t.rank = m.group("step"), int(m.group("rank"))
-        _read_record(t, Path(path).with_suffix(".exit"), Path(path).with_suffix(".start"))
+        stem = os.path.splitext(path)[0]
+        _read_record(t, stem + ".exit", stem + ".start")
     elif name == "output.log":
-        _read_record(t, Path(path).with_name("exit.json"))
+        _read_record(t, os.path.join(os.path.dirname(path), "exit.json"))
     else:
         m = _RANK.match(name)
         if m:
@@ -302,6 +303,10 @@ def _main(args: argparse.Namespace, dirs: list[JobDirLogs]) -> int:
     except RuleError as e:
         print(f"gpualert classify: bad rule file: {e}", file=sys.stderr)
         return 2
+    # One verdict, then exit: the rule set's ~100k objects live to the end, so the cycle
+    # collector is told to leave them (and the modules) alone rather than walk them again and
+    # again while the logs are read and once more at exit (ms of a small log's run).
+    gc.freeze()
     tasks = [t for d in dirs for t in d.task_inputs()] + [task_from_path(p) for p in logs]
     exit_code, sig = args.exit_code, args.signal
     if exit_code is None and sig is None:  # not given: the logs' exit records say it

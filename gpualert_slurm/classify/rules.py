@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from re import _parser as sre_parse  # type: ignore[attr-defined]  # literal extraction
+from typing import TYPE_CHECKING
 
-import yaml
+if TYPE_CHECKING:  # pathlib's import (urllib.parse, ipaddress) is a few ms of every classify
+    from pathlib import Path
 
 # chain: joins chained tracebacks; marker: never decides, kept as structure (a traceback's
 # header) or for the rank/node it names (srun's "n2: task 1: Exited with exit code 1")
@@ -26,7 +26,11 @@ _DIGITS = {ord(str(d)): "0" for d in range(10)}
 def norm_text(s: str) -> str:
     """Lower-cased, every digit '0': how lines and literals are compared before any regex."""
     return s.lower().translate(_DIGITS)
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
+
+
+# characters whose lower() is not what re's IGNORECASE matches them to (an ASCII letter): a
+# literal test on a text holding one proves nothing
+FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
 
 
 class RuleError(ValueError):
@@ -40,6 +44,47 @@ class ClassInfo:
     hint: str
 
 
+class Patterns(Sequence):
+    """A rule's regexes, each compiled when first used: a run of `gpualert classify` tries only
+    the rules whose literals its lines hold, so most of the ~800 regexes are never compiled
+    (compiling them all was most of a small log's classify time)."""
+
+    __slots__ = ("sources", "required", "_rx")
+
+    def __init__(self, sources: Iterable[str], required: Iterable[tuple[str, ...]] = (),
+                 compiled: Iterable[re.Pattern[str]] = ()) -> None:
+        self.sources = tuple(sources)
+        # per pattern, its required_literals (norm_text'ed): one of them is in every text it
+        # matches, whatever the rule's own `literals` say
+        self.required = tuple(tuple(x) for x in required)
+        self._rx: list[re.Pattern[str] | None] = list(compiled) or [None] * len(self.sources)
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(len(self.sources))[i]]
+        rx = self._rx[i]
+        if rx is None:
+            rx = self._rx[i] = re.compile(self.sources[i])
+        return rx
+
+    def __iter__(self) -> Iterator[re.Pattern[str]]:
+        return (self[i] for i in range(len(self.sources)))
+
+    def __repr__(self) -> str:
+        return f"Patterns({list(self.sources)!r})"
+
+    def search_any(self, text: str, normed: str) -> bool:
+        """Whether one of the patterns matches `text` (`normed`: its norm_text), trying only
+        those one of whose required literals `normed` holds (the others cannot match)."""
+        for i, req in enumerate(self.required):
+            if any(x in normed for x in req) and self[i].search(text):
+                return True
+        return False
+
+
 @dataclass(eq=False)  # identity: rules are compared and hashed by object
 class Rule:
     id: str
@@ -47,7 +92,7 @@ class Rule:
     role: str
     source: str
     priority: int
-    patterns: list[re.Pattern[str]]
+    patterns: Patterns  # compiled on first use
     literals: list[str]  # lower-cased; one of them occurs in every line a pattern matches
     origin: str  # file the rule came from
     digit_literals: list[str] = field(default_factory=list)  # literals of patterns with a
@@ -83,11 +128,45 @@ class RuleSet:
     prefilter: dict[str, list[str]] = field(default_factory=dict)  # source -> gates
     gate_rules: dict[str, dict[str, list[Rule]]] = field(default_factory=dict)
     digit_gates: dict[str, set[str]] = field(default_factory=dict)  # source -> gates
-    # source -> one regex finding, at every position of a norm_text'ed line, the rule literal
-    # that starts there; and literal -> the rules that literal (or a part of it) belongs to
-    literal_rx: dict[str, re.Pattern[str]] = field(default_factory=dict)
+    # source -> one regex (its text: compiled by literal_regex, when a line needs it) finding,
+    # at every position of a norm_text'ed line, the rule literal that starts there; and
+    # literal -> the rules that literal (or a part of it) belongs to
+    literal_src: dict[str, str] = field(default_factory=dict)
     literal_rules: dict[str, dict[str, list[tuple[Rule, tuple[int, ...]]]]] = field(
         default_factory=dict)  # literal -> (rule, the indexes of its patterns it stands for)
+    # source -> the regexes (texts) over a chunk's bytes that find the rule literals, one per
+    # first character of the literals (scan.py's _found_by_search; compiled by literal_scans)
+    literal_scan_src: dict[str, list[str]] = field(default_factory=dict)
+    # regex text -> re's compiled program for it, from the cache (rulecache.py): the literal
+    # regexes are large, and re takes tens of ms to compile them
+    programs: dict[str, list] = field(default_factory=dict, repr=False)
+    _compiled: dict[str, re.Pattern] = field(default_factory=dict, repr=False)
+    cached: str | None = None  # the cache file it was read from (None: built from the files)
+
+    def _regex(self, text: str, binary: bool = False) -> re.Pattern:
+        key = ("b:" if binary else "s:") + text  # a bytes regex is another program
+        rx = self._compiled.get(key)
+        if rx is None:
+            from gpualert_slurm.classify import rulecache
+
+            rx = rulecache.compile_program(text, self.programs.get(key), binary)
+            self._compiled[key] = rx
+        return rx
+
+    def literal_regex(self, source: str) -> re.Pattern[str]:
+        return self._regex(self.literal_src[source])
+
+    def literal_scans(self, source: str) -> list[re.Pattern[bytes]]:
+        return [self._regex(t, binary=True) for t in self.literal_scan_src[source]]
+
+    def any_match(self, text: str, sources: tuple[str, ...] = TEXT_SOURCES) -> bool:
+        """Whether a rule of `sources` matches `text` (as Rule.match would, with any of its
+        patterns), trying only the patterns whose required literals `text` holds."""
+        rules = [r for r in self.rules if r.source in sources]
+        if any(c in text for c in FOLDS_TO_ASCII):  # literal tests prove nothing here
+            return any(r.match(text) for r in rules)
+        normed = norm_text(text)
+        return any(r.patterns.search_any(text, normed) for r in rules)
 
     def for_source(self, source: str) -> list[Rule]:
         return [r for r in self.rules if r.source == source]
@@ -156,9 +235,21 @@ def required_literals(pattern: str) -> list[str] | None:
     return [s.lower() for s in best] if best else None
 
 
-def _load_yaml(path: str, text: str) -> dict:
+def parse_yaml(path: str, text: str):
+    """YAML text parsed (PyYAML's safe loader); RuleError naming `path` when it is not YAML."""
+    import yaml  # only when a file is parsed: a cached rule set needs no YAML
+
     try:
-        data = yaml.load(text, Loader=_LOADER)
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RuleError(f"{path}: not valid YAML: {e}") from None
+
+
+def _load_yaml(path: str, text: str) -> dict:
+    import yaml  # only when the rules are built: a cached rule set needs no YAML
+
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml
     except yaml.YAMLError as e:
         raise RuleError(f"{path}: not valid YAML: {e}") from None
     if data is None:
@@ -254,7 +345,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             pats = [pats]
         if not isinstance(pats, list) or not pats:
             raise RuleError(f"{where}: field 'patterns': must be a non-empty list of regexes")
-        compiled, literals, digit_lits, plits = [], [], [], []
+        compiled, literals, digit_lits, plits, required = [], [], [], [], []
         for p in pats:
             if not isinstance(p, str) or not p:
                 raise RuleError(f"{where}: field 'patterns': {p!r} is not a non-empty string")
@@ -272,6 +363,7 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
                 )
             literals.extend(lits)
             plits.append(tuple(norm_text(x) for x in lits))
+            required.append(plits[-1])
             if re.search(r"(?<!\\)\d", p):
                 digit_lits.extend(lits)
         given = r.get("literals")
@@ -285,21 +377,52 @@ def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[R
             literals = [x.lower() for x in given]
             plits = [tuple(norm_text(x) for x in given)] * len(compiled)
             digit_lits = [x for x in literals if any(c.isdigit() for c in x)]
-        out.append(Rule(rid, cls, role, source, prio, compiled, literals, path, digit_lits,
+        out.append(Rule(rid, cls, role, source, prio, Patterns(pats, required, compiled),
+                        literals, path, digit_lits,
                         scope, fixed, None if cap is None else float(cap), silent, requires,
                         plits, given is not None, if_seen, detail_next))
     return out
 
 
-def _site_files() -> list[Path]:
+def _site_files() -> list[str]:
     d = os.environ.get("GPUALERT_RULES_DIR", SITE_RULES_DIR)
-    p = Path(d)
-    if not p.is_dir():
+    try:
+        names = os.listdir(d)
+    except OSError:  # none (or not a directory): no site rules
         return []
-    return sorted(p.glob("*.yaml"))
+    return sorted(os.path.join(d, n) for n in names if n.endswith(".yaml"))
 
 
 _DEFAULT: RuleSet | None = None
+_HERE = os.path.dirname(os.path.abspath(__file__))
+CLASSES_FILE = "gpualert_slurm/classify/classes.yaml"
+RULES_FILE = "gpualert_slurm/classify/rules.yaml"
+
+
+def shipped_bytes(name: str) -> bytes:
+    """A data file shipped beside this module (classify/*.yaml), as bytes."""
+    with open(os.path.join(_HERE, name), "rb") as f:
+        return f.read()
+
+
+def _rule_files(site: bool, extra_files: list[Path] | None) -> list[tuple[str, bytes]]:
+    """(name shown in errors, bytes) of each file the rule set is built from, in order: the
+    class table, the shipped rules, the site rules, the extra files."""
+    out = [(CLASSES_FILE, shipped_bytes("classes.yaml")), (RULES_FILE, shipped_bytes("rules.yaml"))]
+    for f in (_site_files() if site else []) + [str(x) for x in extra_files or []]:
+        try:
+            with open(f, "rb") as fh:
+                out.append((f, fh.read()))
+        except OSError as e:
+            raise RuleError(f"{f}: cannot read rule file: {e}") from None
+    return out
+
+
+def _text(name: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RuleError(f"{name}: cannot read rule file: {e}") from None
 
 
 def load_rules(
@@ -308,28 +431,39 @@ def load_rules(
     """Shipped rules + site rules (GPUALERT_RULES_DIR or /etc/gpualert/rules.d/*.yaml).
 
     Raises RuleError naming file, rule and field. A hook that must produce a verdict anyway
-    can retry with site=False (shipped rules only).
+    can retry with site=False (shipped rules only). Without extra files, the rule set comes
+    from the on-disk cache when it holds one built from these very files (rulecache.py: keyed
+    by their bytes, so an edited site rule takes effect at once), and root writes it there.
     """
     global _DEFAULT
     use_cache = use_cache and site and extra_files is None
     if use_cache and _DEFAULT is not None:
         return _DEFAULT
-    pkg = resources.files("gpualert_slurm.classify")
-    cpath = "gpualert_slurm/classify/classes.yaml"
-    classes = _parse_classes(
-        cpath, _load_yaml(cpath, pkg.joinpath("classes.yaml").read_text())
-    )
-    rpath = "gpualert_slurm/classify/rules.yaml"
-    shipped = _load_yaml(rpath, pkg.joinpath("rules.yaml").read_text())
+    files = _rule_files(site, extra_files)
+    rs = None
+    if extra_files is None:
+        from gpualert_slurm.classify import rulecache
+
+        key = rulecache.key(files)
+        rs = rulecache.load(key)
+    if rs is None:
+        rs = build_rules(files)
+        if extra_files is None:
+            rulecache.save(key, rs)
+    if use_cache:
+        _DEFAULT = rs
+    return rs
+
+
+def build_rules(files: list[tuple[str, bytes]]) -> RuleSet:
+    """The rule set of these files (_rule_files' order): parsed, validated, indexed."""
+    (cpath, cdata), (rpath, rdata), *rest = files
+    classes = _parse_classes(cpath, _load_yaml(cpath, _text(cpath, cdata)))
+    shipped = _load_yaml(rpath, _text(rpath, rdata))
     gates = [str(g).lower() for g in shipped.get("prefilter", [])]
     by_id: dict[str, Rule] = {r.id: r for r in _parse_rules(rpath, shipped, classes)}
-    files = (list(_site_files()) if site else []) + list(extra_files or [])
-    for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise RuleError(f"{f}: cannot read rule file: {e}") from None
-        for r in _parse_rules(str(f), _load_yaml(str(f), text), classes):
+    for name, data in rest:
+        for r in _parse_rules(name, _load_yaml(name, _text(name, data)), classes):
             by_id[r.id] = r  # a site rule with a shipped id replaces it
     rs = RuleSet(classes, list(by_id.values()))
     for r in rs.rules:
@@ -340,8 +474,6 @@ def load_rules(
             raise RuleError(f"{r.origin}: rule {r.id!r}: field 'if_seen': "
                             f"{r.if_seen[0]!r} is not a rule id")
     _build_prefilter(rs, gates)
-    if use_cache:
-        _DEFAULT = rs
     return rs
 
 
@@ -387,7 +519,15 @@ def _build_literals(rs: RuleSet, source: str) -> None:
                 found.setdefault(pos, set()).add(i)
         table[lit] = [(rules[pos], tuple(sorted(found[pos]))) for pos in sorted(found)]
     rs.literal_rules[source] = table
-    rs.literal_rx[source] = re.compile(f"(?=({trie(lits)}))")
+    rs.literal_src[source] = f"(?=({trie(lits)}))"
+    # over a chunk's bytes: one regex per first character of the literals, so that each has
+    # a literal prefix (re then skips ahead with a fast search, not position by position);
+    # a literal's leading spaces are left off (a candidate line is matched in full later)
+    by_first: dict[str, list[str]] = {}
+    for lit in table:
+        key = lit.lstrip(" ") or lit
+        by_first.setdefault(key[0], []).append(key)
+    rs.literal_scan_src[source] = [trie(sorted(set(v))) for v in by_first.values()]
 
 
 def _build_prefilter(rs: RuleSet, gates: list[str]) -> None:

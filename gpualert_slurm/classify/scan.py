@@ -50,21 +50,15 @@ from __future__ import annotations
 import bisect
 import contextlib
 import fcntl
-import logging
+import functools
 import os
-import queue
 import re
-import shutil
-import subprocess
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from re import _parser as sre_parse  # type: ignore[attr-defined]  # literal parts for grep
 
-from gpualert_slurm.classify.rules import MIN_LITERAL, Rule, RuleSet, norm_text, trie
-
-log = logging.getLogger(__name__)
+from gpualert_slurm.classify.rules import MIN_LITERAL, Rule, RuleSet, norm_text
 
 CHUNK = 2 << 20
 MIN_CHUNK = 64 << 10
@@ -226,16 +220,7 @@ class _Matcher:
 
     def __init__(self, rules: RuleSet, source: str) -> None:
         self.gates = [(norm_text(g).encode(), g) for g in rules.prefilter[source]]
-        self.literal_rx = rules.literal_rx[source]
-        # over a chunk's bytes: one regex per first character of the literals, so that each has
-        # a literal prefix (re then skips ahead with a fast search, not position by position);
-        # a literal's leading spaces are left off (a candidate line is matched in full later)
-        by_first: dict[str, list[str]] = {}
-        for lit in rules.literal_rules[source]:
-            key = lit.lstrip(" ") or lit
-            by_first.setdefault(key[0], []).append(key)
-        self.literal_scans = [re.compile(trie(sorted(set(v))).encode("utf-8", "replace"))
-                              for v in by_first.values()]
+        self._rules, self._source = rules, source  # literal_rx / literal_scans: when needed
         self.literal_rules = rules.literal_rules[source]
         order = {id(r): i for i, r in enumerate(rules.rules)}
         self.rank = lambda r: (-r.priority, order[id(r)])
@@ -247,6 +232,18 @@ class _Matcher:
         self.digit_gates = rules.digit_gates[source]
         self.native_patterns: list[bytes] | bool = False  # grep's, built on first use
         self.rules = rules.scanned(source)
+
+    @functools.cached_property
+    def literal_rx(self) -> re.Pattern[str]:
+        """The regex finding the rule literals in a line (RuleSet.literal_src), compiled when
+        a line first holds a gate."""
+        return self._rules.literal_regex(self._source)
+
+    @functools.cached_property
+    def literal_scans(self) -> list[re.Pattern[bytes]]:
+        """The literal regexes over a chunk's bytes (RuleSet.literal_scan_src), compiled when
+        a chunk of mostly distinct lines first needs them."""
+        return self._rules.literal_scans(self._source)
 
     def hits(self, blob: bytes) -> bool:
         low = blob.lower()
@@ -410,7 +407,10 @@ def _range(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
             return order
         except NativeError as e:
             res.engine = f"python (grep failed: {e})"
-            log.warning("gpualert scan of %s: %s; scanning it in Python", res.path, e)
+            import logging
+
+            logging.getLogger(__name__).warning("gpualert scan of %s: %s; scanning it in Python",
+                                                res.path, e)
             f.seek(at)
             res.bytes_read = got
     return _scan_range(f, limit, res, col, matcher, line_base, resync, order_base, deadline)
@@ -651,7 +651,17 @@ def _positions(normed: bytes, s: bytes):
 NATIVE = os.environ.get("GPUALERT_SCAN_NATIVE", "1") != "0"
 NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # smaller: Python
 # a hook may run with a bare PATH: Debian's grep is /usr/bin/grep (/bin/grep, merged /usr)
-GREP = os.environ.get("GPUALERT_SCAN_GREP") or shutil.which("grep") or "/usr/bin/grep"
+def _which(name: str) -> str | None:
+    """shutil.which(name) (shutil's import, with its compression modules, costs more than this
+    lookup: every `gpualert classify` imports this module)."""
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(d or ".", name)
+        if os.access(path, os.F_OK | os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
+GREP = os.environ.get("GPUALERT_SCAN_GREP") or _which("grep") or "/usr/bin/grep"
 BLOCK = 1 << 20
 GREP_MATCH = ("-a", "-E")  # case-sensitive: a rule that ignores case has [xX] classes
 # grep's multi-pattern automaton bounds the speed (about 250 MB/s a core): a range of at least
@@ -928,6 +938,8 @@ class _Feeder:
         self.cr_starts: list[int] = []
         self.cr_blocks: list[tuple[int, int, int]] = []
         self.error: BaseException | None = None
+        import threading  # grep's modules: imported by the scans that use grep (>= 1 MiB)
+
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -1048,6 +1060,8 @@ class _Grep:
         cmd = [GREP, *GREP_MATCH, "-b", "-n"]
         for p in [*patterns, self.sentinel]:
             cmd += ["-e", p]
+        import subprocess
+
         try:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C"),
@@ -1121,8 +1135,12 @@ class _Ahead:
     QUEUE, BATCH, BATCH_BYTES = 128, 256, 64 << 10
 
     def __init__(self, grep: _Grep) -> None:
+        import queue
+        import threading
+
         self.grep = grep
         self.q: queue.Queue[list | None] = queue.Queue(self.QUEUE)
+        self.full = queue.Full
         self.stop = False
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -1146,7 +1164,7 @@ class _Ahead:
 
     def _put(self, item: list | None) -> None:
         while not self.stop:
-            with contextlib.suppress(queue.Full):
+            with contextlib.suppress(self.full):
                 self.q.put(item, timeout=0.1)
                 return
 
