@@ -149,7 +149,18 @@ TresBind TresFreq MailUser MailType Prefer Extra Container ContainerID CPU_IDs M
 Nodes Switches Wait4Switch Reservation ResvPorts KillOInInvalidDependent Clusters
 ClusterFeatures NtasksPerTRES CronJob CrontabSpec LicensesAlloc Segment SpreadJob
 ReqNodeList Restarts OOMKillStep ResvName Epilog Prolog
+BatchFeatures BurstBuffer BurstBufferState FedOrigin GresEnforceBind JOB_GRES ResizeTime
+SELinuxContext ThreadSpec WCKey
+FailedNode ReqTRES AllocTRES
+GresAllowTaskSharing GresOneTaskPerSharing
+CompletingTime StepMgrEnabled Nodes(COMPLETING) Nodes(DOWN)
+SegmentSize
 """
+# By version (src/api/job_info.c to 23.11, src/scontrol/info_job.c from 24.05): 22.05's keys,
+# then 23.02's FailedNode (right after Reason=, which it would otherwise extend: a lost node's
+# job read "Reason=NodeDown FailedNode=n2" on 24.11), ReqTRES/AllocTRES (TRES= before);
+# 23.11's Gres*TaskSharing; 24.11's CompletingTime, StepMgrEnabled, Nodes(...); 25.05's
+# SegmentSize.
 _KNOWN_JOB_KEYS = frozenset(_KNOWN_JOB_KEYS_TEXT.split())
 _KEY_AT = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/()+]*)=")
 

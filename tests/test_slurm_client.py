@@ -196,6 +196,17 @@ def test_scontrol_record_of_24_11() -> None:
     assert rec["StdOut"].endswith(f"/run-{st.job_id}.out")
 
 
+def test_scontrol_record_of_a_lost_nodes_job_on_24_11() -> None:
+    # 23.02+ print FailedNode= right after Reason=; it must not become part of the reason
+    # (the job epilog maps Reason=NodeDown to NODE_FAIL).
+    rec = slurm.parse_scontrol_record((DATA / "scontrol-job-nodefail-24.11.txt").read_text())
+    st = slurm.job_from_scontrol(rec)
+    ids = dict(line.split("=") for line in (DATA / "jobs-24.11.txt").read_text().split())
+    assert st.job_id == int(ids["nodefail"])
+    assert (st.state, st.reason, rec["FailedNode"]) == ("NODE_FAIL", "NodeDown", "n2")
+    assert st.nodes == ("n1", "n2") and rec["Dependency"] == "(null)"
+
+
 def test_sacct_json_nothing_found_is_empty_and_real_errors_raise() -> None:
     nothing = {"errors": [{"error_number": 9003, "error": "Nothing found with query"}],
                "jobs": []}
