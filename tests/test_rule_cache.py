@@ -289,3 +289,21 @@ def test_a_program_gives_the_regex_re_compiles():
         subject = line.encode() if binary else line
         assert [m.span() for m in rx.finditer(subject)] == [
             m.span() for m in want.finditer(subject)]
+
+
+def test_a_full_disk_leaves_no_half_file(dirs, monkeypatch):
+    """The cache directory on a real tmpfs too small for the file: ENOSPC, the rule set is
+    still built and used, and no temporary file is left there."""
+    cache, _ = dirs
+    small = cache.parent / "small"
+    small.mkdir(mode=0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(small)],
+                   check=True)
+    try:
+        monkeypatch.setenv("GPUALERT_RULES_CACHE_DIR", str(small))
+        rs = load_rules(use_cache=False)
+        assert rs.cached is None and oom_class(rs) == "cuda_oom"
+        assert os.listdir(small) == []
+        assert load_rules(use_cache=False).cached is None
+    finally:
+        subprocess.run(["umount", str(small)], check=True)

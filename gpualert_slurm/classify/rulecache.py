@@ -386,9 +386,15 @@ def save(k: str, rs: RuleSet) -> bool:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-        finally:
             os.close(fd)
-        os.replace(tmp, _name(k), src_dir_fd=dfd, dst_dir_fd=dfd)
+            fd = -1
+            os.replace(tmp, _name(k), src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError:  # a full disk, say: no half file left behind
+            if fd >= 0:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
         _prune(dfd, _name(k))
         return True
     except OSError as e:
