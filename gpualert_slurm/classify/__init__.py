@@ -32,6 +32,7 @@ SKIP_RUN = 2  # a log ending in this many skipped-NaN lines in a row: the loop n
 END_TAIL = 5  # an exception within this many lines of a log's end were the program's last words
 ABANDON_RULE = "work_abandoned"  # rules.yaml: a logged error saying the work stops
 STOP_RULE = "work_stopped"  # rules.yaml: any line saying the work stopped (crashed, exiting)
+LAUNCHER_FRAME = "launcher_frame"  # rules.yaml: a frame of torchrun's / DeepSpeed's own traceback
 MAX_CASCADES = 20
 MAX_EVIDENCE = 8
 
@@ -649,8 +650,72 @@ def _lost_node(c: _Ctx) -> tuple[str | None, list[TaskInput]]:
     return node, lost
 
 
+LOG_HANG_S = 3600.0  # from a log alone: silence before Slurm's end line that counts as a hang
+# Slurm's end line's time ("CANCELLED AT 2022-05-08T13:04:44"); a log line's own time: an ISO
+# date and time ("2022-05-06 17:39:13", "[2023-06-07 22:24:46,260]") or glog's "I0506 17:39:13"
+_SLURM_AT = re.compile(r"CANCELLED AT (\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
+_ISO_TIME = re.compile(r"\b(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)\b")
+_GLOG_TIME = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.\d+ ")
+
+
+def _line_time(raw: str, year: int) -> float | None:
+    """A log line's own time (seconds, naive clock), or None."""
+    import calendar
+
+    m = _ISO_TIME.search(raw[:80])
+    if m:
+        y, mo, d, hh, mm, ss = map(int, m.groups())
+    elif (m := _GLOG_TIME.match(raw)):
+        y, (mo, d, hh, mm, ss) = year, map(int, m.groups())
+    else:
+        return None
+    try:
+        return float(calendar.timegm((y, mo, d, hh, mm, ss, 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _log_silence(c: _Ctx) -> tuple[float, str, Event] | None:
+    """f10k-: with no heartbeat, a log alone: Slurm's time-limit or cancel line carries its
+    time; the log's last line with a time of its own before it (the same file) came long
+    before - longer than the hang threshold (LOG_HANG_S when the job gave none) and ten times
+    the log's own spacing of timed lines. (silence, the last timed line, Slurm's line)."""
+    lim = c.sched_event
+    if lim is None or lim.cls not in ("time_limit", "cancelled") or not lim.line:
+        return None
+    m = _SLURM_AT.search(lim.text)
+    if m is None:
+        return None
+    end = _line_time("{}-{}-{} {}:{}:{}".format(*m.groups()), 0)
+    stamps: list[tuple[float, str]] = []
+    try:
+        for raw in _raw_lines(lim.file, max(0, lim.line - 400), lim.line - 1):
+            t = _line_time(raw, int(m.group(1)))
+            if t is not None:
+                stamps.append((t, raw.strip()))
+    except OSError:
+        return None
+    if end is None or not stamps:
+        return None
+    gap = end - stamps[-1][0]
+    steps = sorted(b[0] - a[0] for a, b in zip(stamps, stamps[1:], strict=False) if b[0] > a[0])
+    cadence = steps[len(steps) // 2] if steps else 0.0
+    if gap < (c.job.hang_threshold_s or LOG_HANG_S) or gap < 10 * cadence:
+        return None
+    return gap, stamps[-1][1], lim
+
+
 def _step_hang(c: _Ctx) -> Verdict | None:
     j = c.job
+    if j.silence_s is None and not c.clean and not c.crashed:
+        quiet = _log_silence(c)
+        if quiet is not None and not (c.root is not None and _failed_before_limit(c)):
+            gap, last, lim = quiet
+            return c.make("hang", 0.6, f"the log's last timed line came {gap / 3600:.1f} h "
+                          f"before Slurm's end line ({last[:100]!r}); silent that long, the job "
+                          f"hung and the {lim.cls.replace('_', ' ')} ended it (evidence: the "
+                          "log's own timestamps, no heartbeat)",
+                          [{"file": lim.file, "line": None, "text": last[:300]}, _ev(lim)])
     if (c.clean or j.hang_threshold_s is None or j.silence_s is None
             or j.silence_s <= j.hang_threshold_s or c.crashed):
         return None
@@ -664,7 +729,9 @@ def _step_hang(c: _Ctx) -> Verdict | None:
 def _step_preempted(c: _Ctx) -> Verdict | None:
     if c.state_cls != "preempted":
         return None
-    return c.make("preempted", 0.95, "preempted by Slurm", c.state_ev)
+    # a log line (Slurm's, a launcher's, a cloud's or Ray's) says who preempted it
+    what = c.sched_event.text[:200] if c.sched_event else "preempted by Slurm"
+    return c.make("preempted", 0.95, what, c.state_ev)
 
 
 def _failed_before_limit(c: _Ctx) -> bool:
@@ -680,19 +747,99 @@ def _failed_before_limit(c: _Ctx) -> bool:
     # Slurm's line in the same file (a labelled batch log keeps it apart from the rank's lines)
     lim = [e for e in c.all_events if e.file == inc.file and e.cls == c.state_cls
            and e.role == "root" and e.order > inc.order]
-    return bool(lim) and lim[0].order - inc.order <= LIMIT_GAP
+    return bool(lim) and lim[0].order - inc.order <= LIMIT_GAP and not _went_on(inc, lim[0])
+
+
+# f10k-: output that shows the program still working: a progress bar (tqdm's "37%|###  | 37/100
+# [...]"), a Python warnings-module line ("x.py:12: RuntimeWarning: ..."), a training-loop count
+_WORK_LINE = re.compile(r"\d+%\|[^|]*\|\s*\d+/\d+|^\S+\.py:\d+: \w*Warning: "
+                        r"|(?i:\b(?:epoch|step|iter(?:ation)?|batch)\b\s*[:=]?\s*\d+)")
+
+
+def _went_on(inc: Event, lim: Event) -> bool:
+    """The program printed signs of work between the cause and Slurm's line (the same rank's
+    lines; Slurm's line glued onto a progress bar counts): it had survived that error (conda's
+    "CommandNotFoundError" before the script ran python anyway, a warning logged as an
+    error) and was still running when Slurm ended it."""
+    if inc.line is None or lim.line is None or lim.line <= inc.line:
+        return False
+    glued = lim.text.split("slurmstepd", 1)[0] if "slurmstepd" in lim.text else ""
+    if glued and _WORK_LINE.search(glued):
+        return True
+    try:
+        for raw in _raw_lines(inc.file, inc.line, lim.line - 1):
+            view = line_view(raw)
+            if view.rank == inc.rank_label and view.task == inc.task_label \
+                    and _WORK_LINE.search(view.body):
+                return True
+    except OSError:
+        return False
+    return False
+
+
+def _raw_lines(path: str, line: int, last: int) -> Iterator[str]:
+    """Lines line+1 .. last (1-based) of a log, each segment of a \\r-redrawn line its own."""
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            if i <= line:
+                continue
+            if i > last:
+                return
+            for seg in raw.rstrip(b"\r\n").split(b"\r"):
+                yield seg.decode("utf-8", "replace")
 
 
 def _step_time_limit_or_cancel(c: _Ctx) -> Verdict | None:
     if c.state_cls not in ("time_limit", "cancelled"):
         return None
+    if c.state_cls == "cancelled" and _memory_verdicts(c):
+        return None  # Slurm said why it killed the job (host_oom_state)
     if c.root is not None and _failed_before_limit(c):
         return c.app_verdict(c.root, 0.75, f"(then {c.state_cls.replace('_', ' ')}) ")
+    lim = c.sched_event
+    if c.state_cls == "cancelled" and lim is not None:
+        # f10k-: a peer lost (NCCL's) before Slurm's CANCELLED line: a multi-node launcher shut
+        # the job down after a rank died; that failure started it, not the cancel
+        lost = [e for e in c.all_events if e.file == lim.file and e.role == "cascade"
+                and e.order < lim.order and e.cls in ("nccl_error", "collective_timeout")]
+        if lost:
+            return c.make(lost[0].cls, 0.5, f"(then cancelled) a peer was lost before Slurm's "
+                          f"CANCELLED line: {lost[0].text[:160]}", [_ev(lost[0]), _ev(lim)],
+                          _finding_of(c.findings, lost[0]))
     return c.make(c.state_cls, 0.9,
                   f"Slurm state {c.state}" if c.state else c.state_ev[0]["text"], c.state_ev)
 
 
+def _memory_verdicts(c: _Ctx) -> list[Event]:
+    """Slurm's (or a container manager's) own lines saying it killed the job for memory
+    (precedence.yaml host_oom_state `verdicts`), when no Slurm state says otherwise."""
+    if c.clean or c.state_cls not in (None, "cancelled"):
+        return []
+    ids = set(_VERDICTS.get("host_oom_state", frozenset()))
+    inc = c.root.incident if c.root is not None else None
+    if inc is None or _WARNING_LEVEL.search(inc.text[:200]):
+        ids |= _VERDICTS.get("host_oom_state:verdicts_over_warnings", frozenset())
+    return [e for e in c.kevents + c.all_events if e.rule.id in ids]
+
+
+# a line a logger printed at warning level: glog's "W0304 05:06:07" / TensorFlow's "...: W
+# path.cc:282]", torch's "[W ...]", "WARNING" / "Warning:" (not how a program ends)
+_WARNING_LEVEL = re.compile(r"(?:^|[\s:\]])(?:W\d{4} \d|W(?= \S+\.(?:cc|cpp|h|py):\d+\])|\[W |"
+                            r"WARN(?:ING)?\b|[Ww]arning:)")
+
+
 def _step_host_oom_state(c: _Ctx) -> Verdict | None:
+    said = _memory_verdicts(c) if c.state_cls != "host_oom" else []
+    if said:
+        then = (f"; then {c.state_ev[0]['text'][:120]}" if c.state_cls == "cancelled"
+                and c.state_ev else "")
+        ev = [_ev(e) for e in said[:2]] + [_ev(e) for e in c.all_events + c.kevents
+                                            if e.cls == "host_oom" and e not in said][:2]
+        r = c.root
+        return c.make("host_oom", 0.9, f"{said[0].text[:200]} (the scheduler's own verdict on "
+                      f"why it killed the job{then})", ev + c.state_ev[:1],
+                      r if r and r.incident and r.incident.cls == "host_oom"
+                      else _finding_of(c.findings, said[0]))
     if c.state_cls != "host_oom":
         return None
     ev = [_ev(e) for e in c.all_events + c.kevents if e.cls == "host_oom"][:4]
@@ -938,7 +1085,8 @@ def _step_cut_traceback(c: _Ctx) -> Verdict | None:
     for f in sorted(c.findings, key=_Finding.key):
         evs, scan = [e for e in f.events if e.rule.id != STOP_RULE], f.scan
         if not evs or scan is None or not (evs[-1].rule.scope == "traceback" or evs[-1].rule.id
-                                           in ("traceback_frame", "traceback_header")):
+                                           in ("traceback_frame", "traceback_header",
+                                               LAUNCHER_FRAME)):
             continue
         if evs[-1].order < scan.segments - CUT_TAIL:
             continue
@@ -946,6 +1094,8 @@ def _step_cut_traceback(c: _Ctx) -> Verdict | None:
                    default=None)
         frames = evs[head:] if head is not None else evs[-20:]
         conf = [e for e in frames if e.role == "confirmation" and e.rule.scope == "traceback"]
+        if not conf and any(e.rule.id == LAUNCHER_FRAME for e in frames):
+            continue  # a launcher's own traceback: its child's lines (or its exitcode) decide
         cls = conf[-1].cls if conf else "python_exception"
         ev = [_ev(e) for e in ([conf[-1]] if conf else []) + frames[-2:]]
         return c.make(cls, 0.5 if conf else 0.4, "the log ends inside a traceback (its "
@@ -960,6 +1110,32 @@ def _step_oom_evidence(c: _Ctx) -> Verdict | None:
         return None
     return c.make("host_oom", 0.85, oom[0].text[:200], [_ev(e) for e in oom[:3]],
                   _finding_of(c.findings, oom[0]))
+
+
+_SIGKILL_WORDS = re.compile(r"\b9\b|KILL|[Kk]illed|\b137\b|已杀死|強制|죽었음|Getötet|arrêté|"
+                            r"Ucciso|Morto|Убито|Unicestwiony|Geëlimineerd|Dödad|Вбито|Zabit")
+
+
+def _step_killed_memory(c: _Ctx) -> Verdict | None:
+    """f10k-: a SIGKILL reported by the shell or a launcher (precedence.yaml's symptoms) in a
+    log that speaks of the host's memory (rule memory_pressure): the OOM killer is the likely
+    killer, though the kernel's own report is not in the log."""
+    if c.clean:
+        return None
+    kills = _SYMPTOMS.get("killed_memory", frozenset())
+    k = next((e for e in c.confirmations if e.rule.id in kills
+              and _SIGKILL_WORDS.search(e.text)), None)
+    if k is None and c.sig != 9:
+        return None
+    mem = [e for e in c.all_events + c.kevents if e.rule.id == "memory_pressure"]
+    if not mem:
+        return None
+    how = repr(k.text[:120]) if k is not None else "signal 9"
+    ev = ([_ev(k)] if k is not None else []) + [_ev(mem[-1])]
+    return c.make("host_oom", 0.6, f"killed by SIGKILL ({how}) in a log that speaks of host "
+                  f"memory ({mem[-1].text[:120]!r}): the kernel's OOM killer is the likely "
+                  "killer (the node's kernel log or sacct MaxRSS would confirm)", ev,
+                  _finding_of(c.findings, k) if k is not None else c.sig_task)
 
 
 def _step_confirmation(c: _Ctx) -> Verdict | None:
@@ -1043,11 +1219,84 @@ def _step_slurm_state(c: _Ctx) -> Verdict | None:
     return c.make(c.state_cls, 0.8, f"Slurm state {c.state}", c.state_ev)
 
 
+# a clock time in a log line (ISO date and time, glog's "I0506 17:39:13", a bare HH:MM:SS)
+_CLOCK = re.compile(r"(?:\d{4}-\d\d-\d\d[ T]|\b[IWEF]\d{4} )?\b(\d\d?:\d\d:\d\d)\b")
+
+
+def _tail_lines(path: str, n: int = 3, size: int = 16384) -> list[tuple[int, str, str]]:
+    """The last n non-blank lines of a log as (line number, text as the rules see it, the raw
+    line's last segment); [] if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            end = f.tell()
+            f.seek(max(0, end - size))
+            data = f.read()
+            f.seek(0)
+            total = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return []
+    raw = data.split(b"\n")
+    if end > size:
+        raw = raw[1:]
+    if data.endswith(b"\n"):
+        raw = raw[:-1]
+    else:
+        total += 1  # a last line without its newline
+    out: list[tuple[int, str, str]] = []
+    for i in range(len(raw) - 1, -1, -1):
+        seg = raw[i].rstrip(b"\r").rsplit(b"\r", 1)[-1].decode("utf-8", "replace")
+        body = line_view(seg).body.strip()
+        if body:
+            out.append((total - (len(raw) - 1 - i), body, seg))
+            if len(out) >= n:
+                break
+    return out[::-1]
+
+
+def _where_it_stops(c: _Ctx) -> str:
+    """Where the first task log stops, in words: "the log stops at 12:03 after 'Epoch 0 step
+    0' (line 10)"; "" when there is no readable log."""
+    for t, s in zip(c.tasks, c.scans, strict=True):
+        if s is None:
+            continue
+        tail = _tail_lines(t.path, 6)
+        if not tail:
+            return "the log is empty"
+        n, last, _ = tail[-1]
+        clock = next((m.group(1) for _, _, x in reversed(tail) if (m := _CLOCK.search(x))),
+                     None)
+        at = f" at {clock}" if clock else ""
+        return f"the log stops{at} after {last[:120]!r} (line {n}); no error line"
+    return ""
+
+
+def _step_silent_end(c: _Ctx) -> Verdict | None:
+    """f10k-: a failed job (not clean) with no failure evidence whose log stops right after a
+    collective was set up or entered (rule collective_setup): it hung in the collective."""
+    if c.clean or c.with_root or c.confirmations:
+        return None
+    for f in sorted(c.findings, key=_Finding.key):
+        if f.scan is None or not f.events:
+            continue
+        last = f.events[-1]
+        if last.rule.id != "collective_setup" or _lines_after(last, f.scan) >= CUT_TAIL:
+            continue
+        m = _CLOCK.search(last.text)
+        at = f" at {m.group(1)}" if m else ""
+        return c.make("hang", 0.4, f"the log stops{at} right after a collective was set up "
+                      f"({last.text[:120]!r}, line {last.line}); no error line and no end line: "
+                      "it hung in the collective (or was killed without a word)", [_ev(last)], f)
+    return None
+
+
 def _step_unknown(c: _Ctx) -> Verdict:
     j = c.job
     what = "no exit status given and " if j.exit_code is None and not c.state else ""
+    where = _where_it_stops(c) if not c.state_ev else ""
     v = c.make("unknown", 0.3, f"{what}nothing recognisable in the logs"
-               + (f" (exit code {j.exit_code})" if j.exit_code else ""), c.state_ev)
+               + (f" (exit code {j.exit_code})" if j.exit_code else "")
+               + (f"; {where}" if where else ""), c.state_ev)
     # why is unknown, but where is not when srun or the launcher names the task that failed
     # ("srun: error: n3: task 1: Exited with exit code 3") or the exit records of several
     # ranks say which failed first (the others' peer-lost cascades came after it)
@@ -1095,11 +1344,22 @@ def load_precedence(text: str | None = None) -> list[str]:
             raise RuleError(f"{PRECEDENCE_FILE}: step {s.get('id')!r}: field 'symptoms' must be "
                             f"a list of rule ids, got {sym!r}")
         _SYMPTOMS[s["id"]] = frozenset(sym)
+    _VERDICTS.clear()
+    for s in steps:
+        for key in ("verdicts", "verdicts_over_warnings"):
+            said = s.get(key) if isinstance(s, dict) else None
+            if said is None:
+                continue
+            if not (isinstance(said, list) and all(isinstance(x, str) for x in said)):
+                raise RuleError(f"{PRECEDENCE_FILE}: step {s.get('id')!r}: field {key!r} must "
+                                f"be a list of rule ids, got {said!r}")
+            _VERDICTS[s["id"] if key == "verdicts" else f"{s['id']}:{key}"] = frozenset(said)
     return ids
 
 
 _PRECEDENCE: list[str] | None = None
 _SYMPTOMS: dict[str, frozenset[str]] = {}  # a step's `symptoms` (rule ids), precedence.yaml
+_VERDICTS: dict[str, frozenset[str]] = {}  # a step's `verdicts` (rule ids), precedence.yaml
 
 
 def _decide(c: _Ctx) -> Verdict:

@@ -689,6 +689,19 @@ def _ere_char(ch: str, icase: bool = False) -> str:
     return {"]": "[]]", "^": "\\^", "\\": "[\\]"}.get(ch, f"[{ch}]")
 
 
+def _ere_wide(ch: str) -> str:
+    """A non-ASCII literal character of a rule's literals, as its UTF-8 bytes (the literal
+    is lower-cased: either case, as an alternation; "." for one whose case forms differ in
+    length): a rule of CJK, Hangul or Cyrillic words (the shell's "Killed" in the locale's
+    words) keeps a narrow ERE, not "..."."""
+    if ch == "\n":
+        return "."
+    forms = {ch, ch.lower(), ch.upper()}
+    if any(len(f) != 1 for f in forms):
+        return "."
+    return ch if len(forms) == 1 else "(" + "|".join(sorted(forms)) + ")"
+
+
 _HI = "\x80-\xff"  # the bytes of a non-ASCII character (grep reads bytes: LC_ALL=C)
 _CATEGORY = {"CATEGORY_DIGIT": "0-9", "CATEGORY_SPACE": "\t\x0b\x0c\r \x1c-\x1f",
              "CATEGORY_WORD": "A-Za-z0-9_"}  # plus, in str regexes, non-ASCII characters
@@ -907,7 +920,7 @@ def grep_patterns(rules: list[Rule]) -> list[bytes]:
                 at_end = lit.endswith("\n")
                 body = lit.rstrip("\n").lstrip(" ") or lit.rstrip("\n")
                 rx = "".join("[0-9]" if ch == "0" else _ere_char(ch, True)  # (either case)
-                             if ch.isascii() and ch != "\n" else "." for ch in body)
+                             if ch.isascii() and ch != "\n" else _ere_wide(ch) for ch in body)
                 out.add((rx + ("[^A-Za-z0-9]*$" if at_end else "")).encode())
     return sorted(out)
 
