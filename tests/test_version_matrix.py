@@ -12,7 +12,8 @@ tests/test_docker_cluster.py already brings up):
   and slurmctld's MailProg mail enriched with the verdict;
 - a 2-node job whose second node is lost (docker kill): NODE_FAIL, the verdict names the node,
   and the recovery policy's decision (monitor mode) says what it would do;
-- `gpualert doctor` on the controller, with the cluster's own files.
+- `gpualert doctor` on the controller, with the cluster's own files; and the plugin it loads
+  carries that version's number (built against its headers).
 """
 
 from __future__ import annotations
@@ -250,7 +251,26 @@ def test_node_loss_is_named_and_recovery_decides(vc: DockerCluster) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# doctor
+# the plugin and doctor
+
+
+def test_plugin_is_compiled_against_this_slurms_headers(vc: DockerCluster) -> None:
+    """The plugin the cluster loads carries the Slurm version of the headers it was built
+    with (SPANK_PLUGIN's plugin_version = SLURM_VERSION_NUMBER); slurmd refuses another."""
+    c = vc.facts
+    so = Path(c.raw.get("opt", "/opt/gpualert")) / "lib" / "gpualert.so"
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True,
+                        check=True).stdout
+    addr = int(next(ln.split()[0] for ln in nm.splitlines()
+                    if ln.endswith(" plugin_version")), 16)
+    dump = subprocess.run(["objdump", "-s", f"--start-address={addr:#x}",
+                           f"--stop-address={addr + 4:#x}", str(so)], capture_output=True,
+                          text=True, check=True).stdout.splitlines()[-1].split()
+    number = int.from_bytes(bytes.fromhex(dump[1]), "little")
+    built = f"{number >> 16}.{(number >> 8) & 0xff:02d}.{number & 0xff}"
+    assert built == c.slurm_version, (so, built)
+
+
 
 
 def test_doctor_passes_on_the_controller(vc: DockerCluster) -> None:
