@@ -307,3 +307,20 @@ def test_a_full_disk_leaves_no_half_file(dirs, monkeypatch):
         assert load_rules(use_cache=False).cached is None
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def test_the_key_covers_every_file_and_the_code(dirs):
+    """A rule added to rules.yaml (as the classifier's authors do), a class, a site file's
+    name or bytes: each gives another key, so no cache outlives the files it was built from;
+    the same files give the same key."""
+    files = rules_mod._rule_files(True, None)
+    k = rulecache.key(files)
+    assert rulecache.key(list(files)) == k
+    extra = b"\n  - id: new_rule\n    class: disk_full\n    patterns: ['NEWRULE-\\\\d+ full']\n"
+    for i, (name, data) in enumerate(files):
+        changed = list(files)
+        changed[i] = (name, data + extra)
+        assert rulecache.key(changed) != k, name
+        changed[i] = (name + ".x", data)
+        assert rulecache.key(changed) != k, name
+    assert rulecache.key([*files, ("/etc/gpualert/rules.d/a.yaml", b"rules: []\n")]) != k
