@@ -126,6 +126,11 @@ def test_lsfs_termination_reason_decides(tmp_path: Path, reason: str, cls: str) 
     ("The node with client ID 7e21 has been marked dead because the monitor has missed too many "
      "heartbeats from it.\n", "node_failure"),
     ("Status reason: Host EC2 (instance i-0abc123def4567890) terminated.\n", "node_failure"),
+    # Kubernetes' node controller and a Job's deadline (was: unknown)
+    ("Reason:  NodeLost\nMessage: Node gpu-pool-7 which was running pod trainer-3 is "
+     "unresponsive\n", "node_failure"),
+    ("  Warning  DeadlineExceeded  job/finetune-llm  Job was active longer than specified "
+     "deadline\n", "time_limit"),
 ])
 def test_preemption_and_node_loss_wordings(tmp_path: Path, text: str, cls: str) -> None:
     assert log_alone(tmp_path, text) == cls
