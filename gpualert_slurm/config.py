@@ -157,7 +157,7 @@ class LimitsConfig:
     a user's option is cut down to these, never the other way round (bound_options)."""
 
     budget_max_bytes: int | None = None  # budget= at most this; None: the site's `budget`
-    hang_min_s: int = 60  # hang= below this is raised to it (watch's alerts, the classifier)
+    hang_min_s: int = 10  # hang= below this is raised to it (watch's alerts, the classifier)
     max_recipients: int = 5  # addresses a job's mail= may name
     checkpoint_max_matches: int = 10000  # files a checkpoint= glob may visit
     checkpoint_timeout_s: float = 2.0  # and for how long (as the job's user, in a child)
