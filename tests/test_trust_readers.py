@@ -228,6 +228,60 @@ def test_watch_caps_alerts_per_user(cluster: cl.ClusterFacts, smtp_server: Any) 
         cancel(*jobs)
 
 
+@pytest.mark.cluster
+def test_watch_skips_a_job_whose_spool_stalls_and_goes_on(cluster: cl.ClusterFacts,
+                                                          smtp_server: Any) -> None:
+    """One job's directory is a FUSE mount that hangs (SIGSTOPped, as a hung NFS server): watch
+    gives it limits.watch_job_s, says it skipped it, alerts the other hung job on time and
+    exits; the next pass does not start a second read of the stuck job."""
+    from test_tap_stall import StallableMount
+
+    jobs = sleep_jobs(cluster, 2, name="trust-stall")
+    stuck, hung = jobs
+    try:
+        wait_running(jobs)
+        with own_spool() as base:
+            spool = base / "spool"
+            (base / "backing").mkdir(mode=0o755)
+            bdir = prolog_dir(base / "backing", stuck, cl.TEST_USER, "hang=60s")
+            hdir = prolog_dir(spool, hung, cl.TEST_USER, "hang=60s,mail=gpatest@localhost")
+            for jd in (bdir, hdir):
+                as_user("echo quiet > tasks/0.0.log && touch -d '-10 minutes' tasks/0.0.log", jd)
+            (spool / str(stuck)).mkdir()
+            mount = StallableMount(bdir, spool / str(stuck))
+            try:
+                mount.stall()
+                _watch_past_a_stall(base, smtp_server, stuck, hung)
+            finally:
+                mount.close()  # before the spool's removal
+    finally:
+        cancel(*jobs)
+
+
+def _watch_past_a_stall(base: Path, smtp_server: Any, stuck: int, hung: int) -> None:
+    """`gpualert watch --loop` while the job dir of `stuck` hangs."""
+    cfg = write_cfg(base, smtp_server, base / "audit.jsonl")
+    t = time.monotonic()
+    proc = subprocess.Popen([GPUALERT, "watch", "--loop", "--interval", "1"],
+                            env={**os.environ, "GPUALERT_CONFIG": str(cfg)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        got = cl.wait_until(lambda: mails_for(smtp_server, hung), 30,
+                            "the other job's alert")
+        took = time.monotonic() - t
+        time.sleep(4)  # two more passes
+        assert proc.poll() is None, "watch ended"
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    assert len(got) == 1 and took < 2 + 15, took
+    assert f"job {stuck}: skipped: its spool did not answer within 2 s" in err, err
+    assert f"job {stuck}: skipped: its spool read of an earlier pass is still " \
+        "blocked" in err, err
+    print(f"watch with one stalled job dir: the other job alerted after {took:.1f} s")
+
+
 # ---- attack 3: watch's resume acts on the audit log, never on a verdict.json ------------------
 
 @pytest.mark.cluster
