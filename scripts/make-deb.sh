@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/opt/gpualert}
 BUILD_DEPS=(debhelper dh-python python3-all python3-setuptools python3-wheel
-            pybuild-plugin-pyproject libslurm-dev dpkg-dev fakeroot gcc make)
+            pybuild-plugin-pyproject libslurm-dev dpkg-dev fakeroot build-essential)
 missing=()
 for p in "${BUILD_DEPS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -28,7 +28,8 @@ changelog=$(dpkg-parsechangelog -l debian/changelog -S Version)
 out=build/deb
 src=$out/gpualert-slurm-$version
 rm -rf "$out"
-mkdir -p "$src" dist
+dist=${GPUALERT_DEB_DIST:-dist}
+mkdir -p "$src" "$dist"
 # What the package is made of (not the corpus, tests or benchmarks).
 cp -a pyproject.toml setup.cfg README.md gpualert_slurm spank epilog.d etc debian "$src/"
 mkdir -p "$src/docs" && cp -a docs/*.md "$src/docs/"
@@ -36,8 +37,11 @@ find "$src" \( -name __pycache__ -o -name '*.egg-info' -o -name '*.o' -o -name '
     -exec rm -rf {} +
 # NVIDIA's NVML binding is not in Debian (README, "The Debian package"): the one-file module
 # nvidia-ml-py installs, as gpualert_slurm/_vendor/pynvml.py.
-pynvml=$("$PREFIX/venv/bin/python" -c 'import pynvml; print(pynvml.__file__)')
-nvver=$("$PREFIX/venv/bin/python" -m pip show nvidia-ml-py 2>/dev/null | sed -n 's/^Version: //p')
+# GPUALERT_PYNVML (and GPUALERT_PYNVML_VERSION) name another copy of that file: a build
+# machine without the venv.
+pynvml=${GPUALERT_PYNVML:-$("$PREFIX/venv/bin/python" -c 'import pynvml; print(pynvml.__file__)')}
+nvver=${GPUALERT_PYNVML_VERSION:-$("$PREFIX/venv/bin/python" -m pip show nvidia-ml-py \
+    2>/dev/null | sed -n 's/^Version: //p' || true)}
 mkdir -p "$src/gpualert_slurm/_vendor"
 echo '"""Bundled by the Debian package (not in Debian): nvidia-ml-py '"$nvver"', BSD-3-Clause."""' \
     > "$src/gpualert_slurm/_vendor/__init__.py"
@@ -48,5 +52,5 @@ t0=$SECONDS
 (cd "$src" && PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -b -us -uc --no-sign) > "$out/build.log" 2>&1 \
     || { tail -n 40 "$out/build.log" >&2; echo "make-deb: dpkg-buildpackage failed ($out/build.log)" >&2; exit 1; }
 deb=gpualert-slurm_${version}_amd64.deb
-mv -f "$out/$deb" dist/
-echo "make-deb: dist/$deb ($((SECONDS - t0)) s; log $out/build.log)"
+mv -f "$out/$deb" "$dist/"
+echo "make-deb: $dist/$deb ($((SECONDS - t0)) s; log $out/build.log)"

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import email
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -124,38 +126,74 @@ def wait(predicate, timeout: float, what: str):  # noqa: ANN001, ANN201 - test h
     return clusterlib.wait_until(predicate, timeout, what, diagnose=logs)
 
 
-@pytest.fixture(scope="module")
-def deb() -> Path:
-    t0 = time.monotonic()
-    p = subprocess.run(["make", "-s", "deb"], cwd=REPO, capture_output=True, text=True,
-                       timeout=1200, stdin=subprocess.DEVNULL)
-    assert p.returncode == 0, f"make deb failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    version = re.search(r'__version__ = "(.+)"',
-                        (REPO / "gpualert_slurm" / "__init__.py").read_text()).group(1)
-    path = REPO / "dist" / f"gpualert-slurm_{version}_amd64.deb"
-    assert path.is_file(), p.stdout
-    print(f"make deb: {time.monotonic() - t0:.0f} s")
-    return path
-
-
-@pytest.fixture(scope="module")
-def node(deb: Path) -> Iterator[str]:
+def _image(suite: str) -> str:
+    """The container cluster's image of that Debian release (Slurm from its packages)."""
     p = subprocess.run([str(DCLUSTER), "image"], capture_output=True, text=True, timeout=1800,
-                       stdin=subprocess.DEVNULL)
+                       stdin=subprocess.DEVNULL, env={**os.environ,
+                                                      "GPUALERT_DCLUSTER_SUITE": suite})
     assert p.returncode == 0, p.stderr[-3000:]
-    image = p.stdout.strip().splitlines()[-1]
+    return p.stdout.strip().splitlines()[-1]
+
+
+def _version() -> str:
+    m = re.search(r'__version__ = "(.+)"', (REPO / "gpualert_slurm" / "__init__.py").read_text())
+    assert m
+    return m.group(1)
+
+
+@pytest.fixture(scope="module", params=["bookworm", "trixie"])
+def deb(request: pytest.FixtureRequest) -> tuple[str, Path]:
+    """(suite, the .deb): Debian 12's from `make deb` here (this machine is Debian 12);
+    Debian 13's built the same way (scripts/make-deb.sh) in a Debian 13 container, against
+    its Slurm 24.11, with this venv's NVML binding to bundle."""
+    suite = request.param
+    t0 = time.monotonic()
+    name = f"gpualert-slurm_{_version()}_amd64.deb"
+    if suite == "bookworm":
+        p = subprocess.run(["make", "-s", "deb"], cwd=REPO, capture_output=True, text=True,
+                           timeout=1200, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, f"make deb failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        path = REPO / "dist" / name
+    else:
+        import pynvml
+
+        out = REPO / "build" / f"deb-{suite}"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        shutil.copy(pynvml.__file__, out / "pynvml.py")
+        parts = "pyproject.toml setup.cfg README.md gpualert_slurm spank epilog.d etc debian " \
+            "docs scripts"
+        cmd = (f"set -e; mkdir /tmp/s; cd /src; cp -a {parts} /tmp/s/; cd /tmp/s; "
+               "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
+               "GPUALERT_PYNVML=/out/pynvml.py GPUALERT_DEB_DIST=/out scripts/make-deb.sh")
+        p = subprocess.run(["docker", "run", "--rm", "--network", "host", "-v",
+                            f"{REPO}:/src:ro", "-v", f"{out}:/out", _image(suite), "bash",
+                            "-c", cmd], capture_output=True, text=True, timeout=1200,
+                           stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, f"make-deb in {suite}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+        path = out / name
+    assert path.is_file()
+    print(f"deb for {suite}: {time.monotonic() - t0:.0f} s")
+    return suite, path
+
+
+@pytest.fixture(scope="module")
+def node(deb: tuple[str, Path]) -> Iterator[tuple[str, str]]:
+    suite, path = deb
+    image = _image(suite)
     subprocess.run(["docker", "rm", "-f", NAME], capture_output=True, timeout=60)
     run = subprocess.run(["docker", "run", "-d", "--name", NAME, "--network", "host", "--init",
-                          "-v", f"{deb.parent}:/deb:ro", image, "sleep", "infinity"],
+                          "-v", f"{path.parent}:/deb:ro", image, "sleep", "infinity"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     try:
-        yield deb.name
+        yield suite, path.name
     finally:
         subprocess.run(["docker", "rm", "-f", NAME], capture_output=True, timeout=120)
 
 
 def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smtp_server):
+    suite, deb_name = node
     t0 = time.monotonic()
     host = sh("hostname").stdout.strip()
     assert sh("ls /opt/gpualert /usr/lib/gpualert 2>&1; command -v gpualert",
@@ -171,7 +209,7 @@ def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smt
     # apt-get install ./…deb: the dependencies come from Debian's mirror.
     t_inst = time.monotonic()
     inst = sh(f"export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && "
-              f"apt-get install -y -q /deb/{node}", timeout=900)
+              f"apt-get install -y -q /deb/{deb_name}", timeout=900)
     t_inst = time.monotonic() - t_inst
     assert "installed, not enabled" in inst.stdout
     assert sh("dpkg-query -W -f='${Status}' gpualert-slurm").stdout == "install ok installed"
@@ -180,6 +218,8 @@ def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smt
     assert re.search(r"^#optional /usr/lib/gpualert/gpualert.so ", plug, re.M), plug
     assert sh("sha256sum /etc/slurm/slurm.conf").stdout == site_conf
     assert "python3-jinja2" in sh("dpkg-query -W -f='${Depends}' gpualert-slurm").stdout
+    assert ("24.11" if suite == "trixie" else "22.05") in sh(
+        "dpkg-query -W -f='${Depends}' gpualert-slurm").stdout
     assert sh("test -f /lib/systemd/system/gpualert-metrics.timer").returncode == 0
 
     # Enabled as README.Debian says: config (step 2), plugstack (3), slurm.conf (4).
@@ -262,4 +302,7 @@ def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smt
     assert wait(done, 60, f"job {job2} after the remove") == "COMPLETED"
     state = sh("sinfo -h -n dn1 -o %T").stdout.strip()
     assert state == "idle", state
-    print(f"deb test: apt-get install {t_inst:.0f} s, whole test {time.monotonic() - t0:.0f} s")
+    slurm = sh("sinfo -V").stdout.strip()
+    assert re.search(r" 24\.11\." if suite == "trixie" else r" 22\.05\.", slurm), slurm
+    print(f"deb test ({suite}, {slurm}): apt-get install {t_inst:.0f} s, whole test "
+          f"{time.monotonic() - t0:.0f} s")

@@ -247,22 +247,24 @@ def restore(obj: dict) -> RuleSet:
 
 def _canon(x, pos: dict[int, int]):
     """x as plain nested data that compares equal only when x is the same: types kept (1,
-    1.0 and True differ; a tuple is not a list), dict order kept, rules by position."""
-    if isinstance(x, Rule):
-        return ("rule", pos[id(x)])
-    if isinstance(x, Patterns):
-        return ("patterns", x.sources, x.required)
-    if isinstance(x, ClassInfo):
-        return ("class", x.id, x.domain, x.hint)
-    if isinstance(x, (dict, LiteralTable)):  # (a LiteralTable reads as the dict it stands for)
+    1.0 and True differ; a tuple is not a list), dict order kept, rules by position. (Exact
+    types, most common first: isinstance against Patterns' and LiteralTable's ABCs is slow.)"""
+    t = type(x)
+    if t is str or t is int or t is float or t is bool or x is None:
+        return (t.__name__, x)
+    if t is list or t is tuple:
+        return (t.__name__, [_canon(v, pos) for v in x])
+    if t is dict or t is LiteralTable:  # (a LiteralTable reads as the dict it stands for)
         return ("dict", [(_canon(k, pos), _canon(v, pos)) for k, v in x.items()])
-    if isinstance(x, (set, frozenset)):
-        return (type(x).__name__, sorted(_canon(v, pos) for v in x))
-    if isinstance(x, (list, tuple)):
-        return (type(x).__name__, [_canon(v, pos) for v in x])
-    if x is None or isinstance(x, (str, int, float, bool)):
-        return (type(x).__name__, x)
-    raise TypeError(f"cannot compare a {type(x).__name__} in a rule set")
+    if t is Rule:
+        return ("rule", pos[id(x)])
+    if t is Patterns:
+        return ("patterns", x.sources, x.required)
+    if t is ClassInfo:
+        return ("class", x.id, x.domain, x.hint)
+    if t is set or t is frozenset:
+        return (t.__name__, sorted(_canon(v, pos) for v in x))
+    raise TypeError(f"cannot compare a {t.__name__} in a rule set")
 
 
 def canonical(rs: RuleSet):
@@ -315,11 +317,6 @@ def compile_program(text: str, prog: list | None, binary: bool = False) -> re.Pa
     return re.compile(pattern)
 
 
-def _same_regex(a: re.Pattern, b: re.Pattern) -> bool:
-    return (a.pattern, a.flags, a.groups, dict(a.groupindex)) == (
-        b.pattern, b.flags, b.groups, dict(b.groupindex))
-
-
 # ---- writing (root only) ----
 
 def payload(k: str, rs: RuleSet) -> dict | None:
@@ -333,11 +330,13 @@ def payload(k: str, rs: RuleSet) -> dict | None:
         for binary, texts in ((False, rs.literal_src.values()),
                               (True, [t for v in rs.literal_scan_src.values() for t in v])):
             for text in texts:
-                prog = program(text, binary)
+                prog, key = program(text, binary), ("b:" if binary else "s:") + text
                 rx = compile_program(text, prog, binary)
-                want = re.compile(text.encode("utf-8", "replace") if binary else text)
-                if _same_regex(rx, want):
-                    progs[("b:" if binary else "s:") + text] = prog
+                # re.compile's own steps, so the same regex (test_rule_cache checks it); this
+                # run uses it too instead of compiling the text again
+                if rx.pattern == (text.encode("utf-8", "replace") if binary else text):
+                    progs[key] = prog
+                    rs._compiled.setdefault(key, rx)
     obj["programs"] = progs
     try:
         from gpualert_slurm.classify.rules import parse_yaml, shipped_bytes
