@@ -323,6 +323,7 @@ def write_output(path: str, text: str) -> None:
     from gpualert_slurm.spool import opened_dir, write_atomic
 
     d, name = os.path.split(os.path.abspath(path))
+    os.makedirs(d, 0o755, exist_ok=True)  # node_exporter's textfile dir, before it is installed
     with opened_dir(d) as fd:
         write_atomic(fd, name, text.encode(), 0o644)
 

@@ -262,6 +262,24 @@ def test_a_log_that_stops_after_nccl_init_hung(tmp_path: Path) -> None:
     assert log_alone(tmp_path, NCCL_INIT + PROGRESS) == "unknown"
 
 
+@pytest.mark.parametrize("end", [
+    "slurmstepd: error: *** JOB 12 ON n4 CANCELLED AT 2026-05-01T20:00:00 DUE TO TIME LIMIT ***\n",
+    "slurmstepd: error: *** STEP 12.0 ON n4 CANCELLED AT 2026-05-01T20:00:00 ***\n"
+    "slurmstepd: error: *** JOB 12 ON n4 CANCELLED AT 2026-05-01T20:00:00 ***\n",
+    "W0501 20:00:00.000000 77 torch/distributed/elastic/agent/server/api.py:719] Received 15 "
+    "death signal, shutting down workers\n",
+])
+def test_nccl_init_then_the_end_line_is_a_hang(tmp_path: Path, end: str) -> None:
+    v = verdict(tmp_path, PROGRESS + NCCL_INIT + end, exit_code=None)
+    assert v.cls == "hang" and "collective" in v.detail, v.detail
+    # an error between: that error decides, not a hang
+    err = ("n3:4242:4250 [1] NCCL WARN Call to ibv_modify_qp failed with error Connection "
+           "timed out\n")
+    assert log_alone(tmp_path, PROGRESS + NCCL_INIT + err + end) != "hang"
+    # work between: the end line's class
+    assert log_alone(tmp_path, NCCL_INIT + PROGRESS + end) != "hang"
+
+
 def timed(hh: int, mm: int, text: str) -> str:
     return f"[2026-05-01 {hh:02d}:{mm:02d}:00,120] [INFO] {text}\n"
 
@@ -293,6 +311,24 @@ def test_a_lost_peer_before_the_cancel_line_is_the_cause(tmp_path: Path) -> None
              "***\ngpu-2:5151:5190 [1] NCCL INFO [Service thread] Connection closed by "
              "localRank 1\n")
     assert log_alone(tmp_path, after) == "cancelled"
+
+
+# ---- other frameworks' workers lost to memory (was: python_exception / killed) ----
+
+@pytest.mark.parametrize("text", [
+    "distributed.nanny.memory - WARNING - Worker tcp://127.0.0.1:40111 (pid=5150) exceeded 95% "
+    "memory budget. Restarting...\ndistributed.nanny - WARNING - Restarting worker\n"
+    "Traceback (most recent call last):\n  File \"etl.py\", line 30, in <module>\n    "
+    "df.compute()\ndistributed.scheduler.KilledWorker: Attempted to run task ('read-parquet-7', 3)"
+    " on 4 different workers, but all those workers died while running it.\n",
+    "ERROR TaskSetManager: Lost task 3.0 in stage 2.0: ExecutorLostFailure (executor 7 exited "
+    "caused by one of the running tasks) Reason: Container killed by YARN for exceeding memory "
+    "limits. 11.2 GB of 11 GB physical memory used.\n",
+    "ERROR TaskSchedulerImpl: Lost executor 4 on 10.1.2.3: The executor with id 4 exited with exit "
+    "code 137(SIGKILL, possible container OOM).\n",
+])
+def test_workers_lost_to_memory_in_other_frameworks(tmp_path: Path, text: str) -> None:
+    assert log_alone(tmp_path, PROGRESS + text) == "host_oom"
 
 
 # ---- an honest unknown: where the log stops ----

@@ -260,7 +260,6 @@ def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smt
     assert sh(f"ls /var/spool/gpualert/{job}/tasks/").stdout.strip(), "no task log kept"
 
     # The package's metrics command (what gpualert-metrics.service runs) sees the failure.
-    sh("install -d /var/lib/prometheus/node-exporter")
     sh("gpualert metrics --output /var/lib/prometheus/node-exporter/gpualert.prom")
     prom = sh("cat /var/lib/prometheus/node-exporter/gpualert.prom").stdout
     assert 'gpualert_failed_jobs{class="file_not_found",partition="debug"} 1' in prom, prom

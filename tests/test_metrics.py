@@ -136,8 +136,7 @@ def test_failures_reports_recovery_and_breaker(site, tmp_path):
     audit.append({"event": "breaker", "partition": "debug", "state": "open"})
     audit.append({"event": "breaker", "partition": "debug", "state": "reset"})
 
-    out = tmp_path / "textfile" / "gpualert.prom"
-    out.parent.mkdir()
+    out = tmp_path / "textfile" / "gpualert.prom"  # its directory made as needed
     p = run_metrics(cfg, out)
     assert p.returncode == 0, p.stderr
     text = out.read_text()

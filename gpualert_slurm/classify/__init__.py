@@ -705,9 +705,40 @@ def _log_silence(c: _Ctx) -> tuple[float, str, Event] | None:
     return gap, stamps[-1][1], lim
 
 
+_END_CLASSES = frozenset({"time_limit", "cancelled", "killed"})  # how a stuck job is ended
+SETUP_GAP = 5  # lines from a collective's set-up line to the end line: nothing happened between
+
+
+def _stuck_after_setup(c: _Ctx) -> tuple[Event, Event] | None:
+    """f10k-: a log whose last words before how the job was ended (Slurm's time limit or
+    cancel, a kill, the launcher stopping its workers) are a collective being set up (rule
+    collective_setup: NCCL's init, an all-reduce being built), with no error between: it hung
+    there. (the set-up line, the end line)."""
+    for f in c.findings:
+        evs = f.events
+        at = max((i for i, e in enumerate(evs) if e.rule.id == "collective_setup"), default=None)
+        if at is None:
+            continue
+        after = [e for e in evs[at + 1:] if e.role != "marker" and e.role != "context"]
+        if not after or any(e.cls not in _END_CLASSES for e in after):
+            continue
+        setup, end = evs[at], after[0]
+        if setup.line is not None and end.line is not None and end.line - setup.line <= SETUP_GAP:
+            return setup, end
+    return None
+
+
 def _step_hang(c: _Ctx) -> Verdict | None:
     j = c.job
     if j.silence_s is None and not c.clean and not c.crashed:
+        stuck = _stuck_after_setup(c)
+        if stuck is not None:
+            setup, end = stuck
+            return c.make("hang", 0.5, f"the log stops right after a collective was set up "
+                          f"({setup.text[:120]!r}, line {setup.line}), then {end.text[:120]!r}: "
+                          "no output between, the job hung in the collective and was ended "
+                          "(evidence: the log's last lines, no heartbeat)",
+                          [_ev(setup), _ev(end)], _finding_of(c.findings, setup))
         quiet = _log_silence(c)
         if quiet is not None and not (c.root is not None and _failed_before_limit(c)):
             gap, last, lim = quiet
