@@ -440,15 +440,18 @@ def load_rules(
     if use_cache and _DEFAULT is not None:
         return _DEFAULT
     files = _rule_files(site, extra_files)
-    rs = None
+    rs, key = None, None
     if extra_files is None:
         from gpualert_slurm.classify import rulecache
 
-        key = rulecache.key(files)
-        rs = rulecache.load(key)
+        try:
+            key = rulecache.key(files)
+        except (OSError, TypeError):  # a source not on disk (a zip import, no __file__)
+            key = None
+        rs = rulecache.load(key) if key else None
     if rs is None:
         rs = build_rules(files)
-        if extra_files is None:
+        if key:
             rulecache.save(key, rs)
     if use_cache:
         _DEFAULT = rs
