@@ -47,8 +47,9 @@ stamp=$VENV/.deps-stamp
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ scripts/install.sh -nt "$stamp" ]; then
     "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
     # prometheus_client: the tests parse `gpualert metrics` output with its text parser.
-    "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py apprise pytest aiosmtpd ruff fusepy \
-        prometheus_client
+    # matplotlib: the report's timeline picture of multi-node failures (README, dependencies).
+    "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py apprise matplotlib pytest aiosmtpd ruff \
+        fusepy prometheus_client
     touch "$stamp"
 fi
 # Not editable: the hooks and jobs (other users) import the installed copy, never the checkout.

@@ -375,3 +375,84 @@ def test_recovery_decision_is_in_the_report_when_recorded():
     assert "Recovery: In action mode gpualert would drain node n2." in text
     assert "Recovery: In action mode gpualert would drain node n2." in html
     assert "Recovery:" not in render(dict(v, recovery=None), "text")
+
+
+def test_192_rank_report_groups_ranks_and_shows_the_timeline_in_chromium(tmp_path, smtp_server,
+                                                                         workdir):
+    """A 192-rank job over 48 nodes, rank 137 failing first and srun terminating the rest:
+    the report lists the root rank and one group for the 191 others (never 192 lines), the
+    HTML part carries the timeline PNG inline (Content-ID, bounded), and Chromium renders it
+    as a mail client does (cid: resolved to the part)."""
+    import base64
+
+    from matplotlib.image import imread
+
+    from gpualert_slurm.report import timeline
+
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium package is missing: run scripts/install.sh"
+    spool, cfg = site_cfg(tmp_path, f"127.0.0.1:{smtp_server.port}")
+    jobid = "4192"
+    env = make_env(cfg, jobid=jobid, SLURM_JOB_NODELIST="n[1-48]",
+                   SPANK_GPUALERT="mail=owner@lab.org", SLURM_JOB_WORK_DIR=str(workdir),
+                   SLURM_JOB_NAME="pretrain-192")
+    assert prolog(env).returncode == 0
+    write_task(spool, jobid, "0", 137, "step 4 loss=2.4\n" + OOM.replace("rank 1", "rank 137"),
+               "n35", exit_code=1)
+    time.sleep(0.3)  # the others end after it, as srun's kill makes them
+    for r in range(192):
+        if r != 137:
+            write_task(spool, jobid, "0", r, f"[rank {r}] step 4 loss=2.4\n", f"n{r // 4 + 1}",
+                       exit_code=0, signal=15)
+    assert hook("epilog-slurmctld", dict(env, SLURM_JOB_EXIT_CODE2="1:0")).returncode == 0
+    v = json.loads((spool / jobid / "verdict.json").read_text())
+    assert (v["verdict"]["root_rank"], v["verdict"]["root_node"]) == (137, "n35")
+    msg = parse(smtp_server.messages()[0])
+    text = msg.get_body(("plain",)).get_content()
+    assert "root: rank 137 on n35: CUDA out of memory, exited 1" in text, text
+    assert ("191 ranks (0-136,138-191) on n[1-48]: terminated by SIGTERM (srun or Slurm ending "
+            "the step), after rank 137 failed") in text, text
+    assert "Cascades" not in text and len(text.splitlines()) < 90, text
+    assert "186 more task logs" in text, text  # 192 logs, 6 by name
+    html_part = msg.get_body(("html",))
+    html = html_part.get_content()
+    assert f'src="cid:{timeline.CID}"' in html
+    pics = [p for p in msg.walk() if p.get_content_type() == "image/png"]
+    assert len(pics) == 1 and pics[0]["Content-ID"] == f"<{timeline.CID}>"
+    png = pics[0].get_payload(decode=True)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(png) <= timeline.MAX_BYTES
+    # the root rank's star is drawn (its red), and the picture is one row per node
+    img = imread(__import__("io").BytesIO(png))
+    red = ((abs(img[..., 0] - 0xb4 / 255) < 0.03) & (abs(img[..., 1] - 0x23 / 255) < 0.03)
+           & (abs(img[..., 2] - 0x18 / 255) < 0.03)).sum()
+    assert red > 50, red
+    assert 600 < img.shape[0] < 1000 and img.shape[1] < 700, img.shape
+    page = tmp_path / "report-192.html"
+    page.write_text(html.replace(f"cid:{timeline.CID}",
+                                 "data:image/png;base64," + base64.b64encode(png).decode()))
+    shot = tmp_path / "report-192.png"
+    r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", "--window-size=900,1800",
+                        f"--screenshot={shot}", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
+    got = imread(str(shot))
+    assert got.shape[:2] == (1800, 900)
+    # the timeline is on the page: its root-star red appears in the screenshot too
+    red = ((abs(got[..., 0] - 0xb4 / 255) < 0.03) & (abs(got[..., 1] - 0x23 / 255) < 0.03)
+           & (abs(got[..., 2] - 0x18 / 255) < 0.03))
+    assert red[700:].sum() > 50, "no timeline below the header"
+    shutil.copyfile(shot, REPO / "docs" / "report-192-ranks.png")
+
+
+def test_timeline_only_for_multi_node_failures():
+    from gpualert_slurm.report import inline_images, timeline
+
+    one = {"failed": True, "verdict": {"root_rank": 0},
+           "tasks": [{"step": "0", "rank": r, "node": "n1", "end_time": 10.0 + r,
+                      "exit_code": 1} for r in range(8)]}
+    assert not timeline.wanted(one) and inline_images(one) == []
+    two = dict(one, tasks=one["tasks"] + [{"step": "0", "rank": 8, "node": "n2",
+                                          "end_time": 19.0, "exit_code": 1}])
+    assert timeline.wanted(two) and inline_images(two)[0][0] == timeline.CID
+    assert not timeline.wanted(dict(two, failed=False))

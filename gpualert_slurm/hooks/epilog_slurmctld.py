@@ -20,7 +20,7 @@ from typing import Any
 
 from gpualert_slurm import slurm
 from gpualert_slurm.config import Config, ReportConfig
-from gpualert_slurm.hooks import cost
+from gpualert_slurm.hooks import array_acct, cost
 from gpualert_slurm.hooks.common import HookLog, Watchdog, load_config_logged, shim_bound_s
 from gpualert_slurm.hooks.epilog import (
     VERDICT_VERSION,
@@ -440,6 +440,11 @@ def array_step(cfg: Config, v: dict[str, Any] | None, array_id: str, task_id: st
         if left is not None:
             waiting |= left - done_ids - stale
         waiting.discard(task_id)
+        if not waiting and not lk.state.get("sent"):
+            # tasks slurmctld already forgot (MinJobAge) may still have an epilog to come
+            lk.state["array_id"] = array_id
+            waiting = array_acct.still_to_come(lk.state, done_ids | stale | {task_id},
+                                                time.time())
         done = not waiting and not lk.state.get("sent")
         if done:
             lk.state["sent"] = time.time()
@@ -479,7 +484,8 @@ def array_context(summary: dict[str, Any], spool: str) -> dict[str, Any]:
 
 def deliver(cfg: Config, opts: Options, env: dict[str, str], subject: str, text: str,
             html: str, attachments: list[Any], job_id: str, mail_user: str | None,
-            log: HookLog, timeout_s: float | None = None) -> dict[str, Any]:
+            log: HookLog, timeout_s: float | None = None,
+            inline: list[Any] = ()) -> dict[str, Any]:
     """Build the message and hand it to notify.submit (outbox first, bounded sending)."""
     from gpualert_slurm.report import build_message
 
@@ -504,7 +510,7 @@ def deliver(cfg: Config, opts: Options, env: dict[str, str], subject: str, text:
                   f"{refused}")
     msg = build_message(subject, text, html, sender=cfg.mail.sender, recipients=recipients,
                         attachments=[(a.filename, a.data, a.mime) for a in attachments],
-                        job_id=job_id)
+                        job_id=job_id, inline=list(inline))
     try:
         d = notify.submit(msg, cfg=cfg, job_id=job_id, timeout_s=timeout_s)
     except Exception as e:  # submit promises not to raise; a hook never trusts that
@@ -824,7 +830,7 @@ def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
               tasks: list[TaskLog], v: dict[str, Any], log: HookLog, t0: float,
               bound: float) -> None:
     from gpualert_slurm.artifacts import bundle_for_job
-    from gpualert_slurm.report import render, subject
+    from gpualert_slurm.report import inline_images, render, subject
 
     jobid = v["job_id"]
     rc = report_cfg(cfg)
@@ -852,9 +858,11 @@ def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
     v["artifacts"] = bundle.manifest()
     save_verdict(js, v, log)
     left = bound - 2.0 - (time.monotonic() - t0)
-    d = deliver(cfg, opts, env, subject(v), render(v, "text"), render(v, "html"), bundle.files,
+    images = inline_images(v) if left > 4.0 else []  # the timeline of a multi-node failure
+    d = deliver(cfg, opts, env, subject(v), render(v, "text"),
+                render(v, "html", tuple(c for c, _d, _m in images)), bundle.files,
                 jobid, v["job"].get("mail_user"), log,
-                timeout_s=max(1.0, min(left, cfg.notify.total_timeout_s)))
+                timeout_s=max(1.0, min(left, cfg.notify.total_timeout_s)), inline=images)
     v["report"] = {"subject": subject(v), **d, "time": time.time()}
     save_verdict(js, v, log)
     log.info(f"job {jobid}: report {d.get('status')} ({d.get('reason') or 'ok'}) "

@@ -118,8 +118,11 @@ def subject(v: dict[str, Any]) -> str:
     return header_text(s, 200)
 
 
-def context(v: dict[str, Any]) -> dict[str, Any]:
-    """What the templates see: verdict.json plus the derived, display-ready fields."""
+def context(v: dict[str, Any], cids: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What the templates see: verdict.json plus the derived, display-ready fields; `cids`:
+    the Content-IDs of the inline pictures the mail carries (report/timeline.py)."""
+    from gpualert_slurm.report import ranks, timeline
+
     verdict = v.get("verdict") or {}
     job = v.get("job") or {}
     base = v.get("attempt_path") or ""
@@ -153,9 +156,12 @@ def context(v: dict[str, Any]) -> dict[str, Any]:
         last = dict(last, short=_short(last.get("file"), base))
     man = v.get("artifacts")
     if man:
+        # a many-rank job: the first task logs by name, the rest on one line
+        shown, more = ranks.attachment_groups(man.get("attached", []))
         man = dict(man, budget_h=human_size(man.get("budget")), used_h=human_size(man.get("used")),
-                   attached=[dict(a, size_h=human_size(a.get("size")))
-                             for a in man.get("attached", [])],
+                   attached=[dict(a, size_h=human_size(a.get("size"))) for a in shown],
+                   attached_more=more and dict(more, size_h=human_size(more["size"]),
+                                               attached_h=human_size(more["attached_size"])),
                    left_out=[dict(a, size_h=human_size(a.get("size")))
                              for a in man.get("left_out", [])])
     return {
@@ -175,10 +181,12 @@ def context(v: dict[str, Any]) -> dict[str, Any]:
         "root_step": verdict.get("root_step"),
         "evidence": evidence,
         "cascades": cascades,
+        "rank_groups": ranks.rank_groups(v, labels()),
+        "timeline_cid": timeline.CID if timeline.CID in cids else None,
         "facts": facts,
         "last_lines": last,
         "manifest": man,
-        "notes": list(v.get("notes") or []),
+        "notes": ranks.group_node_notes(list(v.get("notes") or [])),
         "recovery": _recovery_lines(v),
         "logs_dir": v.get("logs_dir") or os.path.join(base, "tasks"),
     }
@@ -196,10 +204,19 @@ def _recovery_lines(v: dict[str, Any]) -> list[str]:
         return []
 
 
-def render(v: dict[str, Any], fmt: str = "text") -> str:
-    """The report of one job as 'text' or 'html'."""
+def render(v: dict[str, Any], fmt: str = "text", cids: tuple[str, ...] = ()) -> str:
+    """The report of one job as 'text' or 'html'; `cids`: the inline pictures the message
+    carries (inline_images), which the HTML part then shows."""
     name = {"text": "report.txt.j2", "html": "report.html.j2"}[fmt]
-    return _env(tuple(template_dirs())).get_template(name).render(r=context(v))
+    return _env(tuple(template_dirs())).get_template(name).render(r=context(v, tuple(cids)))
+
+
+def inline_images(v: dict[str, Any]) -> list[tuple[str, bytes, str]]:
+    """(Content-ID, data, mime) of the pictures for the HTML part: the timeline of a
+    multi-node failure; [] otherwise or when it cannot be drawn."""
+    from gpualert_slurm.report import timeline
+
+    return timeline.inline_images(v)
 
 
 def render_array(a: dict[str, Any], fmt: str = "text") -> str:
@@ -209,9 +226,11 @@ def render_array(a: dict[str, Any], fmt: str = "text") -> str:
 
 def build_message(subject_text: str, text: str, html: str, *, sender: str,
                   recipients: list[str], attachments: list[tuple[str, bytes, str]] = (),
-                  job_id: str = "") -> EmailMessage:
+                  job_id: str = "", inline: list[tuple[str, bytes, str]] = ()
+                  ) -> EmailMessage:
     """multipart/mixed: multipart/alternative (text, html) then the attachments
-    (filename, data, mime type)."""
+    (filename, data, mime type); `inline` pictures (Content-ID, data, mime) go with the HTML
+    part in a multipart/related, shown where it says src="cid:<id>"."""
     msg = EmailMessage()
     msg["Subject"] = header_text(subject_text, 200)
     msg["From"] = sender
@@ -222,6 +241,12 @@ def build_message(subject_text: str, text: str, html: str, *, sender: str,
         msg["X-Gpualert-Job"] = header_text(job_id, 40)
     msg.set_content(text)
     msg.add_alternative(html, subtype="html")
+    if inline:
+        html_part = msg.get_body(("html",))
+        for cid, data, mime in inline:
+            maintype, _, subtype = mime.partition("/")
+            html_part.add_related(data, maintype=maintype, subtype=subtype, cid=f"<{cid}>",
+                                  disposition="inline", filename=cid.split("@")[0] + ".png")
     for filename, data, mime in attachments:
         maintype, _, subtype = mime.partition("/")
         msg.add_attachment(data, maintype=maintype, subtype=subtype or "octet-stream",
