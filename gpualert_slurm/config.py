@@ -122,6 +122,7 @@ class RecoveryConfig:
     flag_window_s: int = 86400
     breaker_share: float = 0.2  # drains in breaker_window_s over this share of a partition
     breaker_window_s: int = 600
+    breaker_per_user: int = 2  # nodes drained for one user's jobs (now or in the window)
     attribution: tuple[str, ...] = ()  # argv: verdict JSON on stdin -> amended on stdout
     attribution_timeout_s: float = 5.0
     timeout_s: float = 15.0  # bound of one decision with its actions (fail open past it)
@@ -167,6 +168,15 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class ProvenanceConfig:
+    """How root's facts from a node are checked on the controller (docs/SECURITY.md)."""
+
+    munge_socket: str | None = None  # None: slurm.conf's AuthInfo=socket=, else munge's own
+    root_owned: bool = True  # a root-owned record naming the run counts (a spool without
+    # root squash); false: the MUNGE seal only
+
+
+@dataclass(frozen=True)
 class Config:
     path: str | None = None  # the file it came from; None for built-in defaults
     spool: str = "/var/spool/gpualert"
@@ -180,6 +190,7 @@ class Config:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    provenance: ProvenanceConfig = field(default_factory=ProvenanceConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     @property
@@ -233,7 +244,7 @@ def parse_config(data: Any, path: str) -> Config:
     c = _Checker(path)
     top = c.mapping("", data, (
         "spool", "default_monitoring", "hook_timeout_s", "epilog_wait_s", "budget", "hang",
-        "mail", "recovery", "notify", "report", "retention", "limits",
+        "mail", "recovery", "notify", "report", "retention", "limits", "provenance",
     ))
     kw: dict[str, Any] = {"path": path}
     if "spool" in top:
@@ -266,6 +277,15 @@ def parse_config(data: Any, path: str) -> Config:
     kw["retention"] = _parse_retention(c, top.get("retention"))
     kw["report"] = _report_config(c, top.get("report"))
     kw["limits"] = _parse_limits(c, top.get("limits"))
+    if top.get("provenance") is not None:
+        pv = c.mapping("provenance", top["provenance"], ("munge_socket", "root_owned"))
+        pkw: dict[str, Any] = {}
+        if pv.get("munge_socket") is not None:
+            pkw["munge_socket"] = c.string("provenance.munge_socket", pv["munge_socket"],
+                                           re.compile(r"/\S*"), "an absolute path")
+        if "root_owned" in pv:
+            pkw["root_owned"] = c.boolean("provenance.root_owned", pv["root_owned"])
+        kw["provenance"] = ProvenanceConfig(**pkw)
     return Config(**kw)
 
 
@@ -351,11 +371,14 @@ def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
         if key in r:
             kw[f"{key}_s"] = _duration(c, f"recovery.{key}", r[key])
     if r.get("breaker") is not None:
-        b = c.mapping("recovery.breaker", r["breaker"], ("share", "window"))
+        b = c.mapping("recovery.breaker", r["breaker"], ("share", "window", "per_user"))
         if "share" in b:
             kw["breaker_share"] = c.number("recovery.breaker.share", b["share"], 0, 1)
         if "window" in b:
             kw["breaker_window_s"] = _duration(c, "recovery.breaker.window", b["window"])
+        if "per_user" in b:
+            kw["breaker_per_user"] = int(c.number("recovery.breaker.per_user", b["per_user"],
+                                                  0, 100000))
     if r.get("attribution") is not None:
         a = c.mapping("recovery.attribution", r["attribution"], ("command", "timeout_s"))
         cmd = a.get("command")

@@ -36,14 +36,18 @@ def parse_iso_line(line: str) -> tuple[float | None, str]:
 
 
 def filter_kernel_lines(lines: list[str], start: float | None, end: float | None,
-                        slack_s: float = 5.0) -> list[str]:
+                        slack_s: float = 2.0) -> list[str]:
     """The lines that match KERNEL_RE and fall in [start - slack, end + slack] (a line without
     a time stamp is kept: better one extra line than a lost Xid). At most MAX_KERNEL_LINES,
-    the first ones (the first fault is the cause)."""
+    the first ones (the first fault is the cause). A line holding the driver's words that is
+    not the driver's own message is dropped: the words came from a process or file name a
+    user chose (provenance.kernel_line_kept, docs/SECURITY.md)."""
+    from gpualert_slurm.provenance import kernel_line_kept
+
     out = []
     for line in lines:
         t, text = parse_iso_line(line)
-        if not KERNEL_RE.search(text):
+        if not KERNEL_RE.search(text) or not kernel_line_kept(text):
             continue
         if t is not None and ((start is not None and t < start - slack_s)
                               or (end is not None and t > end + slack_s)):
@@ -72,7 +76,12 @@ def _run(argv: list[str], timeout: float) -> tuple[str | None, str]:
 
 def kernel_evidence(start: float | None, end: float | None,
                     timeout: float = 5.0) -> dict[str, Any]:
-    """{"source": "dmesg"|"journalctl"|None, "lines": [...], "absent": reason|None}."""
+    """{"source": "dmesg"|"journalctl"|None, "lines": [...], "absent": reason|None}. `start`
+    is Slurm's start of the run: without it no line is read (lines since boot would be other
+    jobs' and other users')."""
+    if start is None:
+        return {"source": None, "lines": [],
+                "absent": "the job's start time from Slurm is not known: no kernel lines read"}
     reasons = []
     for argv in (["dmesg", "--time-format", "iso", "--nopager"],
                  ["journalctl", "-k", "-q", "--no-pager", "-o", "short-iso-precise",

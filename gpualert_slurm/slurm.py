@@ -698,6 +698,23 @@ def node_info(node: str, timeout: float = DEFAULT_TIMEOUT) -> NodeInfo:
     raise SlurmError(f"scontrol show node {node}: no record for this node")
 
 
+def parse_time(text: str | None) -> float | None:
+    """scontrol's local 'YYYY-MM-DDTHH:MM:SS' as epoch seconds; None for Unknown/None."""
+    if not text or text in ("Unknown", "None", "(null)"):
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def nodes_info(timeout: float = DEFAULT_TIMEOUT) -> list[NodeInfo]:
+    """Every node's state and reason in one call (`scontrol show node -o`)."""
+    out = run(["scontrol", "show", "node", "-o"], timeout=timeout)
+    return [parse_node_record(rec) for rec in map(parse_scontrol_record, out.splitlines())
+            if rec.get("NodeName")]
+
+
 def partition_nodes(partition: str, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
     """The nodes of a partition (`sinfo -p`), each once."""
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", partition or ""):

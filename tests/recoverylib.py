@@ -152,3 +152,17 @@ def wait_node_usable(node: str, timeout: float = 60) -> None:
                           timeout, f"node {node} usable")
 
 
+
+
+XID_LINE = "NVRM: Xid (PCI:0000:3b:00): {xid}, pid=4242, GPU has fallen off the bus."
+
+
+def kernel_xid(xid: int = 79) -> str:
+    """A driver Xid line in the kernel log, as root writes one to /dev/kmsg (the line carries
+    the user facility; only root can write there). Every "node" of a native cluster shares
+    this kernel: a job's node Epilog takes it by Slurm's window, so write it while the job
+    runs. Returns the line."""
+    line = XID_LINE.format(xid=xid)
+    with open("/dev/kmsg", "w") as f:
+        f.write(f"<3>{line}\n")
+    return line

@@ -21,6 +21,7 @@ import clusterlib as cl
 import pytest
 from recoverylib import (
     audit_records,
+    kernel_xid,
     node_reason,
     recovery_cluster,  # noqa: F401  (the fixture)
     resume_node,
@@ -243,22 +244,44 @@ def test_the_same_decision_twice_acts_once(rc: cl.ClusterFacts, audit: Path) -> 
 
 # ---- drains: someone else's, and the circuit breaker ----------------------------------------
 
-def _xid_job(rc: cl.ClusterFacts, node: str, xid: int, wait_file: bool = False) -> int:
+def _gated_job(rc: cl.ClusterFacts, node: str, echo: str = "") -> tuple[int, Path]:
+    """A job on `node` that waits for a `go` file, prints `echo`, and exits 1."""
     d = cl.make_workdir(rc, f"xid-{node}")
-    gate = 'while [ ! -e go ]; do sleep 0.2; done\n' if wait_file else ""
-    return cl.submit(job_script(f"{gate}echo '{XID.format(xid=xid)}'\nexit 1"), "-w", node,
-                     workdir=d)
+    body = "while [ ! -e go ]; do sleep 0.2; done\n" + (f"echo '{echo}'\n" if echo else "")
+    return cl.submit(job_script(body + "exit 1"), "-w", node, workdir=d), d
+
+
+def test_an_echoed_xid_line_drains_nothing_and_the_report_says_why(rc: cl.ClusterFacts,
+                                                                  audit: Path) -> None:
+    """The job printed the driver's Xid line; n2's kernel log has none: the verdict may say
+    gpu_hardware, but only the job itself may be requeued (docs/SECURITY.md)."""
+    write_config(rc, audit, mode="action")
+    d = cl.make_workdir(rc, "echo-xid")
+    job = cl.submit(job_script(f"echo '{XID.format(xid=79)}'\nexit 1"), "-w", "n2", workdir=d)
+    try:
+        dec = wait_decision(audit, job)
+        assert dec["class"] == "gpu_hardware" and dec["trusted_suspects"] == [], dec
+        assert not [p for p in dec["planned"] if p["action"] == "drain_node"], dec
+        why = [n for n in dec["not_taken"] if n["action"] == "drain_node"]
+        assert why and "printed by the job, not found in n2's kernel log" in why[0]["why"], dec
+        assert not node_reason("n2")[1].startswith("gpualert:")
+        assert not [r for r in audit_records(audit) if r.get("action") == "drain_node"
+                    and r.get("event") in ("action", "result")]
+        shown = gpualert("show", str(job), cfg=rc).stdout
+        assert "[printed by the job]" in shown and "Not acted on: drain node n2: the Xid " \
+            "line was printed by the job, not found in n2's kernel log." in shown, shown
+    finally:
+        cancel(job)
 
 
 def test_a_node_drained_by_another_tool_keeps_its_reason(rc: cl.ClusterFacts,
                                                           audit: Path) -> None:
     write_config(rc, audit, mode="action", rules={"gpu_hardware": {"do": ["drain_node"]}})
-    d = cl.make_workdir(rc, "nhc")
-    job = cl.submit(job_script("while [ ! -e go ]; do sleep 0.2; done\n"
-                               f"echo '{XID.format(xid=79)}'\nexit 1"), "-w", "n2", workdir=d)
+    job, d = _gated_job(rc, "n2")
     try:
         cl.wait_state(job, "RUNNING", 60, rc.root)
         slurm.update_node("n2", "drain", "NHC: fan failure")
+        kernel_xid(79)  # the driver's line in n2's kernel log, in the job's window
         cl.write_user_file(d / "go", "")
         dec = wait_decision(audit, job)
         assert dec["class"] == "gpu_hardware" and dec["suspects"] == ["n2"], dec
@@ -277,9 +300,19 @@ def test_a_node_drained_by_another_tool_keeps_its_reason(rc: cl.ClusterFacts,
 def test_circuit_breaker_stops_a_burst_of_drains(rc: cl.ClusterFacts, audit: Path) -> None:
     write_config(rc, audit, mode="action", breaker={"share": 0.34, "window": "10m"},
                  rules={"gpu_hardware": {"do": ["drain_node"]}})
-    jobs = [_xid_job(rc, n, xid) for n, xid in (("n1", 79), ("n2", 48), ("n3", 63))]
+    jobs: list[int] = []
+    decs = []
     try:
-        decs = [wait_decision(audit, j) for j in jobs]
+        # One kernel for the three "nodes": one job at a time, each with its own Xid in its
+        # window (one line in three windows would be one signature on three nodes: a blast
+        # radius, not three faults).
+        for n, xid in (("n1", 79), ("n2", 48), ("n3", 63)):
+            job, d = _gated_job(rc, n)
+            jobs.append(job)
+            cl.wait_state(job, "RUNNING", 60, rc.root)
+            kernel_xid(xid)
+            cl.write_user_file(d / "go", "")
+            decs.append(wait_decision(audit, job))
         drained = [r["target"] for r in audit_records(audit) if r.get("event") == "result"
                    and r.get("action") == "drain_node" and r.get("outcome") == "done"]
         assert len(drained) == 1, audit.read_text()

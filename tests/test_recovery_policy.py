@@ -30,10 +30,14 @@ def verdict(cls: str, evidence: str = "", root_node: str | None = "n2",
 
 
 def facts(**kw: Any) -> JobFacts:
+    """A run Slurm ran on n1-n3; by default the blamed node is backed by a root fact (a real
+    failure), as on_verdict finds it (`proven`); pass proven=() for a claim the job made."""
     base: dict[str, Any] = dict(job_id="10", attempt=0, partition="debug",
                                 nodes=("n1", "n2", "n3"), suspects=("n2",), partition_size=10,
                                 time=NOW)
     base.update(kw)
+    if "proven" not in kw:
+        base["proven"] = tuple((n, f"kernel log of {n}: NVRM: Xid") for n in base["suspects"])
     return JobFacts(**base)
 
 
@@ -183,7 +187,7 @@ def test_escalation_same_signature_same_node_drains() -> None:
 def test_blast_radius_same_signature_on_many_nodes_drains_nothing() -> None:
     ev = "NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception"
     hist = [{"event": "decision", "id": f"{j}.0", "job": str(j), "signature":
-             signature(verdict("gpu_hardware", ev)), "suspects": [n], "time": NOW - 60}
+             signature(verdict("gpu_hardware", ev)), "trusted_suspects": [n], "time": NOW - 60}
             for j, n in ((20, "n5"), (21, "n6"))]
     d = decide(ACTION, verdict("gpu_hardware", ev), facts(), hist)
     assert not any(a == "drain_node" for a, _ in planned(d)) and d.exclude == []

@@ -430,15 +430,24 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         nfd = js.subdir("nodes", create=True)
         assert nfd is not None
         try:
-            with suppress(OSError, SpoolError):
-                rec = read_json_nofollow(f"{node_file_name(node)}.prolog.json", nfd, owners=(0,))
-                before = rec.get("nvml") if isinstance(rec, dict) else None
+            from gpualert_slurm import provenance
             from gpualert_slurm.evidence import kernel_evidence, nvml_evidence
 
-            start = js.job.get("start_time") if isinstance(js.job.get("start_time"), float | int) \
-                else None
+            # The kernel window starts where Slurm says this run started: job.json is the
+            # user's to delete or replace (docs/SECURITY.md).
+            start, window_source = slurm_start(jobid, js.attempt)
+            with suppress(OSError, SpoolError):
+                rec = read_json_nofollow(f"{node_file_name(node)}.prolog.json", nfd, owners=(0,))
+                before = rec.get("nvml") if prolog_record_of_this_run(rec, node, js.attempt,
+                                                                      start, t0) else None
             kernel = kernel_evidence(start, t0, timeout=min(5.0, cfg.hook_timeout_s / 4))
             nvml = nvml_evidence(before)
+            root_facts = provenance.node_facts(
+                jobid, js.attempt, node, (start, t0), window_source, kernel, nvml,
+                provenance.job_gpu_bus_ids(env, nvml.get("after")))
+            seal = provenance.seal(root_facts, provenance.munge_socket(
+                getattr(getattr(cfg, "provenance", None), "munge_socket", None), env),
+                timeout=min(provenance.MUNGE_TIMEOUT_S, cfg.hook_timeout_s / 4))
             code, sig = exit_code2(env)
             facts = {"exit_code": code, "signal": sig, "nvml": nvml,
                      "hang_threshold_s": _hang_s(env, cfg, log)}
@@ -453,6 +462,9 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
                 "attempt": js.attempt, "time": time.time(), "elapsed_s": time.time() - t0,
                 "tasks": [t.info() for t in mine], "kernel": kernel, "nvml": nvml,
                 "verdict": None, "classifier_error": None, "stage": "evidence",
+                # what root collected here, sealed for the controller (provenance.py); the
+                # rest of this record comes from the job's files
+                "root_facts": root_facts, "seal": seal,
             }
             # The evidence first: it is all the job epilog (which waits for it) needs; the
             # node's own classification follows, for the record.
@@ -471,6 +483,34 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     finally:
         close_task_logs(tasks)
         js.close()
+
+
+def slurm_start(jobid: str, attempt: int, timeout: float = 3.0) -> tuple[float | None, str]:
+    """(Slurm's start time of this run, where the bound came from or why there is none)."""
+    from gpualert_slurm import slurm
+
+    try:
+        st = slurm.show_job(jobid, timeout=timeout)
+    except slurm.SlurmError as e:
+        return None, f"Slurm did not say when the job started: {str(e)[:200]}"
+    start = slurm.parse_time(st.raw.get("StartTime"))
+    if start is None:
+        return None, "Slurm gave no start time"
+    if st.restarts != attempt:
+        return None, f"Slurm's job is at restart {st.restarts}, not attempt {attempt}"
+    return start, "slurm"
+
+
+def prolog_record_of_this_run(rec: Any, node: str, attempt: int, start: float | None,
+                              now: float) -> bool:
+    """Whether a root-owned <node>.prolog.json is this run's: a user can rename one of an
+    earlier run of theirs into place, never write one (its NVML snapshot is the 'before')."""
+    if not isinstance(rec, dict) or rec.get("node") != node:
+        return False
+    if rec.get("restart_count", 0) != attempt:
+        return False
+    t = rec.get("time")
+    return isinstance(t, int | float) and start is not None and start - 300 <= t <= now
 
 
 def restore_records(js: JobSpool, env: dict[str, str], log: HookLog) -> None:

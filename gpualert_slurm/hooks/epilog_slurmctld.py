@@ -114,8 +114,7 @@ def wait_node_verdicts(js: JobSpool, nodes: list[str], bound_s: float) -> dict[s
                         continue
                     with suppress(FileNotFoundError):
                         try:
-                            got[n] = read_json_nofollow(f"{node_file_name(n)}.verdict.json", nfd,
-                                                        owners=(0,))
+                            got[n] = read_node_record(f"{node_file_name(n)}.verdict.json", nfd)
                         except SpoolError as e:
                             got[n] = {"error": str(e)}
             finally:
@@ -123,6 +122,37 @@ def wait_node_verdicts(js: JobSpool, nodes: list[str], bound_s: float) -> dict[s
         if len(got) == len(nodes) or time.monotonic() >= deadline:
             return got
         time.sleep(0.1)
+
+
+def read_node_record(name: str, dir_fd: int) -> Any:
+    """A node's record, read as root reads the user's directory (no link followed, no FIFO,
+    size-capped), whoever owns it: a spool that squashes root makes root's own records
+    nobody's, so its seal, not its owner, says whether root wrote it (provenance.verify).
+    The file's owner, mode and links go with it under "_file" for that check."""
+    import stat as _stat
+
+    from gpualert_slurm.spool import MAX_RECORD_BYTES
+
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not _stat.S_ISREG(st.st_mode):
+            raise SpoolError(f"{name}: not a regular file: refused")
+        if st.st_size > MAX_RECORD_BYTES:
+            raise SpoolError(f"{name}: {st.st_size} bytes, more than {MAX_RECORD_BYTES}: refused")
+        data = os.read(fd, MAX_RECORD_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_RECORD_BYTES:
+        raise SpoolError(f"{name}: more than {MAX_RECORD_BYTES} bytes: refused")
+    try:
+        rec = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SpoolError(f"{name}: not valid JSON: {e}") from None
+    if not isinstance(rec, dict):
+        raise SpoolError(f"{name}: not a JSON object")
+    rec["_file"] = st
+    return rec
 
 
 def node_is_down(node: str) -> bool:
@@ -213,12 +243,51 @@ def _node_summary(rec: Any) -> dict[str, Any]:
             "stage": rec.get("stage"), "error": rec.get("error")}
 
 
+def trusted_facts(env: dict[str, str], cfg: Config, js: JobSpool, node_recs: dict[str, Any],
+                  sf: dict[str, Any], now: float) -> dict[str, Any]:
+    """verdict.json's "trusted": what Slurm said (this hook's environment, given by
+    slurmctld, and scontrol; never job.json) and, per node Slurm lists, whether its record's
+    root facts check (provenance.verify: the MUNGE seal, decoded once here) and which of its
+    driver lines fall in Slurm's window. Recovery acts on nodes by these alone."""
+    from gpualert_slurm import provenance
+
+    rec = sf.get("record") or {}
+    nodelist = env.get("SLURM_JOB_NODELIST") or rec.get("NodeList") or ""
+    nodes = slurm.expand_hostlist(nodelist) if nodelist not in ("", "(null)") else []
+    start = slurm.parse_time(rec.get("StartTime"))
+    end = slurm.parse_time(rec.get("EndTime")) or now
+    pcfg = getattr(cfg, "provenance", None)
+    socket = provenance.munge_socket(getattr(pcfg, "munge_socket", None), env)
+    out: dict[str, Any] = {
+        "slurm": {"nodes": nodes, "partition": env.get("SLURM_JOB_PARTITION")
+                  or rec.get("Partition"), "user": env.get("SLURM_JOB_USER")
+                  or (rec.get("UserId") or "").split("(")[0] or None,
+                  "state": sf.get("slurm_state"), "reason": sf.get("slurm_reason"),
+                  "start": start, "end": end, "error": sf.get("error")},
+        "nodes": {}}
+    for n in nodes:
+        r = node_recs.get(n)
+        if not isinstance(r, dict) or "error" in r and "root_facts" not in r:
+            why = (r or {}).get("error") if isinstance(r, dict) else None
+            out["nodes"][n] = {"verified": False, "origin": None,
+                               "why": why or "no node record came", "driver": []}
+            continue
+        checked = provenance.verify(r, r.get("_file"), str(env.get("SLURM_JOB_ID")),
+                                    js.attempt, n, socket,
+                                    bool(getattr(pcfg, "root_owned", True)))
+        out["nodes"][n] = provenance.node_trust(r, checked, start, end)
+    return out
+
+
 def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
                   tasks: list[TaskLog], node_recs: dict[str, Any], nodes: list[str],
                   sf: dict[str, Any], now: float, classify_s: float = 60.0,
                   early: PendingVerdict | None = None) -> dict[str, Any]:
+    from gpualert_slurm import provenance
+
     rec = sf.get("record") or {}
     job = js.job
+    trusted = trusted_facts(env, cfg, js, node_recs, sf, now)
     kernel: list[str] = []
     nvml: dict[str, Any] = {}
     gpus: dict[str, Any] = {}
@@ -250,6 +319,7 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
         verdict, err = early.result(classify_s)
     if err:
         notes.append(f"the classifier failed ({err}); the verdict is 'unknown'")
+    provenance.annotate(verdict, trusted)
     notes += log_gap_notes(tasks)
     failed = (sf["slurm_state"] not in ("COMPLETED", None)) or bool(sf["exit_code"]) \
         or bool(sf["signal"])
@@ -296,6 +366,7 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
         "classifier_error": err,
         "tasks": [t.info() for t in tasks],
         "nodes": {n: _node_summary(node_recs.get(n)) for n in nodes},
+        "trusted": trusted,
         "last_lines": last_lines(failing) if failing is not None else None,
         "notes": notes,
         "time": now,

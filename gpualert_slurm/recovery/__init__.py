@@ -26,14 +26,37 @@ SLURM_CALL_S = 5.0
 LOCK_WHY = "the audit lock did not come"
 
 
-def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: float
-              ) -> tuple[list[str], list[str]]:
-    """Nodes to blame (and notes): for a node failure the job's nodes Slurm reports down or
-    not responding, else the verdict's root node."""
-    notes: list[str] = []
+def _claimed(verdict: dict[str, Any], nodes: list[str]) -> list[str]:
+    """The nodes the verdict blames, whatever its evidence's origin: the root rank's node,
+    else the node whose log holds the first evidence, else the job's only node. (A claim:
+    the job's own text and files say so.)"""
     v = verdict.get("verdict") or {}
+    root = v.get("root_node")
+    if root:
+        return [str(root)]
+    ev = (v.get("evidence") or [{}])[0]
+    efile = ev.get("file") if isinstance(ev, dict) else None
+    for t in verdict.get("tasks") or []:
+        if efile and t.get("file") == efile and t.get("node"):
+            return [str(t["node"])]
+    return list(nodes) if len(nodes) == 1 else []
+
+
+def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: float
+              ) -> tuple[list[str], dict[str, str], dict[str, str], list[str]]:
+    """(claimed, proven, refuted, notes) for the nodes Slurm says ran this attempt (`nodes`):
+    what the verdict blames; node -> the Slurm or root fact that backs the class there (for
+    a node failure Slurm's DOWN/NOT_RESPONDING/FAIL, else the node's sealed kernel log or
+    NVML, provenance.backing); node -> why a blamed node is not backed."""
+    from gpualert_slurm import provenance
+
+    notes: list[str] = []
+    trusted = verdict.get("trusted") or {}
+    claimed = _claimed(verdict, nodes)
+    proven: dict[str, str] = {}
+    refuted: dict[str, str] = {}
+    states: dict[str, str] = {}
     if cls == "node_failure":
-        down = []
         for n in nodes:
             if time.monotonic() > deadline:
                 notes.append("node states not all read within the bound")
@@ -43,21 +66,47 @@ def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: flo
             except slurm.SlurmError as e:
                 notes.append(f"node {n}: {e}")
                 continue
+            states[n] = info.state
             if info.flags & {"DOWN", "NOT_RESPONDING", "FAIL"}:
-                down.append(n)
-        if down:
-            return down, notes
-    root = v.get("root_node")
-    if root:
-        return [str(root)], notes
-    # No root rank (a batch script alone): the node whose log holds the first evidence, else
-    # the job's only node.
-    ev = (v.get("evidence") or [{}])[0]
-    efile = ev.get("file") if isinstance(ev, dict) else None
-    for t in verdict.get("tasks") or []:
-        if efile and t.get("file") == efile and t.get("node"):
-            return [str(t["node"])], notes
-    return (list(nodes) if len(nodes) == 1 else []), notes
+                proven[n] = f"Slurm: {n} {info.state}"
+    else:
+        for n in nodes:
+            b = provenance.backing(trusted, n, cls)
+            if b:
+                proven[n] = b
+    for c in claimed:
+        if c in proven:
+            continue
+        if cls == "node_failure" and c in nodes:
+            refuted[c] = f"Slurm does not say {c} failed (its state: {states.get(c, 'unknown')})"
+        else:
+            refuted[c] = provenance.not_backed(trusted, c, cls)
+    return claimed, proven, refuted, notes
+
+
+def _breaker_facts(partition: str, deadline: float, notes: list[str]
+                   ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the partition's nodes as Slurm lists them, those of them drained now by gpualert):
+    the breaker counts state, per node set. () for a partition Slurm does not know."""
+    from gpualert_slurm.recovery.actions import REASON_PREFIX
+
+    if not partition:
+        return (), ()
+    try:
+        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
+        node_set = tuple(slurm.partition_nodes(partition, timeout=max(0.1, left)))
+    except slurm.SlurmError as e:
+        notes.append(f"partition {partition}: {e}")
+        return (), ()
+    try:
+        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
+        infos = slurm.nodes_info(timeout=max(0.1, left))
+    except slurm.SlurmError as e:
+        notes.append(f"node states: {e}; the breaker counts the audit log's drains only")
+        return node_set, ()
+    members = set(node_set)
+    return node_set, tuple(sorted(i.name for i in infos if i.name in members and i.drained
+                                  and i.reason.startswith(REASON_PREFIX)))
 
 
 def _newest_match(base: str, limit: int) -> float | None:
@@ -150,17 +199,17 @@ def _facts(cfg: Config, verdict: dict[str, Any], deadline: float) -> dict[str, A
     att_timeout = max(0.1, min(rc.attribution_timeout_s, deadline - time.monotonic() - 1))
     v2, att = attribution.attribute(rc.attribution, verdict, att_timeout)
     cls = str((v2.get("verdict") or {}).get("class") or "unknown")
-    nodes = [str(n) for n in job.get("nodes") or []]
-    partition = str(job.get("partition") or "").split(",")[0]
-    suspects, notes = _suspects(v2, cls, nodes, deadline)
-    try:
-        left = min(SLURM_CALL_S, deadline - time.monotonic() - 0.5)
-        psize = len(slurm.partition_nodes(partition, timeout=max(0.1, left))) if partition else 0
-    except slurm.SlurmError as e:
-        psize = 0
-        notes.append(f"partition {partition}: {e}")
+    # Slurm's word only (docs/SECURITY.md): the job epilog put what Slurm said in "trusted";
+    # a verdict without it (made up by the hang watcher) names no node that may be touched.
+    sl = (verdict.get("trusted") or {}).get("slurm") or {}
+    nodes = [str(n) for n in sl.get("nodes") or []]
+    partition = str(sl.get("partition") or "").split(",")[0]
+    suspects, proven, refuted, notes = _suspects(v2, cls, nodes, deadline)
+    node_set, drained_now = _breaker_facts(partition, deadline, notes)
     return {"verdict": v2, "attribution": att, "nodes": nodes, "partition": partition,
-            "suspects": suspects, "notes": notes, "partition_size": psize,
+            "suspects": suspects, "proven": proven, "refuted": refuted,
+            "node_set": node_set, "drained_now": drained_now, "user": str(sl.get("user") or ""),
+            "notes": notes, "partition_size": len(node_set),
             "checkpoint_newest": checkpoint_newest(opts.get("checkpoint"), job.get("work_dir"),
                                                    deadline, str(job.get("user") or ""), cfg)}
 
@@ -211,7 +260,10 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 suspects=tuple(suspects), recover=opts.get("recover"),
                 checkpoint=opts.get("checkpoint"), checkpoint_newest=f["checkpoint_newest"],
                 partition_size=f["partition_size"],
-                breaker_open=breaker_open(records, partition) is not None, time=time.time())
+                breaker_open=breaker_open(records, partition, f["node_set"]) is not None,
+                time=time.time(), proven=tuple(f["proven"].items()),
+                refuted=tuple(f["refuted"].items()), user=f["user"], node_set=f["node_set"],
+                drained_now=f["drained_now"])
             d = policy.decide(rc, v2, facts, records)
             d.id = dec_id
             ev = (vv.get("evidence") or [{}])[0]
@@ -224,14 +276,18 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 "outcome": "recorded", "decided_s": time.monotonic() - t0}]
             old = audit.append({
                 "event": "decision", **d.to_json(), "partition": partition, "nodes": nodes,
-                "user": job.get("user"),
-                "suspects": suspects, "evidence": evidence,
+                "user": f["user"] or job.get("user"),
+                # suspects: the nodes Slurm or root facts blame, else the verdict's claim;
+                # claimed: what the job's own text and files said (explanation only)
+                "suspects": d.trusted_suspects or suspects, "claimed": suspects,
+                "evidence": evidence,
                 "failed_at": job.get("end_time"), "checkpoint": opts.get("checkpoint"),
                 "attribution": f["attribution"], "notes": [*d.notes, *notes],
                 "user_recover": opts.get("recover"),
                 "not_retried": policy.not_retried(rc, d)}, *done_now)
             if d.trip_breaker:
                 audit.append({"event": "breaker", "partition": partition, "state": "open",
+                              "node_set": list(f["node_set"]),
                               "id": dec_id, "why": next(
                                   (n["why"] for n in d.not_taken if "breaker" in n["why"]), "")})
         if not old.get("planned"):
@@ -370,6 +426,10 @@ def report_lines(summary: dict[str, Any] | None) -> list[str]:
             continue
         if n.get("action") == "requeue":
             lines.append(f"Not requeued: {n.get('why')}.")
+            continue
+        if n.get("provenance"):  # the fact it needs did not come from Slurm or root
+            lines.append(f"Not acted on: {n.get('action', '').replace('_', ' ')}{tgt}: "
+                         f"{n.get('why')}.")
             continue
         lines.append(f"Not done: {n.get('action', '').replace('_', ' ')}{tgt}: {n.get('why')}.")
     if summary.get("not_retried"):

@@ -168,7 +168,8 @@ def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: Audi
             continue
         try:
             if action == "drain_node":
-                ev = decision.get("evidence") or ""
+                # the drain's reason is the Slurm or root fact that allowed it, never job text
+                ev = (decision.get("backing") or {}).get(target) or decision.get("evidence") or ""
                 res, info = do_drain(target, drain_reason(decision["class"], ev), deadline,
                                      audit, base)
             elif action == "requeue":

@@ -116,11 +116,18 @@ def decision_state(records: list[dict[str, Any]], decision_id: str
     return dec, results, outcome
 
 
-def breaker_open(records: list[dict[str, Any]], partition: str) -> dict[str, Any] | None:
-    """The record that opened the partition's breaker, if no reset came after it."""
+def breaker_open(records: list[dict[str, Any]], partition: str,
+                 node_set: tuple[str, ...] | list[str] = ()) -> dict[str, Any] | None:
+    """The record that opened the partition's breaker, if no reset came after it. A breaker
+    belongs to a node set: one opened under another partition name over the same nodes is
+    this partition's too."""
     state = None
+    nodes = sorted(node_set)
     for r in records:
-        if r.get("event") == "breaker" and r.get("partition") in (partition, "*"):
+        if r.get("event") != "breaker":
+            continue
+        if r.get("partition") in (partition, "*") or (
+                nodes and sorted(r.get("node_set") or []) == nodes):
             state = r if r.get("state") == "open" else None
     return state
 

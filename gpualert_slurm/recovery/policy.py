@@ -40,6 +40,15 @@ class JobFacts:
     partition_size: int = 0  # nodes in the partition (0: unknown)
     breaker_open: bool = False  # the partition's drain breaker is open (tripped, not reset)
     time: float = 0.0
+    # Provenance (docs/SECURITY.md): `nodes` are the nodes Slurm says ran this attempt;
+    # `suspects` those the verdict blames, whatever its evidence's origin (explanation, and the
+    # job's own requeue exclusion within `nodes`); `proven` node -> the Slurm or root fact that
+    # backs the class there: only those nodes are drained, escalated, counted or flagged.
+    proven: tuple[tuple[str, str], ...] = ()
+    refuted: tuple[tuple[str, str], ...] = ()  # node -> why nothing backs the class there
+    user: str = ""  # the job's user, as Slurm says (the per-user drain cap)
+    node_set: tuple[str, ...] = ()  # the partition's nodes as Slurm lists them (): unknown
+    drained_now: tuple[str, ...] = ()  # of node_set: drained now with a gpualert: reason
 
 
 @dataclass
@@ -64,6 +73,9 @@ class Decision:
     trip_breaker: bool = False
     flagged_nodes: list[str] = field(default_factory=list)
     acts: bool = False  # True when something will really be done
+    # the nodes Slurm or root facts blame (the only ones later decisions count) and why
+    trusted_suspects: list[str] = field(default_factory=list)
+    backing: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -153,29 +165,53 @@ def _decisions(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [h for h in history if h.get("event") == "decision"]
 
 
-def drains_in_window(history: list[dict[str, Any]], partition: str, since: float
-                     ) -> set[str]:
-    """Nodes gpualert drained (done) in this partition since `since`, and those a decision
+def drains_in_window(history: list[dict[str, Any]], partition: str, since: float,
+                     node_set: tuple[str, ...] = (), user: str | None = None) -> set[str]:
+    """Nodes gpualert drained (done) since `since` in the node set (by node, whatever the
+    partition's name; by partition name when the set is not known), and those a decision
     still being carried out plans to drain (the job epilog decides before it mails and acts
-    after: the breaker must count them meanwhile)."""
+    after: the breaker must count them meanwhile). `user`: only drains for that user's jobs."""
     out: set[str] = set()
     ended = {h.get("id") for h in history if h.get("event") == "outcome"}
+    owner = {h.get("id"): h.get("user") for h in history if h.get("event") == "decision"}
+    members = set(node_set)
+
+    def inside(h: dict[str, Any], node: str) -> bool:
+        if user is not None and owner.get(h.get("id")) != user:
+            return False
+        return node in members if members else h.get("partition") == partition
+
     for h in history:
         if float(h.get("time") or 0) < since:
             continue
         if (h.get("event") == "result" and h.get("action") == "drain_node"
-                and h.get("outcome") == "done" and h.get("partition") == partition):
+                and h.get("outcome") == "done" and inside(h, str(h.get("target")))):
             out.add(str(h.get("target")))
-        elif (h.get("event") == "decision" and h.get("partition") == partition
-              and h.get("id") not in ended):
+        elif h.get("event") == "decision" and h.get("id") not in ended:
             out |= {str(p.get("target")) for p in h.get("planned") or []
-                    if p.get("action") == "drain_node"}
+                    if p.get("action") == "drain_node" and inside(h, str(p.get("target")))}
     return out
+
+
+def drained_by_user(history: list[dict[str, Any]], user: str, nodes: tuple[str, ...]
+                    ) -> set[str]:
+    """Of `nodes` (drained now by gpualert), those whose last gpualert drain was for a job of
+    `user`."""
+    owner = {h.get("id"): h.get("user") for h in history if h.get("event") == "decision"}
+    last: dict[str, Any] = {}
+    for h in history:
+        if (h.get("event") == "result" and h.get("action") == "drain_node"
+                and h.get("outcome") == "done"):
+            last[str(h.get("target"))] = owner.get(h.get("id"))
+    return {n for n in nodes if last.get(n) == user}
 
 
 def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
            history: list[dict[str, Any]]) -> Decision:
-    """What to do about one failed run. `history`: the audit log's records (any order)."""
+    """What to do about one failed run. `history`: the audit log's records (any order).
+    Drains, escalations, suspect-node statistics and the breaker go only by facts.proven
+    (Slurm's or root's word about a node Slurm says ran this attempt); what the job printed
+    may requeue the job itself, excluding only nodes Slurm says it ran on (docs/SECURITY.md)."""
     v = verdict.get("verdict") or {}
     cls = str(v.get("class") or "unknown")
     domain = str(v.get("domain") or class_domains().get(cls, "unknown"))
@@ -188,14 +224,27 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
                  checkpoint_newest=facts.checkpoint_newest)
     past = _decisions(history)
     sig_classes = set(builtin_policy().get("signature_classes") or ())
-    suspects = list(facts.suspects)
+    ran = set(facts.nodes)
+    proven = {n: why for n, why in facts.proven if n in ran}
+    refuted = dict(facts.refuted)
+    claimed = list(dict.fromkeys(facts.suspects))
+    trusted = list(proven)
+    d.trusted_suspects, d.backing = list(trusted), dict(proven)
+    # the job's own requeue may leave out any node Slurm ran it on, whoever named it
+    excludable = list(dict.fromkeys([*trusted, *(n for n in claimed if n in ran)]))
 
-    # Escalation: the same hardware signature on a suspect node seen before (any job).
-    if cls in set(builtin_policy().get("escalate_classes") or ()) and suspects:
+    def unbacked(n: str) -> str:
+        if n not in ran:
+            return refuted.get(n) or (f"Slurm did not run this attempt on {n} (it ran on "
+                                      f"{', '.join(facts.nodes) or 'no node Slurm named'})")
+        return refuted.get(n) or f"no fact from Slurm or root on {n} says {cls}"
+
+    # Escalation: the same hardware signature on a proven node seen before (any job).
+    if cls in set(builtin_policy().get("escalate_classes") or ()) and trusted:
         since = facts.time - cfg.flag_window_s
-        for n in suspects:
+        for n in trusted:
             seen = sum(1 for h in past if h.get("signature") == sig
-                       and n in (h.get("suspects") or ()) and h.get("id") != d.id
+                       and n in (h.get("trusted_suspects") or ()) and h.get("id") != d.id
                        and float(h.get("time") or 0) >= since)
             if seen + 1 >= cfg.escalate_after and "drain_node" not in d.recommended:
                 d.recommended = ["drain_node", *d.recommended]
@@ -203,12 +252,14 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
                     d.recommended.append("exclude_node")
                 d.notes.append(f"escalated: signature {sig!r} seen {seen + 1} times on {n}: "
                                "drain for inspection")
-    # Blast radius: the same signature on many nodes lately is not the nodes' fault.
+    # Blast radius: the same signature on many nodes lately is not the nodes' fault (counted
+    # on proven nodes only: printed text can neither hide a fault nor blame a node).
     if cls in sig_classes:
         since = facts.time - cfg.blast_window_s
         nodes = {n for h in past if h.get("signature") == sig
-                 and float(h.get("time") or 0) >= since for n in (h.get("suspects") or ())}
-        nodes |= set(suspects)
+                 and float(h.get("time") or 0) >= since
+                 for n in (h.get("trusted_suspects") or ())}
+        nodes |= set(trusted)
         if len(nodes) >= cfg.blast_nodes:
             for a in ("drain_node", "exclude_node"):
                 if a in d.recommended:
@@ -258,14 +309,41 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
         why_not = f"rule {rule.name} is in shadow mode"
     elif facts.recover is False:
         why_not = "the user opted out (recover=off)"
-    drains_before = drains_in_window(history, facts.partition, facts.time - cfg.breaker_window_s)
-    allowed_drains = max(1, math.floor(cfg.breaker_share * facts.partition_size)) \
-        if facts.partition_size else 1
+    # The breaker counts state: the nodes of the node set gpualert has drained now, those
+    # drained within the window and those planned meanwhile; a partition Slurm does not know
+    # gets no allowance. The per-user cap counts the same for this user's jobs only.
+    since = facts.time - cfg.breaker_window_s
+    size = len(facts.node_set) or facts.partition_size
+    drains_before = drains_in_window(history, facts.partition, since, facts.node_set) \
+        | set(facts.drained_now)
+    allowed_drains = max(1, math.floor(cfg.breaker_share * size)) if size else 0
+    user_before = (drains_in_window(history, facts.partition, since, (), facts.user)
+                   | drained_by_user(history, facts.user, facts.drained_now)) \
+        if facts.user else set()
     for a in d.recommended:
-        targets = suspects if a in ("drain_node", "exclude_node") else [facts.job_id]
-        if a in ("drain_node", "exclude_node") and not targets:
-            d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
-            continue
+        if a == "drain_node":
+            for n in claimed:
+                if n not in proven:
+                    d.not_taken.append({"action": a, "target": n, "why": unbacked(n),
+                                        "provenance": True})
+            targets = trusted
+            if not targets and not claimed:
+                d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
+            if not targets:
+                continue
+        elif a == "exclude_node":
+            for n in claimed:
+                if n not in ran:
+                    d.not_taken.append({"action": a, "target": n, "why": unbacked(n),
+                                        "provenance": True})
+            targets = excludable
+            if not targets:
+                if not claimed:
+                    d.not_taken.append({"action": a, "why": "no suspect node named by the "
+                                        "verdict"})
+                continue
+        else:
+            targets = [facts.job_id]
         if a not in cfg.actions:
             d.not_taken.append({"action": a, "why": f"{a} is not in recovery.actions"})
             continue
@@ -279,14 +357,28 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
                         f"circuit breaker open for partition {facts.partition}: no new drains "
                         "until an admin runs `gpualert resume --breaker`")})
                     continue
+                if not size:
+                    d.not_taken.append({"action": a, "target": t, "why": (
+                        f"partition {facts.partition or '(none)'} is not known to Slurm: no "
+                        "drain allowance")})
+                    continue
+                if facts.user and t not in user_before \
+                        and len(user_before) + 1 > cfg.breaker_per_user:
+                    d.not_taken.append({"action": a, "target": t, "why": (
+                        f"per-user cap: {len(user_before)} node(s) drained for "
+                        f"{facts.user}'s jobs (now or within {cfg.breaker_window_s} s), at "
+                        f"most {cfg.breaker_per_user}")})
+                    continue
                 if t not in drains_before and len(drains_before) + 1 > allowed_drains:
                     d.trip_breaker = True
                     d.not_taken.append({"action": a, "target": t, "why": (
-                        f"circuit breaker trips: {len(drains_before) + 1} drains in partition "
-                        f"{facts.partition} within {cfg.breaker_window_s} s, more than "
-                        f"{cfg.breaker_share:.0%} of its {facts.partition_size} nodes")})
+                        f"circuit breaker trips: {len(drains_before) + 1} nodes of partition "
+                        f"{facts.partition} drained by gpualert (now or within "
+                        f"{cfg.breaker_window_s} s), more than {cfg.breaker_share:.0%} of its "
+                        f"{size} nodes")})
                     continue
                 drains_before = drains_before | {t}
+                user_before = user_before | {t}
             d.planned.append({"action": a, "target": t})
     if "requeue" in [p["action"] for p in d.planned] and "hold" in d.recommended \
             and "hold" in cfg.actions:
@@ -303,9 +395,9 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
     if any(p["action"] == "requeue" for p in d.planned + d.would):
         d.retries_left = max(0, d.retries_left - 1)
 
-    # Nodes drained often lately are flagged for the admin.
+    # Nodes drained often lately are flagged for the admin (proven nodes only).
     since = facts.time - cfg.flag_window_s
-    for n in suspects:
+    for n in trusted:
         times = [h for h in history if h.get("event") == "result" and h.get("outcome") == "done"
                  and h.get("action") == "drain_node" and h.get("target") == n
                  and float(h.get("time") or 0) >= since]

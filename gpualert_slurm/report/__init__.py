@@ -149,7 +149,11 @@ def context(v: dict[str, Any], cids: tuple[str, ...] = ()) -> dict[str, Any]:
     ]
     if v.get("attempt"):
         facts.append(("Attempt", str(v["attempt"])))
-    evidence = [dict(e, short=_short(e.get("file"), base)) for e in verdict.get("evidence") or []]
+    # each line says where it came from ("printed by the job", "kernel log of n2", "Slurm:
+    # NODE_FAIL": provenance.label); a verdict of an older version has no such label
+    evidence = [dict(e, short=_short(e.get("file"), base),
+                     source=str((e.get("provenance") or {}).get("label") or ""))
+                for e in verdict.get("evidence") or []]
     cascades = [dict(c, short=_short(c.get("file"), base)) for c in verdict.get("cascades") or []]
     last = v.get("last_lines")
     if last:

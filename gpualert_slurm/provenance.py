@@ -1,0 +1,378 @@
+"""Where each fact comes from (docs/SECURITY.md, "Provenance model").
+
+Origins: "slurm" (slurmctld, sacct), "root" (root on a node: its kernel log and NVML), "plugin"
+(records root wrote where the user cannot write), "job" (anything in a file the job's user can
+write, whatever it claims). Root's facts travel from the node Epilog to the controller in the
+job's own spool directory, so they carry a seal: a MUNGE credential that root made on the node
+over a digest of the facts, bound to the job, the attempt and the node. The controller accepts
+them only when the seal checks (or, on a spool that does not squash root, when the record is
+root's own file naming this run); anything else is the job's.
+
+Also here: which kernel lines may speak for the GPU driver (data/kernel-trust.yaml).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from gpualert_slurm.evidence import parse_iso_line
+
+KIND = "gpualert-node-facts"
+SEAL_VERSION = "v1"
+MUNGE_TIMEOUT_S = 5.0
+WINDOW_SLACK_S = 2.0  # Slurm gives whole seconds
+LABEL_JOB = "printed by the job"
+
+
+# ---- kernel lines -------------------------------------------------------------------------
+
+@functools.cache
+def _trust_rules() -> dict[str, Any]:
+    import yaml
+
+    text = resources.files("gpualert_slurm").joinpath("data/kernel-trust.yaml").read_text()
+    data = yaml.safe_load(text)
+    return {"xid": re.compile(data["driver_xid"]),
+            "words": re.compile(data["driver_words"], re.IGNORECASE),
+            "prefixes": tuple(data["driver_prefixes"]),
+            "named": [re.compile(p) for p in data["named_shapes"]]}
+
+
+def driver_xid(message: str) -> tuple[str, int] | None:
+    """(PCI bus id as 'dddd:bb:dd', lower case; Xid number) when the kernel message is a
+    driver Xid line from its first character, else None."""
+    m = _trust_rules()["xid"].match(message)
+    if not m:
+        return None
+    return m.group(1).lower(), int(m.group(2))
+
+
+def kernel_line_kept(message: str) -> bool:
+    """False for a line that holds the driver's or the hardware's words without being the
+    driver's own message: those words came from a process or file name a user chose."""
+    r = _trust_rules()
+    if not r["words"].search(message):
+        return True
+    if driver_xid(message):
+        return True
+    if not message.startswith(r["prefixes"]):
+        return False
+    return not any(p.search(message) for p in r["named"])
+
+
+def pci_id(bus_id: Any) -> str | None:
+    """NVML's '00000000:3B:00.0' or the driver's '0000:3b:00' -> '0000:3b:00'."""
+    m = re.fullmatch(r"(?:PCI:)?([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?",
+                     str(bus_id or "").strip())
+    if not m:
+        return None
+    return f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}"
+
+
+def job_gpu_bus_ids(env: dict[str, str], nvml_after: Any) -> list[str] | None:
+    """The PCI bus ids of the job's GPUs on this node: the device indexes slurmd gave the
+    Epilog (SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES) looked up in NVML. None when unknown
+    (no NVML, no GPUs named, an index NVML does not have)."""
+    raw = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""
+    idx = [s.strip() for s in raw.split(",") if s.strip()]
+    if not idx or not all(s.isdigit() for s in idx) or not isinstance(nvml_after, dict):
+        return None
+    by_index = {d.get("index"): pci_id(d.get("pci_bus_id"))
+                for d in nvml_after.get("devices") or [] if isinstance(d, dict)}
+    out = [by_index.get(int(s)) for s in idx]
+    return None if any(b is None for b in out) else [str(b) for b in out]
+
+
+# ---- the node's facts and their seal ------------------------------------------------------
+
+def canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      default=str).encode()
+
+
+def seal_payload(root_facts: dict[str, Any]) -> str:
+    digest = hashlib.sha256(canonical(root_facts)).hexdigest()
+    return (f"{KIND}:{SEAL_VERSION}:{root_facts.get('job_id')}:{root_facts.get('attempt')}:"
+            f"{root_facts.get('node')}:{digest}")
+
+
+def munge_socket(configured: str | None = None, env: dict[str, str] | None = None
+                 ) -> str | None:
+    """The munged socket Slurm itself uses: the config's, else AuthInfo=socket= of the
+    slurm.conf SLURM_CONF names (else /etc/slurm/slurm.conf), else None (munge's default)."""
+    if configured:
+        return configured
+    env = os.environ if env is None else env
+    conf = env.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    try:
+        with open(conf, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.split("#", 1)[0].strip().partition("=")
+        if key.strip().lower() != "authinfo":
+            continue
+        for part in value.split(","):
+            k, _, v = part.strip().partition("=")
+            if k.strip().lower() == "socket" and v.strip():
+                return v.strip()
+    return None
+
+
+def _run(argv: list[str], data: str | None, timeout: float) -> tuple[str | None, str]:
+    exe = shutil.which(argv[0])
+    if exe is None:
+        return None, f"{argv[0]} is not installed"
+    try:
+        p = subprocess.run([exe, *argv[1:]], input=data, capture_output=True, text=True,
+                           errors="replace", timeout=timeout, close_fds=True,
+                           stdin=None if data is not None else subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return None, f"{argv[0]}: no answer within {timeout:g} s"
+    except OSError as e:
+        return None, f"{argv[0]}: {e}"
+    if p.returncode != 0:
+        return None, f"{argv[0]}: exit {p.returncode}: {(p.stderr or '').strip()[:200]}"
+    return p.stdout, ""
+
+
+def seal(root_facts: dict[str, Any], socket: str | None,
+         timeout: float = MUNGE_TIMEOUT_S) -> dict[str, Any]:
+    """A MUNGE credential over the facts' digest, decodable by root only (-u 0); or, when
+    munge is not there or fails, {"method": None, "why": ...} (the facts are then the job's
+    unless the record's ownership speaks for it, see verify)."""
+    argv = ["munge", "-u", "0", "-s", seal_payload(root_facts)]
+    if socket:
+        argv += ["-S", socket]
+    out, why = _run(argv, None, timeout)
+    if out is None or not out.strip().startswith("MUNGE:"):
+        return {"method": None, "why": why or "munge printed no credential"}
+    return {"method": "munge", "credential": out.strip()}
+
+
+@dataclass(frozen=True)
+class Checked:
+    verified: bool
+    origin: str | None  # "munge" | "root-owned" | None
+    why: str | None  # why not verified
+
+
+def _unmunge(credential: str, socket: str | None, timeout: float) -> tuple[dict[str, str],
+                                                                          str | None, str]:
+    argv = ["unmunge", "-N"]
+    if socket:
+        argv += ["-S", socket]
+    exe = shutil.which("unmunge")
+    if exe is None:
+        return {}, None, "unmunge is not installed"
+    try:
+        p = subprocess.run([exe, *argv[1:]], input=credential, capture_output=True, text=True,
+                           errors="replace", timeout=timeout, close_fds=True)
+    except subprocess.TimeoutExpired:
+        return {}, None, f"unmunge: no answer within {timeout:g} s"
+    except OSError as e:
+        return {}, None, f"unmunge: {e}"
+    head, sep, payload = p.stdout.partition("\n\n")
+    meta = {}
+    for line in head.splitlines():
+        k, _, v = line.partition(":")
+        meta[k.strip().upper()] = v.strip()
+    if p.returncode != 0:
+        err = (p.stderr or "").strip().removeprefix("unmunge: Error: ")[:200]
+        return meta, None, f"the MUNGE seal does not check: {err or 'exit ' + str(p.returncode)}"
+    return meta, payload.rstrip("\n") if sep else None, ""
+
+
+def verify(record: Any, file_stat: os.stat_result | None, job_id: str, attempt: int,
+           node: str, socket: str | None, root_owned_ok: bool = True,
+           timeout: float = MUNGE_TIMEOUT_S) -> Checked:
+    """Whether a node record's root_facts were collected by root on `node` for this job's
+    attempt (docs/SECURITY.md): its MUNGE seal decodes (as root) to uid 0 and the facts'
+    digest, or (root_owned_ok, a spool that does not squash root) it is root's own regular
+    file, one link, writable by root only. Either way the facts must name this job, attempt
+    and node: a record renamed in from another run is refused."""
+    if not isinstance(record, dict):
+        return Checked(False, None, "no node record")
+    rf = record.get("root_facts")
+    if not isinstance(rf, dict) or rf.get("kind") != KIND:
+        return Checked(False, None, "the record carries no root facts")
+    got = (str(rf.get("job_id")), str(rf.get("attempt")), str(rf.get("node")))
+    if got != (str(job_id), str(attempt), str(node)):
+        return Checked(False, None, f"the record is about job {got[0]} attempt {got[1]} on "
+                       f"{got[2]}, not this run on {node}")
+    s = record.get("seal") or {}
+    why = str(s.get("why") or "the record is not sealed") if isinstance(s, dict) else \
+        "the record's seal is not an object"
+    if isinstance(s, dict) and s.get("method") == "munge" and isinstance(s.get("credential"),
+                                                                         str):
+        meta, payload, err = _unmunge(s["credential"][:4096], socket, timeout)
+        if not err:
+            uid = meta.get("UID", "")
+            if uid != "0":
+                why = f"the MUNGE seal was made by uid {uid or '?'}, not root"
+            elif payload != seal_payload(rf):
+                why = "the MUNGE seal is over other facts than the record holds"
+            else:
+                return Checked(True, "munge", None)
+        else:
+            why = err
+    if root_owned_ok and file_stat is not None and file_stat.st_uid == 0 \
+            and stat.S_ISREG(file_stat.st_mode) and file_stat.st_nlink == 1 \
+            and not file_stat.st_mode & 0o022:
+        return Checked(True, "root-owned", None)
+    return Checked(False, None, why)
+
+
+def node_facts(job_id: str, attempt: int, node: str, window: tuple[float | None, float],
+               window_source: str, kernel: dict[str, Any], nvml: dict[str, Any],
+               gpus: list[str] | None) -> dict[str, Any]:
+    """What root on this node collected, in the shape the seal covers."""
+    lines = []
+    for ln in kernel.get("lines") or []:
+        t, text = parse_iso_line(ln)
+        item: dict[str, Any] = {"time": t, "text": text}
+        x = driver_xid(text)
+        if x:
+            item["pci"], item["xid"] = x
+        lines.append(item)
+    changed = nvml.get("changed") if isinstance(nvml, dict) else None
+    return {"kind": KIND, "job_id": str(job_id), "attempt": int(attempt), "node": node,
+            "window": list(window), "window_source": window_source,
+            "kernel": {"source": kernel.get("source"), "absent": kernel.get("absent"),
+                       "lines": lines},
+            "nvml": {"changed": changed if isinstance(changed, list) else [],
+                     "absent": nvml.get("absent") if isinstance(nvml, dict) else None},
+            "gpus": gpus}
+
+
+# ---- the controller's view ----------------------------------------------------------------
+
+def _kernel_classes(text: str) -> list[str]:
+    """The classes the classifier's kernel rules give this driver line."""
+    from gpualert_slurm.classify.rules import load_rules
+
+    try:
+        rs = load_rules()
+    except Exception:  # a broken site rule: the shipped ones
+        rs = load_rules(site=False)
+    return sorted({r.cls for r in rs.for_source("kernel") if r.match(text)})
+
+
+def node_trust(rec: Any, checked: Checked, start: float | None, end: float | None
+               ) -> dict[str, Any]:
+    """One node's entry of verdict.json's "trusted": whether its root facts checked, and the
+    driver lines of them that fall in Slurm's window and on the job's GPUs (where known),
+    each with the classes the kernel rules give it."""
+    out: dict[str, Any] = {"verified": checked.verified, "origin": checked.origin,
+                           "why": checked.why, "driver": [], "nvml_changed": [],
+                           "kernel_lines": 0}
+    if not checked.verified:
+        return out
+    rf = rec["root_facts"]
+    k = rf.get("kernel") or {}
+    lines = [x for x in k.get("lines") or [] if isinstance(x, dict)]
+    out["kernel_lines"] = len(lines)
+    out["kernel_absent"] = k.get("absent")
+    out["window_source"] = rf.get("window_source")
+    gpus = rf.get("gpus")
+    for x in lines:
+        if "xid" not in x:
+            continue
+        t = x.get("time")
+        why = None
+        if not isinstance(t, int | float):
+            why = "the line has no time stamp"
+        elif (start is not None and t < start - WINDOW_SLACK_S) or \
+                (end is not None and t > end + WINDOW_SLACK_S):
+            why = "outside the job's window as Slurm gives it"
+        elif isinstance(gpus, list) and gpus and x.get("pci") not in gpus:
+            why = f"GPU {x.get('pci')} is not one of the job's ({', '.join(map(str, gpus))})"
+        item = {"text": str(x.get("text"))[:400], "time": t, "pci": x.get("pci"),
+                "xid": x.get("xid"), "classes": [] if why else _kernel_classes(str(x["text"]))}
+        if why:
+            item["ignored"] = why
+        out["driver"].append(item)
+    nv = rf.get("nvml") or {}
+    out["nvml_changed"] = [c for c in nv.get("changed") or [] if isinstance(c, dict)]
+    return out
+
+
+def backing(trusted: dict[str, Any] | None, node: str, cls: str) -> str | None:
+    """The Slurm or root fact that backs class `cls` on `node`, as a label for the report and
+    the audit log ("kernel log of n2: NVRM: Xid ..."), or None."""
+    n = ((trusted or {}).get("nodes") or {}).get(node) or {}
+    if not n.get("verified"):
+        return None
+    for x in n.get("driver") or []:
+        if not x.get("ignored") and cls in (x.get("classes") or []):
+            return f"kernel log of {node}: {x.get('text')}"[:300]
+    if cls == "gpu_hardware":
+        for c in n.get("nvml_changed") or []:
+            return (f"NVML of {node}: GPU {c.get('gpu')} {c.get('counter')} "
+                    f"{c.get('before')} -> {c.get('after')}")
+    return None
+
+
+def not_backed(trusted: dict[str, Any] | None, node: str, cls: str) -> str:
+    """Why nothing from Slurm or root backs `cls` on `node` (the report's "not acted on")."""
+    t = trusted or {}
+    slurm_nodes = list((t.get("slurm") or {}).get("nodes") or [])
+    if node not in slurm_nodes:
+        ran = ", ".join(slurm_nodes) or "no node Slurm named"
+        return f"Slurm did not run this attempt on {node} (it ran on {ran})"
+    n = (t.get("nodes") or {}).get(node) or {}
+    if not n:
+        return f"no node record from {node}: its kernel log and NVML are not known"
+    if not n.get("verified"):
+        return f"{node}'s node record could not be verified as root's ({n.get('why')})"
+    ignored = [x for x in n.get("driver") or [] if x.get("ignored")]
+    if cls in ("gpu_hardware", "cuda_error"):
+        what = "the Xid line was printed by the job, not found in" if not ignored else \
+            f"the Xid line in {node}'s kernel log is {ignored[0]['ignored']}; nothing else in"
+        return f"{what} {node}'s kernel log"
+    return f"no fact from Slurm or root on {node} says {cls}"
+
+
+def label(item: dict[str, Any], trusted: dict[str, Any] | None) -> dict[str, Any]:
+    """The provenance of one evidence item of the verdict ({"origin", "node", "label"})."""
+    f = str(item.get("file") or "")
+    text = str(item.get("text") or "")
+    slurm = (trusted or {}).get("slurm") or {}
+    if f == "(slurm)":
+        state = slurm.get("state") or (text.removeprefix("job state ").split() or ["?"])[0]
+        return {"origin": "slurm", "node": None, "label": f"Slurm: {state}"}
+    if f == "(exit status)":
+        return {"origin": "slurm", "node": None, "label": "Slurm: the job's exit status"}
+    if f in ("(kernel log)", "(nvml)"):
+        m = re.match(r"([A-Za-z0-9_.\-]+): ", text)
+        node = m.group(1) if m else None
+        n = ((trusted or {}).get("nodes") or {}).get(node or "") or {}
+        what = "kernel log" if f == "(kernel log)" else "NVML"
+        if node and n.get("verified"):
+            return {"origin": "root", "node": node, "label": f"{what} of {node}"}
+        why = n.get("why") or "no node record"
+        return {"origin": "job", "node": node,
+                "label": f"{node or 'a node'}'s {what} as its record says (not verified: "
+                         f"{why})"}
+    if f in ("(task records)", "(heartbeat)"):
+        return {"origin": "job", "node": None, "label": "the job's files"}
+    return {"origin": "job", "node": None, "label": LABEL_JOB}
+
+
+def annotate(verdict: dict[str, Any], trusted: dict[str, Any] | None) -> None:
+    """Put the provenance on every evidence item and cascade of a classifier verdict."""
+    for key in ("evidence", "cascades"):
+        for item in verdict.get(key) or []:
+            if isinstance(item, dict):
+                item["provenance"] = label(item, trusted)
