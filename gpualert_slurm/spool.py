@@ -402,11 +402,13 @@ def _safe_tag(tag: str) -> str:
 
 # ---- reading -------------------------------------------------------------------------------
 
-def read_bytes_nofollow(name: str, dir_fd: int, limit: int = MAX_RECORD_BYTES,
-                        owners: tuple[int, ...] | None = None) -> bytes:
-    """Read a regular file at dir_fd/name for root code. Refused: symlinks, FIFOs, devices,
-    files over `limit`, files with more than one link (a hard link a user made to a file they
-    cannot read), and, when `owners` is given, files owned by anyone else."""
+def open_nofollow_checked(name: str, dir_fd: int, owners: tuple[int, ...] | None = None
+                          ) -> tuple[int, os.stat_result]:
+    """(fd, fstat) of the regular file dir_fd/name, opened O_NOFOLLOW|O_NONBLOCK for root
+    code; the checks are on the open fd, so nothing can be swapped between check and use.
+    Refused (SpoolError, fd closed): symlinks, FIFOs, devices, directories, files with more
+    than one link (a hard link a user made to a file they cannot read), and, when `owners` is
+    given, files owned by anyone else."""
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
@@ -416,6 +418,18 @@ def read_bytes_nofollow(name: str, dir_fd: int, limit: int = MAX_RECORD_BYTES,
             raise SpoolError(f"{name}: has {st.st_nlink} hard links: refused")
         if owners is not None and st.st_uid not in owners:
             raise SpoolError(f"{name}: owned by uid {st.st_uid}: refused")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bytes_nofollow(name: str, dir_fd: int, limit: int = MAX_RECORD_BYTES,
+                        owners: tuple[int, ...] | None = None) -> bytes:
+    """Read a regular file at dir_fd/name for root code (open_nofollow_checked), refused too
+    when over `limit`."""
+    fd, st = open_nofollow_checked(name, dir_fd, owners)
+    try:
         if st.st_size > limit:
             raise SpoolError(f"{name}: {st.st_size} bytes, more than {limit}: refused")
         chunks, total = [], 0

@@ -32,7 +32,6 @@ import contextlib
 import json
 import os
 import re
-import stat
 import sys
 import threading
 import time
@@ -48,6 +47,7 @@ from gpualert_slurm.spool import (
     job_dir,
     latest_attempt,
     open_dir,
+    open_nofollow_checked,
     read_job_file,
     write_json_atomic,
 )
@@ -111,16 +111,11 @@ def heartbeats(spool: str, job_id: str, start: float, attempt: int | None = None
             m = _LOG_RE.match(name)
             if not m or f"{name[:-4]}.exit" in names:
                 continue  # not a log, or that task has ended: silence is not a hang
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                             dir_fd=tfd)
+            try:  # a FIFO, a directory named x.log, a hard link, a link: not a log
+                fd, st = open_nofollow_checked(name, tfd, (owner, 0))
             except OSError:
                 continue
             try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 \
-                        or st.st_uid not in (owner, 0):
-                    continue  # a FIFO, a directory named x.log, a hard link: not a log
                 last = st.st_mtime if st.st_size else max(start, st.st_mtime)
                 beat: dict[str, Any] = {"silence_s": now - last,
                                         "file": os.path.join(tasks_path, name)}
