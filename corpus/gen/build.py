@@ -132,6 +132,9 @@ def synth_case(root: Path, c: dict) -> dict:
     if c["synth"].startswith("f7_"):  # Julia's uncaught errors (not in Debian: composed)
         from corpus.gen import synthetic_f7
         return synthetic_f7.build(root, d, c)
+    if c["synth"].startswith("f10m_"):  # issue 22's GPU-only message families
+        from corpus.gen import synthetic_f10m
+        return synthetic_f10m.build(root, d, c)
     if c["synth"].startswith("f8_"):  # CUDA error names, GPU allocators, Horovod, containers
         from corpus.gen import synthetic_f8
         return synthetic_f8.build(root, d, c)

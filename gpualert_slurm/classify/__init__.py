@@ -330,11 +330,63 @@ def classify(tasks: list[TaskInput], job: JobFacts, rules: RuleSet | None = None
     for s in scans:
         if s is not None:
             _traceback_ends(s, rs)
+            _drop_recovered_nan(s)
     _resolve_if_seen([s for s in scans if s is not None])
     v = _decide(_Ctx(tasks, scans, kscan, job, rs))
     if notes:
         v.detail = "; ".join([v.detail, *notes]) if v.detail else "; ".join(notes)
     return v
+
+
+# ---- a NaN the run recovered from (issue 22, f10m-) ----
+# a metric a progress line shows non-finite: "grad_norm: nan", "loss=inf", "Grad=inf"
+_NONFINITE_KEY = re.compile(r"(?i)\b([a-z][\w.]*)\s*[=:]\s*[-+]?(?:nan|inf)\b")
+# a progress-table row of finite numbers ("|  200 | 0.0312 | 1.05 |")
+_FINITE_ROW = re.compile(r"^\s*\|?\s*\d+\s*(?:\|\s*[-+]?\d[\d.e+-]*\s*)+\|?\s*$")
+RECOVER_LINES = 2000  # a NaN metric that turns finite within this many lines was recovered
+RECOVER_READ_CAP = 400_000  # lines read at most to tell (a longer log keeps its NaN evidence)
+
+
+def _drop_recovered_nan(scan: ScanResult) -> None:
+    """Drop the non-finite metrics of progress lines that a later progress line of the same
+    log shows finite again (every metric the line had as nan/inf: "grad_norm: nan" at iter
+    100, "grad_norm: 3.97" at iter 200 - mixed precision skipping a step and lowering its loss
+    scale): a transient the run recovered from is no divergence, neither after exit 0 nor as
+    the root of a failure that came later. A NaN that stays to the end is kept."""
+    cands: list[tuple[Event, re.Pattern[str] | None, int]] = []
+    for e in scan.events:
+        if e.cls != "nan_divergence" or e.role != "root" or e.line is None:
+            continue
+        if e.rule.id == "nan_table_row":
+            cands.append((e, None, 1))
+            continue
+        keys = {m.group(1).lower() for m in _NONFINITE_KEY.finditer(e.text)}
+        if keys and len(cands) < 64:
+            alts = "|".join(sorted(map(re.escape, keys)))
+            cands.append((e, re.compile(rf"(?i)\b({alts})\s*[=:]\s*[-+]?\d"), len(keys)))
+    if not cands:
+        return
+    first = min(e.line or 0 for e, _, _ in cands)
+    last = min(max(e.line or 0 for e, _, _ in cands) + RECOVER_LINES, RECOVER_READ_CAP)
+    seen: dict[int, set[str]] = {id(e): set() for e, _, _ in cands}
+    recovered: set[int] = set()
+    try:
+        for n, text in enumerate(_log_lines(scan.path, first, last), first + 1):
+            for e, pat, nkeys in cands:
+                k, at = id(e), e.line or 0
+                if k in recovered or not at < n <= at + RECOVER_LINES:
+                    continue
+                if pat is None:  # a table row: a later row of finite numbers
+                    if _FINITE_ROW.match(text):
+                        recovered.add(k)
+                    continue
+                seen[k].update(m.group(1).lower() for m in pat.finditer(text))
+                if len(seen[k]) >= nkeys:
+                    recovered.add(k)
+    except OSError:
+        return
+    if recovered:
+        scan.events = [e for e in scan.events if id(e) not in recovered]
 
 
 def _required(events: list[Event]) -> list[Event]:
