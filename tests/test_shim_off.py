@@ -1,6 +1,6 @@
 """The hook shims (epilog.d/): a job the plugin marks SPANK_GPUALERT=off starts no interpreter
-(the shim exits 0 before exec'ing gpualert), every other job runs it; the shim exits 0 either
-way. Real shims, run by /bin/sh as Slurm runs them, with a real program as GPUALERT_BIN."""
+(the shim exits 0 before exec'ing gpualert), every other job runs it (the epilogs niced); the
+shim exits 0 either way. Real shims, run by /bin/sh as Slurm runs them, with a real program as GPUALERT_BIN."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_off_skips_the_interpreter(tmp_path: Path, shim: str, value: str | None,
                                    runs: bool) -> None:
     trace = tmp_path / "ran"
     fake = tmp_path / "gpualert"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" > {trace}\nexit 3\n")
+    fake.write_text(f"#!/bin/sh\necho \"$@\" $(nice) > {trace}\nexit 3\n")
     fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "SPANK_GPUALERT"}
     env.update(GPUALERT_BIN=str(fake), GPUALERT_HOOK_TIMEOUT="10")
@@ -31,4 +31,8 @@ def test_off_skips_the_interpreter(tmp_path: Path, shim: str, value: str | None,
     assert r.returncode == 0
     assert trace.exists() == runs
     if runs:
-        assert trace.read_text().split()[0] == "hook"
+        words = trace.read_text().split()
+        assert words[0] == "hook"
+        # the epilogs run niced (the Slurm daemons first in a burst); the Prolog, on the
+        # job's path to its start, is not
+        assert int(words[-1]) - os.nice(0) == (0 if shim == "gpualert-prolog" else 10)
