@@ -683,3 +683,14 @@ def test_remove_tree_any_depth_bounded_fds(tmp_path: Path) -> None:
     finally:
         os.close(rfd)
     assert os.listdir(root) == [] and os.path.isdir("/etc")
+
+
+def test_hooks_log_lines_carry_no_raw_control_text(tmp_path: Path) -> None:
+    """A hook's message quotes job data: one line per event in gpualert-hooks.log, escaped."""
+    from gpualert_slurm.hooks.common import HookLog
+
+    log = HookLog("epilog")
+    log.set_spool(str(tmp_path))
+    log.error(f"job 7: cannot read {OSC52}x.log\nFAKE 2026-01-01 n1 INFO forged line")
+    lines = (tmp_path / "gpualert-hooks.log").read_text().splitlines()
+    assert len(lines) == 1 and not RAW_CTRL.search(lines[0]) and "\\x1b]52" in lines[0]

@@ -40,7 +40,11 @@ class HookLog:
         self.spool = spool
 
     def _emit(self, level: int, tag: str, msg: str) -> None:
-        line = f"{self.hook}: {msg}"
+        from gpualert_slurm.termsafe import escape
+
+        # Messages quote job data (names, paths, errors): one line each, and no control
+        # character of it reaches the admin who runs `tail` on this log, or the journal.
+        line = f"{self.hook}: {escape(msg, keep_newlines=False)}"
         with contextlib.suppress(Exception):  # no syslog: the other two destinations remain
             syslog.syslog(level, line)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
