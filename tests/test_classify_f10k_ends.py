@@ -296,6 +296,18 @@ def test_timestamps_that_stop_long_before_the_time_limit_are_a_hang(tmp_path: Pa
     assert log_alone(tmp_path, hourly + late) == "time_limit"
     # output up to the end: the time limit
     assert log_alone(tmp_path, lines + timed(13, 29, "step 999") + end) == "time_limit"
+    # untimed output after the last timed line (a progress bar, a loop's prints): it went on
+    untimed = "".join(f"step {i} loss 0.5\n" for i in range(5))
+    assert log_alone(tmp_path, lines + untimed + end) == "time_limit"
+
+
+def test_timestamps_that_stop_long_before_a_kill_line_are_a_hang(tmp_path: Path) -> None:
+    lines = "".join(timed(9, m, f"step {m * 10} loss 1.{m:02d}") for m in range(0, 30, 2))
+    end = ("W0501 14:02:00.000000 77 torch/distributed/elastic/agent/server/api.py:719] Received "
+           "15 death signal, shutting down workers\n")
+    v = verdict(tmp_path, lines + end, exit_code=None)
+    assert v.cls == "hang" and "timestamps" in v.detail, v.detail
+    assert log_alone(tmp_path, lines + timed(14, 1, "step 999") + end) != "hang"
 
 
 # ---- a multi-node launcher's shutdown after a peer died, then CANCELLED (was: cancelled) ----

@@ -727,27 +727,56 @@ def _line_time(raw: str, year: int) -> float | None:
         return None
 
 
-def _log_silence(c: _Ctx) -> tuple[float, str, Event] | None:
-    """f10k-: with no heartbeat, a log alone: Slurm's time-limit or cancel line carries its
-    time; the log's last line with a time of its own before it (the same file) came long
-    before - longer than the hang threshold (LOG_HANG_S when the job gave none) and ten times
-    the log's own spacing of timed lines. (silence, the last timed line, Slurm's line)."""
+_END_CLASSES = frozenset({"time_limit", "cancelled", "killed"})  # how a stuck job is ended
+SETUP_GAP = 5  # lines from a collective's set-up line to the end line: nothing happened between
+QUIET_TAIL = 2  # untimed lines between the last timed line and the end line: output went on
+
+
+def _end_time(c: _Ctx) -> tuple[Event, str] | None:
+    """The line that says how the job was ended, and the text that carries its time: Slurm's
+    time-limit or cancel line ("CANCELLED AT <time>"), else the first kill / stop line (a
+    launcher's, torchrun's "Received 15 death signal", a timestamped "Killed") with a time
+    stamp of its own."""
     lim = c.sched_event
-    if lim is None or lim.cls not in ("time_limit", "cancelled") or not lim.line:
+    if lim is not None and lim.cls in ("time_limit", "cancelled") and lim.line:
+        m = _SLURM_AT.search(lim.text)
+        if m is not None:
+            return lim, "{}-{}-{} {}:{}:{}".format(*m.groups())
+    for e in c.all_events:
+        if e.cls in _END_CLASSES and e.role in ("root", "cascade", "confirmation") and e.line \
+                and _line_time(e.text, 2000) is not None:
+            return e, e.text
+    return None
+
+
+def _log_silence(c: _Ctx) -> tuple[float, str, Event] | None:
+    """f10k-: with no heartbeat, a log alone: the line that ended the job carries its time
+    (_end_time); the log's last line with a time of its own before it (the same file, with at
+    most QUIET_TAIL untimed lines between: no output went on untimed) came long before -
+    longer than the hang threshold (LOG_HANG_S when the job gave none) and ten times the log's
+    own spacing of timed lines. (silence, the last timed line, the end line)."""
+    got = _end_time(c)
+    if got is None:
         return None
-    m = _SLURM_AT.search(lim.text)
-    if m is None:
-        return None
-    end = _line_time("{}-{}-{} {}:{}:{}".format(*m.groups()), 0)
-    stamps: list[tuple[float, str]] = []
+    lim, when = got
     try:
-        for raw in _raw_lines(lim.file, max(0, lim.line - 400), lim.line - 1):
-            t = _line_time(raw, int(m.group(1)))
-            if t is not None:
-                stamps.append((t, raw.strip()))
+        raws = [r for r in _raw_lines(lim.file, max(0, lim.line - 400), lim.line - 1)]
     except OSError:
         return None
-    if end is None or not stamps:
+    # year-less stamps (glog's) take the year of a dated line of the log
+    year = next((int(m.group(1)) for r in [when, *raws] if (m := _ISO_TIME.search(r[:80]))),
+                2000)
+    end = _line_time(when, year)
+    stamps: list[tuple[float, str]] = []
+    untimed = 0
+    for raw in raws:
+        t = _line_time(raw, year)
+        if t is not None:
+            stamps.append((t, raw.strip()))
+            untimed = 0
+        elif raw.strip():
+            untimed += 1
+    if end is None or not stamps or untimed > QUIET_TAIL:
         return None
     gap = end - stamps[-1][0]
     steps = sorted(b[0] - a[0] for a, b in zip(stamps, stamps[1:], strict=False) if b[0] > a[0])
@@ -757,8 +786,6 @@ def _log_silence(c: _Ctx) -> tuple[float, str, Event] | None:
     return gap, stamps[-1][1], lim
 
 
-_END_CLASSES = frozenset({"time_limit", "cancelled", "killed"})  # how a stuck job is ended
-SETUP_GAP = 5  # lines from a collective's set-up line to the end line: nothing happened between
 
 
 def _stuck_after_setup(c: _Ctx) -> tuple[Event, Event] | None:
@@ -795,8 +822,8 @@ def _step_hang(c: _Ctx) -> Verdict | None:
         if quiet is not None and not (c.root is not None and _failed_before_limit(c)):
             gap, last, lim = quiet
             return c.make("hang", 0.6, f"the log's last timed line came {gap / 3600:.1f} h "
-                          f"before Slurm's end line ({last[:100]!r}); silent that long, the job "
-                          f"hung and the {lim.cls.replace('_', ' ')} ended it (evidence: the "
+                          f"before the line that ended the job ({last[:100]!r}); silent that "
+                          f"long, the job hung and {lim.text[:100]!r} ended it (evidence: the "
                           "log's own timestamps, no heartbeat)",
                           [{"file": lim.file, "line": None, "text": last[:300]}, _ev(lim)])
     if (c.clean or j.hang_threshold_s is None or j.silence_s is None
