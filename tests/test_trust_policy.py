@@ -125,6 +125,20 @@ def test_escalation_and_blast_radius_count_only_proven_suspects() -> None:
     assert ("drain_node", "n2") in planned(three)
 
 
+def test_one_users_repeated_application_xid_does_not_escalate() -> None:
+    ev = "NVRM: Xid (PCI:0000:3b:00): 31, pid=9, MMU Fault"
+    v = verdict("cuda_error")
+    v["verdict"]["evidence"][0]["text"] = ev
+    proven = (("n2", "kernel log of n2: " + ev),)
+    one = decide(ACTION, v, facts(proven=proven), [])
+    hist = [{"event": "decision", **one.to_json(), "user": "alice", "time": NOW - 100}]
+    again = decide(ACTION, v, facts(job_id="11", proven=proven), hist)
+    assert not any(a == "drain_node" for a, _ in planned(again))
+    assert "own jobs only" in again.notes[0]
+    other = decide(ACTION, v, facts(job_id="12", user="bob", proven=proven), hist)
+    assert ("drain_node", "n2") in planned(other) and "escalated" in other.notes[0]
+
+
 # ---- the breaker counts state -------------------------------------------------------------
 
 def _drain(node: str, t: float, did: str = "1.0", user: str = "bob") -> list[dict[str, Any]]:

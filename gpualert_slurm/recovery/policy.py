@@ -239,13 +239,19 @@ def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
                                       f"{', '.join(facts.nodes) or 'no node Slurm named'})")
         return refuted.get(n) or f"no fact from Slurm or root on {n} says {cls}"
 
-    # Escalation: the same hardware signature on a proven node seen before (any job).
+    # Escalation: the same hardware signature on a proven node seen before, in other users'
+    # jobs: one user's program repeating an application Xid (13, 31, 43: root's facts, but
+    # caused at will) says something about the program, not the node.
     if cls in set(builtin_policy().get("escalate_classes") or ()) and trusted:
         since = facts.time - cfg.flag_window_s
         for n in trusted:
-            seen = sum(1 for h in past if h.get("signature") == sig
-                       and n in (h.get("trusted_suspects") or ()) and h.get("id") != d.id
-                       and float(h.get("time") or 0) >= since)
+            same = [h for h in past if h.get("signature") == sig
+                    and n in (h.get("trusted_suspects") or ()) and h.get("id") != d.id
+                    and float(h.get("time") or 0) >= since]
+            seen = sum(1 for h in same if not facts.user or h.get("user") != facts.user)
+            if seen < len(same) and seen + 1 < cfg.escalate_after:
+                d.notes.append(f"not escalated: signature {sig!r} on {n} came again from "
+                               f"{facts.user}'s own jobs only")
             if seen + 1 >= cfg.escalate_after and "drain_node" not in d.recommended:
                 d.recommended = ["drain_node", *d.recommended]
                 if "requeue" in d.recommended and "exclude_node" not in d.recommended:
