@@ -1,6 +1,7 @@
 """The hook shims (epilog.d/): a job the plugin marks SPANK_GPUALERT=off starts no interpreter
 (the shim exits 0 before exec'ing gpualert), every other job runs it (the epilogs niced); the
-shim exits 0 either way. Real shims, run by /bin/sh as Slurm runs them, with a real program as GPUALERT_BIN."""
+shim exits 0 either way. Real shims, run by /bin/sh as Slurm runs them, with a real program
+as GPUALERT_BIN."""
 
 from __future__ import annotations
 
