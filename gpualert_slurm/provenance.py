@@ -32,6 +32,7 @@ SEAL_VERSION = "v1"
 MUNGE_TIMEOUT_S = 5.0
 WINDOW_SLACK_S = 2.0  # Slurm gives whole seconds
 LABEL_JOB = "printed by the job"
+MAX_CHECKS = 64  # node records whose seal the job epilog checks (unmunge each)
 
 
 # ---- kernel lines -------------------------------------------------------------------------
@@ -267,6 +268,14 @@ def _kernel_classes(text: str) -> list[str]:
     except Exception:  # a broken site rule: the shipped ones
         rs = load_rules(site=False)
     return sorted({r.cls for r in rs.for_source("kernel") if r.match(text)})
+
+
+def has_facts(rec: Any) -> bool:
+    """Whether a node record's root facts hold anything (a kernel line, an NVML change)."""
+    rf = rec.get("root_facts") if isinstance(rec, dict) else None
+    if not isinstance(rf, dict):
+        return False
+    return bool((rf.get("kernel") or {}).get("lines") or (rf.get("nvml") or {}).get("changed"))
 
 
 def node_trust(rec: Any, checked: Checked, start: float | None, end: float | None
