@@ -131,9 +131,28 @@ def test_lsfs_termination_reason_decides(tmp_path: Path, reason: str, cls: str) 
      "unresponsive\n", "node_failure"),
     ("  Warning  DeadlineExceeded  job/finetune-llm  Job was active longer than specified "
      "deadline\n", "time_limit"),
+    ("statusReason: Job attempt duration exceeded timeout\n", "time_limit"),
+    ("2026-05-01 10:00:00 WARNING azureml: the job was preempted (low-priority VM reclaimed)\n",
+     "preempted"),
 ])
 def test_preemption_and_node_loss_wordings(tmp_path: Path, text: str, cls: str) -> None:
     assert log_alone(tmp_path, text) == cls
+
+
+def test_a_stuck_nccl_watchdog_is_a_hang(tmp_path: Path) -> None:
+    stuck = ("[rank1]:[E501 10:11:12.000000000 ProcessGroupNCCL.cpp:1495] [PG ID 0 PG GUID 0 "
+             "Rank 1] Heartbeat monitor timed out! Process will be terminated after dumping "
+             "debug info. workMetaList_.size()=1\n"
+             "[rank1]:[F501 10:11:12.000000000 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0 "
+             "Rank 1] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making "
+             "progress in monitoring enqueued collectives. This typically indicates a NCCL/CUDA "
+             "API (e.g., CudaEventDestroy) hang blocking the watchdog\n")
+    assert log_alone(tmp_path, PROGRESS + stuck) == "hang"
+    # the collective timeout the watchdog caught first decides
+    first = ("[rank1]:[E501 10:01:12.000000000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught "
+             "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=4, "
+             "NumelOut=4, Timeout(ms)=600000) ran for 600071 milliseconds before timing out.\n")
+    assert log_alone(tmp_path, PROGRESS + first + stuck) == "collective_timeout"
 
 
 def test_a_sentence_about_what_preemption_would_do_is_no_preemption(tmp_path: Path) -> None:
