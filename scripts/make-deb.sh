@@ -3,6 +3,7 @@
 # of the package's sources in build/deb/ (dpkg-buildpackage writes into the tree it builds and
 # into its parent: never into the checkout). Installs the build dependencies first, once.
 # Needs `make install` before (the bundled nvidia-ml-py binding is taken from its venv).
+# --deps-only: install the build dependencies and stop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/opt/gpualert}
@@ -18,6 +19,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get -o DPkg::Lock::Timeout=300 update -qq
     apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+[ "${1:-}" = --deps-only ] && exit 0   # a builder image (tests/test_deb_package.py) stops here
 
 version=$(sed -n 's/^__version__ = "\(.*\)"/\1/p' gpualert_slurm/__init__.py)
 changelog=$(dpkg-parsechangelog -l debian/changelog -S Version)

@@ -135,6 +135,35 @@ def _image(suite: str) -> str:
     return p.stdout.strip().splitlines()[-1]
 
 
+def _builder(suite: str) -> str:
+    """The release's image with make-deb.sh's build dependencies installed, kept (docker
+    commit) under a tag made of the image's and of make-deb.sh's: built once per machine."""
+    import hashlib
+
+    image = _image(suite)
+    script = REPO / "scripts" / "make-deb.sh"
+    tag = "gpualert-debbuild:" + hashlib.sha256(
+        image.encode() + script.read_bytes()).hexdigest()[:12]
+    if subprocess.run(["docker", "image", "inspect", tag], capture_output=True,
+                      timeout=60).returncode == 0:
+        return tag
+    name = f"gpadeb-build-{suite}"
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
+    p = subprocess.run(["docker", "run", "--name", name, "--network", "host", "-v",
+                        f"{script}:/make-deb.sh:ro", image, "bash", "-c",
+                        "apt-get update -qq && /make-deb.sh --deps-only && "
+                        "rm -rf /var/lib/apt/lists/*"], capture_output=True, text=True,
+                       timeout=1200, stdin=subprocess.DEVNULL)
+    try:
+        assert p.returncode == 0, f"build deps in {suite}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}"
+        c = subprocess.run(["docker", "commit", name, tag], capture_output=True, text=True,
+                           timeout=600)
+        assert c.returncode == 0, c.stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
+    return tag
+
+
 def _version() -> str:
     m = re.search(r'__version__ = "(.+)"', (REPO / "gpualert_slurm" / "__init__.py").read_text())
     assert m
@@ -164,10 +193,9 @@ def deb(request: pytest.FixtureRequest) -> tuple[str, Path]:
         parts = "pyproject.toml setup.cfg README.md gpualert_slurm spank epilog.d etc debian " \
             "docs scripts"
         cmd = (f"set -e; mkdir /tmp/s; cd /src; cp -a {parts} /tmp/s/; cd /tmp/s; "
-               "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
                "GPUALERT_PYNVML=/out/pynvml.py GPUALERT_DEB_DIST=/out scripts/make-deb.sh")
         p = subprocess.run(["docker", "run", "--rm", "--network", "host", "-v",
-                            f"{REPO}:/src:ro", "-v", f"{out}:/out", _image(suite), "bash",
+                            f"{REPO}:/src:ro", "-v", f"{out}:/out", _builder(suite), "bash",
                             "-c", cmd], capture_output=True, text=True, timeout=1200,
                            stdin=subprocess.DEVNULL)
         assert p.returncode == 0, f"make-deb in {suite}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
