@@ -62,6 +62,17 @@ if ! PYTHONPATH=$HO8 "$FVENV/bin/python" -c "import duckdb, faiss, onnx, onnxrun
     chmod -R a+rX "$HO8"
 fi
 
+# The f10k- cases' tools (py-spy dumping a stuck trainer, a Dask LocalCluster whose worker runs
+# out of its memory budget), kept out of the corpus venv like the ones above
+F10K=/opt/gpualert-f10k/site-packages
+if ! PYTHONPATH=$F10K "$FVENV/bin/python" -c "import dask, distributed" 2>/dev/null \
+        || [ ! -x "$F10K/bin/py-spy" ]; then
+    echo "make-corpus: installing py-spy, dask[distributed] into $F10K"
+    "$FVENV/bin/pip" install -q "${find_links[@]}" --target "$F10K" py-spy==0.4.3 \
+        "dask[distributed]==2026.8.0"
+    chmod -R a+rX "$F10K"
+fi
+
 # The Slurm cases need the test cluster; `up` is harmless when it already runs.
 kinds=()
 if ! docker/slurm-cluster/cluster up >/tmp/make-corpus-cluster.log 2>&1; then

@@ -11,6 +11,12 @@
   f10k_ends.py stuck TIMEOUT       progress, then a lock nobody releases; faulthandler's
                                    dump_traceback_later(TIMEOUT, exit=True) dumps the threads
   f10k_ends.py quiet               progress, then exit 1 without a word
+  f10k_ends.py spy PYSPY           a watchdog as users write one: the trainer (a child) goes
+                                   quiet on a lock; the watchdog runs `py-spy dump` on it, kills
+                                   it and exits 124 (PYSPY: the py-spy program)
+  f10k_ends.py dask-oom            a Dask LocalCluster with a 300 MB worker memory limit and a
+                                   task that needs 700 MB: the nanny restarts the worker, the
+                                   scheduler gives up (KilledWorker)
 """
 
 from __future__ import annotations
@@ -84,7 +90,8 @@ def stuck(timeout: float) -> None:
 
     for s in range(4):
         log(f"epoch 0 step {s} loss {1.0 / (s + 1):.3f}")
-    faulthandler.dump_traceback_later(timeout, exit=True)
+    if timeout:
+        faulthandler.dump_traceback_later(timeout, exit=True)
     lock = threading.Lock()
     lock.acquire()
     threading.Thread(target=lock.acquire, name="loader", daemon=True).start()
@@ -95,6 +102,37 @@ def quiet() -> None:
     for s in range(5):
         log(f"epoch {s} step {s * 100} loss {1.0 / (s + 1):.3f}")
     sys.exit(1)
+
+
+def spy(pyspy: str) -> None:
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, __file__, "stuck", "0"])
+    time.sleep(4)  # the trainer printed its steps and went quiet
+    log("watchdog: no progress for 3 s, dumping the trainer's threads")
+    subprocess.run([pyspy, "dump", "--pid", str(child.pid)], check=False)
+    child.kill()
+    child.wait()
+    log("watchdog: trainer killed")
+    sys.exit(124)
+
+
+def dask_oom() -> None:
+    import dask
+    from distributed import Client, LocalCluster
+
+    dask.config.set({"distributed.scheduler.allowed-failures": 1})
+
+    def load_shard(i: int) -> int:
+        buf = bytearray(700 << 20)
+        for j in range(0, len(buf), 4096):
+            buf[j] = 1
+        return len(buf) + i
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="300MB",
+                      processes=True, dashboard_address=None) as cluster, Client(cluster) as c:
+        log("loading shards on the Dask cluster")
+        print(c.submit(load_shard, 7).result(), flush=True)
 
 
 if __name__ == "__main__":
@@ -109,5 +147,9 @@ if __name__ == "__main__":
         stuck(float(sys.argv[2]))
     elif mode == "quiet":
         quiet()
+    elif mode == "spy":
+        spy(sys.argv[2])
+    elif mode == "dask-oom":
+        dask_oom()
     else:
         sys.exit(f"unknown mode {mode}")
