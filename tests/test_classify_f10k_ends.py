@@ -344,6 +344,26 @@ def test_a_lost_peer_before_the_cancel_line_is_the_cause(tmp_path: Path) -> None
     assert log_alone(tmp_path, after) == "cancelled"
 
 
+DS_SHUTDOWN = ("[2026-05-01 10:00:05,000] [INFO] [launch.py:315:sigkill_handler] Killing "
+               "subprocess 5151\n[2026-05-01 10:00:05,100] [ERROR] [launch.py:321:sigkill_handler] "
+               "['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits with return code = "
+               "-15\nsubprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', "
+               "'--local_rank=1']' died with <Signals.SIGTERM: 15>.\n")
+CANCEL = "slurmstepd: error: *** JOB 31 ON gpu-2 CANCELLED AT 2026-05-01T10:00:04 ***\n"
+
+
+def test_deepspeeds_shutdown_after_the_cancel_is_no_python_exception(tmp_path: Path) -> None:
+    # (was: python_exception, the launcher's CalledProcessError)
+    assert log_alone(tmp_path, PROGRESS + CANCEL + DS_SHUTDOWN) == "cancelled"
+    peer = ("gpu-2:5151:5190 [1] NCCL INFO [Service thread] Connection closed by localRank 0\n")
+    assert log_alone(tmp_path, PROGRESS + peer + CANCEL + DS_SHUTDOWN) == "nccl_error"
+    # a rank's own error before it decides
+    own = ("Traceback (most recent call last):\n  File \"train.py\", line 80, in <module>\n"
+           "    loss.backward()\nRuntimeError: CUDA error: an illegal memory access was "
+           "encountered\n")
+    assert log_alone(tmp_path, PROGRESS + own + DS_SHUTDOWN + CANCEL) == "cuda_error"
+
+
 # ---- other frameworks' workers lost to memory (was: python_exception / killed) ----
 
 @pytest.mark.parametrize("text", [

@@ -168,6 +168,8 @@ def test_two_partition_names_over_the_same_nodes_share_one_allowance() -> None:
     rec = [{"event": "breaker", "partition": "gpu", "state": "open", "node_set": ["n6", "n5"]}]
     assert breaker_open(rec, "gpu-alias", ("n5", "n6")) is not None
     assert breaker_open(rec, "cpu", ("n7",)) is None
+    reset = [*rec, {"event": "breaker", "partition": "gpu", "state": "reset"}]
+    assert breaker_open(reset, "gpu-alias", ("n5", "n6")) is None
 
 
 def test_a_partition_slurm_does_not_know_gets_no_allowance() -> None:

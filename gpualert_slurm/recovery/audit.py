@@ -126,8 +126,10 @@ def breaker_open(records: list[dict[str, Any]], partition: str,
     for r in records:
         if r.get("event") != "breaker":
             continue
-        if r.get("partition") in (partition, "*") or (
+        opened_as = state.get("partition") if state else None
+        if r.get("partition") in (partition, "*", opened_as) or (
                 nodes and sorted(r.get("node_set") or []) == nodes):
+            # (a reset under the name the breaker was opened with closes it for every name)
             state = r if r.get("state") == "open" else None
     return state
 
