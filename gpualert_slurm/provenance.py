@@ -235,6 +235,18 @@ def verify(record: Any, file_stat: os.stat_result | None, job_id: str, attempt: 
     return Checked(False, None, why)
 
 
+def kmsg_writable(path: str = "/dev/kmsg") -> str | None:
+    """Why lines in this node's kernel log may not be the kernel's or root's: /dev/kmsg
+    writable by someone other than root (a site's or container's change); None as shipped."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        return f"{path} is writable by others than root (mode {stat.filemode(st.st_mode)})"
+    return None
+
+
 def node_facts(job_id: str, attempt: int, node: str, window: tuple[float | None, float],
                window_source: str, kernel: dict[str, Any], nvml: dict[str, Any],
                gpus: list[str] | None) -> dict[str, Any]:
@@ -249,6 +261,7 @@ def node_facts(job_id: str, attempt: int, node: str, window: tuple[float | None,
         lines.append(item)
     changed = nvml.get("changed") if isinstance(nvml, dict) else None
     return {"kind": KIND, "job_id": str(job_id), "attempt": int(attempt), "node": node,
+            "kmsg_writable": kmsg_writable(),
             "window": list(window), "window_source": window_source,
             "kernel": {"source": kernel.get("source"), "absent": kernel.get("absent"),
                        "lines": lines},
@@ -305,6 +318,8 @@ def node_trust(rec: Any, checked: Checked, start: float | None, end: float | Non
         elif (start is not None and t < start - WINDOW_SLACK_S) or \
                 (end is not None and t > end + WINDOW_SLACK_S):
             why = "outside the job's window as Slurm gives it"
+        elif rf.get("kmsg_writable"):
+            why = str(rf["kmsg_writable"])
         elif isinstance(gpus, list) and gpus and x.get("pci") not in gpus:
             why = f"GPU {x.get('pci')} is not one of the job's ({', '.join(map(str, gpus))})"
         item = {"text": str(x.get("text"))[:400], "time": t, "pci": x.get("pci"),

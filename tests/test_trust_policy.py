@@ -354,3 +354,29 @@ def test_the_munge_seal_checks_root_and_the_facts() -> None:
                            timeout=10)
         assert p.returncode != 0 and "Unauthorized" in p.stderr, p.stderr
         assert provenance.verify(theirs, None, "7", 0, "n2", sock).verified
+
+
+def test_the_prologs_nvml_before_counts_only_for_this_run() -> None:
+    from gpualert_slurm.hooks.epilog import prolog_record_of_this_run as ok
+
+    rec = {"node": "n2", "restart_count": 0, "time": NOW, "slurm_env": {"SLURM_JOB_ID": "7"}}
+    assert ok(rec, "n2", 0, NOW - 1, NOW + 60, "7")
+    assert not ok(rec, "n2", 0, NOW - 1, NOW + 60, "8")  # another job's, renamed in
+    assert not ok(rec, "n1", 0, NOW - 1, NOW + 60, "7")
+    assert not ok(rec, "n2", 1, NOW - 1, NOW + 60, "7")
+    assert not ok(rec, "n2", 0, NOW + 400, NOW + 600, "7")  # long before this run
+    assert not ok(rec, "n2", 0, None, NOW + 60, "7")
+
+
+def test_a_kmsg_others_can_write_makes_no_driver_line_count(tmp_path: Path) -> None:
+    k = tmp_path / "kmsg"
+    k.write_text("")
+    os.chmod(k, 0o644)
+    assert provenance.kmsg_writable(str(k)) is None
+    os.chmod(k, 0o666)
+    assert "writable by others than root" in str(provenance.kmsg_writable(str(k)))
+    rec = _record()
+    rec["root_facts"]["kmsg_writable"] = provenance.kmsg_writable(str(k))
+    n = provenance.node_trust(rec, provenance.Checked(True, "munge", None), NOW - 30, NOW + 10)
+    assert "writable by others" in n["driver"][0]["ignored"]
+    assert provenance.backing({"nodes": {"n2": n}}, "n2", "gpu_hardware") is None

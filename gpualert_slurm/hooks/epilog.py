@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualert_slurm.config import Config, bound_options
-from gpualert_slurm.hooks import cost
+from gpualert_slurm.hooks import cost, gate
 from gpualert_slurm.hooks.common import (
     DEFAULT_TIMEOUT_S,
     HookLog,
@@ -438,8 +438,8 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
             start, window_source = slurm_start(jobid, js.attempt)
             with suppress(OSError, SpoolError):
                 rec = read_json_nofollow(f"{node_file_name(node)}.prolog.json", nfd, owners=(0,))
-                before = rec.get("nvml") if prolog_record_of_this_run(rec, node, js.attempt,
-                                                                      start, t0) else None
+                before = rec.get("nvml") if prolog_record_of_this_run(
+                    rec, node, js.attempt, start, t0, jobid) else None
             kernel = kernel_evidence(start, t0, timeout=min(5.0, cfg.hook_timeout_s / 4))
             nvml = nvml_evidence(before)
             root_facts = provenance.node_facts(
@@ -502,13 +502,15 @@ def slurm_start(jobid: str, attempt: int, timeout: float = 3.0) -> tuple[float |
 
 
 def prolog_record_of_this_run(rec: Any, node: str, attempt: int, start: float | None,
-                              now: float) -> bool:
+                              now: float, jobid: str = "") -> bool:
     """Whether a root-owned <node>.prolog.json is this run's: a user can rename one of an
     earlier run of theirs into place, never write one (its NVML snapshot is the 'before')."""
     if not isinstance(rec, dict) or rec.get("node") != node:
         return False
     if rec.get("restart_count", 0) != attempt:
         return False
+    if str((rec.get("slurm_env") or {}).get("SLURM_JOB_ID")) != str(jobid):
+        return False  # another job's, renamed in
     t = rec.get("time")
     return isinstance(t, int | float) and start is not None and start - 300 <= t <= now
 
@@ -605,7 +607,10 @@ def run(which: str) -> int:
             if env.get("GPUALERT_HOOK_FOREGROUND") == "1" or not _worth_a_worker(env, log):
                 epilog_slurmctld.job_epilog(env, log, watchdog)
             elif detach():
-                # The worker: a new watchdog (threads do not survive fork), then the report.
+                # The worker: at most gate.slots() at work at once (a burst of ending jobs
+                # must not starve slurmctld), a new watchdog (threads do not survive fork),
+                # then the report.
+                gate.enter()  # its wait is in the job epilog's cost line
                 try:
                     epilog_slurmctld.job_epilog(env, log, Watchdog(log, DEFAULT_TIMEOUT_S))
                 except Exception as e:
