@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/opt/gpualert}
 BUILD_DEPS=(debhelper dh-python python3-all python3-setuptools python3-wheel
-            pybuild-plugin-pyproject libslurm-dev dpkg-dev fakeroot build-essential)
+            pybuild-plugin-pyproject libslurm-dev dpkg-dev fakeroot build-essential help2man)
 missing=()
 for p in "${BUILD_DEPS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
