@@ -132,6 +132,10 @@ def test_lsfs_termination_reason_decides(tmp_path: Path, reason: str, cls: str) 
     ("  Warning  DeadlineExceeded  job/finetune-llm  Job was active longer than specified "
      "deadline\n", "time_limit"),
     ("statusReason: Job attempt duration exceeded timeout\n", "time_limit"),
+    ("Normal  Preempted  pod/trainer-1  Preempted by pod 7b3c2f1e-aa10 on node gpu-node-2\n",
+     "preempted"),
+    ("Reason: Evicted\nMessage: The node was low on resource: ephemeral-storage. Container "
+     "trainer was using 120Gi, which exceeds its request of 0.\n", "disk_full"),
     ("2026-05-01 10:00:00 WARNING azureml: the job was preempted (low-priority VM reclaimed)\n",
      "preempted"),
 ])
