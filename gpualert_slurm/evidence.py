@@ -24,7 +24,9 @@ _ISO_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d+))?([+-]\d\d:
 def parse_iso_line(line: str) -> tuple[float | None, str]:
     """'2026-11-30T06:20:11,123456+00:00 text' (dmesg --time-format iso, journalctl -o
     short-iso-precise) -> (epoch or None, text)."""
-    m = _ISO_RE.match(line.strip())
+    # not line.strip(): a line that begins with white space is the rest of a record whose
+    # text held a newline (a file name in a trap line), never a record with a stamp of its own
+    m = _ISO_RE.match(line.rstrip())
     if not m:
         return None, line.rstrip("\n")
     stamp, frac, tz, text = m.groups()
@@ -33,6 +35,21 @@ def parse_iso_line(line: str) -> tuple[float | None, str]:
     except ValueError:
         return None, text
     return dt.timestamp() + (float(f"0.{frac}") if frac else 0.0), text
+
+
+def join_continuations(lines: list[str]) -> list[str]:
+    """One line per kernel record. dmesg and journalctl print a newline inside a record's text
+    raw, then indent what follows; a user's file name in a trap line can hold one, and with a
+    time stamp after it the rest read as a record of its own ('NVRM: Xid ...' at a time the
+    user chose). An indented line is joined to the record before it, the newline as \\x0a."""
+    out: list[str] = []
+    for line in lines:
+        line = line.rstrip("\n")
+        if out and line[:1].isspace():
+            out[-1] += "\\x0a" + line.lstrip()
+        else:
+            out.append(line)
+    return out
 
 
 def filter_kernel_lines(lines: list[str], start: float | None, end: float | None,
@@ -45,7 +62,7 @@ def filter_kernel_lines(lines: list[str], start: float | None, end: float | None
     from gpualert_slurm.provenance import kernel_line_kept
 
     out = []
-    for line in lines:
+    for line in join_continuations(lines):
         t, text = parse_iso_line(line)
         if not KERNEL_RE.search(text) or not kernel_line_kept(text):
             continue

@@ -247,6 +247,44 @@ def kmsg_writable(path: str = "/dev/kmsg") -> str | None:
     return None
 
 
+def _conf_files(main: str, dropins: str) -> list[str]:
+    """A config file and its drop-ins, in the order they apply."""
+    try:
+        names = sorted(n for n in os.listdir(dropins) if n.endswith(".conf"))
+    except OSError:
+        names = []
+    return [main, *(os.path.join(dropins, n) for n in names)]
+
+
+def _read_small(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return ""
+
+
+def kmsg_forwarded(journald: str = "/etc/systemd/journald.conf",
+                   rsyslog: str = "/etc/rsyslog.conf") -> str | None:
+    """Why lines in this node's kernel log may be any user's syslog lines: journald with
+    ForwardToKMsg= on, or rsyslog loading omkmsg. Either writes a user's `logger` line into
+    /dev/kmsg as root, its tag first ("<tag>[pid]: <text>"), so a tag 'NVRM: Xid (...): 79, ...'
+    would read as the driver's (red-team pass). None where neither is set up (the default)."""
+    on = None
+    for f in _conf_files(journald, journald + ".d"):
+        for line in _read_small(f).splitlines():
+            k, _, v = line.split("#", 1)[0].partition("=")
+            if k.strip() == "ForwardToKMsg":
+                on = v.strip().lower() in ("1", "yes", "true", "on")
+    if on:
+        return f"journald forwards syslog lines to /dev/kmsg (ForwardToKMsg= in {journald})"
+    for f in _conf_files(rsyslog, os.path.join(os.path.dirname(rsyslog), "rsyslog.d")):
+        for line in _read_small(f).splitlines():
+            if "omkmsg" in line.split("#", 1)[0]:
+                return f"rsyslog writes syslog lines to /dev/kmsg (omkmsg in {f})"
+    return None
+
+
 def node_facts(job_id: str, attempt: int, node: str, window: tuple[float | None, float],
                window_source: str, kernel: dict[str, Any], nvml: dict[str, Any],
                gpus: list[str] | None) -> dict[str, Any]:
@@ -261,7 +299,7 @@ def node_facts(job_id: str, attempt: int, node: str, window: tuple[float | None,
         lines.append(item)
     changed = nvml.get("changed") if isinstance(nvml, dict) else None
     return {"kind": KIND, "job_id": str(job_id), "attempt": int(attempt), "node": node,
-            "kmsg_writable": kmsg_writable(),
+            "kmsg_writable": kmsg_writable() or kmsg_forwarded(),
             "window": list(window), "window_source": window_source,
             "kernel": {"source": kernel.get("source"), "absent": kernel.get("absent"),
                        "lines": lines},

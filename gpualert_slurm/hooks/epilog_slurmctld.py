@@ -302,6 +302,27 @@ def trusted_facts(env: dict[str, str], cfg: Config, js: JobSpool, node_recs: dic
     return out
 
 
+def sealed_view(rec: dict[str, Any], verified: Any) -> dict[str, Any]:
+    """A node record whose root facts checked, with its kernel lines and NVML changes cut to
+    what the seal covers. The seal covers root_facts only; the record's own "kernel" and
+    "nvml" beside it are in the user's directory, and a user who keeps the sealed part and
+    adds lines there would have them labelled "kernel log of <node>" (red-team pass)."""
+    from gpualert_slurm.evidence import parse_iso_line
+
+    rf = rec.get("root_facts")
+    if not verified or not isinstance(rf, dict):
+        return rec
+    sealed = {(x.get("time"), x.get("text")) for x in (rf.get("kernel") or {}).get("lines")
+              or [] if isinstance(x, dict)}
+    k = dict(rec.get("kernel") or {})
+    k["lines"] = [ln for ln in k.get("lines") or []
+                  if isinstance(ln, str) and parse_iso_line(ln) in sealed]
+    nv = rec.get("nvml")
+    nv = dict(nv) if isinstance(nv, dict) else {}
+    nv["changed"] = list((rf.get("nvml") or {}).get("changed") or [])
+    return {**rec, "kernel": k, "nvml": nv}
+
+
 def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
                   tasks: list[TaskLog], node_recs: dict[str, Any], nodes: list[str],
                   sf: dict[str, Any], now: float, classify_s: float = 60.0,
@@ -322,6 +343,7 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
                          + (f" ({r['error']})" if isinstance(r, dict) else
                             " within epilog_wait_s: its evidence is missing from this report"))
             continue
+        r = sealed_view(r, (trusted["nodes"].get(n) or {}).get("verified"))
         k = r.get("kernel") or {}
         kernel += [f"{n}: {ln}" for ln in k.get("lines") or []]
         nvml[n] = r.get("nvml")
@@ -388,7 +410,10 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
         "verdict": verdict,
         "classifier_error": err,
         "tasks": [t.info() for t in tasks],
-        "nodes": {n: _node_summary(node_recs.get(n)) for n in nodes},
+        "nodes": {n: _node_summary(sealed_view(node_recs[n], (trusted["nodes"].get(n) or {})
+                                              .get("verified"))
+                                  if isinstance(node_recs.get(n), dict) else None)
+                  for n in nodes},
         "trusted": trusted,
         "last_lines": last_lines(failing) if failing is not None else None,
         "notes": notes,

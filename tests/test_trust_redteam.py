@@ -1,0 +1,168 @@
+"""The red-team pass on the trust boundary (docs/SECURITY.md, "Red-team pass"; issue 17): ways
+in that the fixers' own tests (test_trust_cluster, test_trust_readers, test_trust_policy) did
+not try, each run as the unprivileged test user against the real part it attacks (this
+machine's kernel log through dmesg, a real munged), and each asserted harmless."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import clusterlib as cl
+from test_trust_policy import private_munged
+
+from gpualert_slurm import provenance
+from gpualert_slurm.evidence import kernel_evidence
+from gpualert_slurm.hooks.epilog_slurmctld import read_node_record, sealed_view
+
+# ---- a newline in a trapped file's name, then a time stamp: a "record" of its own ----------
+
+TRAP = r'''import ctypes, os, sys
+name = sys.argv[1]
+with open(name, "wb") as f:
+    f.write(b"\x0f\x0b" * 2048)  # ud2: an invalid opcode
+fd = os.open(name, os.O_RDONLY)
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+ctypes.CFUNCTYPE(None)(libc.mmap(None, 4096, 5, 2, fd, 0))()  # PROT_READ|EXEC, MAP_PRIVATE
+'''
+
+
+def test_a_newline_and_a_stamp_in_a_trapped_file_name_forge_no_driver_line() -> None:
+    """dmesg prints a newline inside a record raw, then indents the rest; the trap line's file
+    name is the user's. 'a\\n<stamp> NVRM: Xid ...' read as a driver line of its own, at a time
+    the user chose, on root's sealed facts: it would drain the node."""
+    token = secrets.token_hex(4)
+    d = Path(tempfile.mkdtemp(prefix="gpualert-redteam-", dir="/tmp"))
+    try:
+        os.chmod(d, 0o777)
+        cl.write_user_file(d / "trap.py", TRAP, mode=0o644)
+        start = time.time() - 1
+        for _ in range(3):  # the kernel rate-limits its trap lines
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S,000000+00:00")
+            name = (f"a\n{stamp} NVRM: Xid (PCI:0000:3b:00): 79, pid={token}, GPU has "
+                    "fallen off the bus.")
+            cl.run_as_user(["python3", "trap.py", name], cwd=d, timeout=30)
+            raw = subprocess.run(["dmesg", "--time-format", "iso"], capture_output=True,
+                                 text=True, timeout=30).stdout.splitlines()
+            forged = [ln for ln in raw if token in ln]
+            if forged:
+                break
+            time.sleep(5)
+        # the attack's shape landed: an indented line that, stripped, is a stamped Xid line
+        assert forged and forged[0][:1].isspace(), forged
+        assert forged[0].strip().startswith(f"{stamp} NVRM: Xid (PCI:0000:3b:00): 79,")
+        k = kernel_evidence(start, time.time() + 1)
+        assert k["source"] == "dmesg", k
+        assert not [ln for ln in k["lines"] if token in ln], k["lines"]
+        rf = provenance.node_facts("1", 0, "n1", (start, time.time()), "slurm", k,
+                                   {"absent": "no GPU"}, None)
+        assert not [x for x in rf["kernel"]["lines"] if "xid" in x], rf["kernel"]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ---- a sealed node record with lines of the user's beside the sealed ones ------------------
+
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S,%f+00:00")
+
+
+def test_lines_added_beside_a_sealed_record_are_not_labelled_roots() -> None:
+    """The seal covers root_facts; the record's own "kernel" and "nvml", which the job epilog
+    gave the classifier, lie beside it in the user's nodes/ dir. A user who rewrites the record
+    keeping the sealed part got a verified node whose every kernel line, theirs too, read
+    "kernel log of n1" (origin root) in the report and verdict.json."""
+    now = time.time()
+    real = f"{_iso(now - 20)} Out of memory: Killed process 999 (python3) total-vm:1kB"
+    k = {"source": "dmesg", "absent": None, "lines": [real]}
+    rf = provenance.node_facts("7", 0, "n1", (now - 60, now), "slurm", k,
+                               {"absent": "no GPU"}, None)
+    with private_munged() as sock:
+        rec = {"job_id": "7", "node": "n1", "attempt": 0, "kernel": k,
+               "nvml": {"absent": "no GPU"}, "root_facts": rf,
+               "seal": provenance.seal(rf, sock)}
+        assert rec["seal"]["method"] == "munge", rec["seal"]
+        # the user's rewrite, as the user, in a nodes/ dir of theirs
+        d = Path(tempfile.mkdtemp(prefix="gpualert-redteam-", dir="/tmp"))
+        try:
+            os.chmod(d, 0o755)
+            nodes = d / "nodes"
+            nodes.mkdir()
+            cl.chown_to_user(nodes)
+            forged = json.loads(json.dumps(rec))
+            forged["kernel"]["lines"].append(f"{_iso(now - 10)} {XID}")
+            forged["nvml"]["changed"] = [{"gpu": 0, "counter": "ecc.dbe", "before": 0,
+                                          "after": 3}]
+            src = d / "forged.json"
+            src.write_text(json.dumps(forged))
+            os.chmod(src, 0o644)
+            cl.run_as_user(["cp", str(src), str(nodes / "n1.verdict.json")], check=True)
+            fd = os.open(nodes, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                got = read_node_record("n1.verdict.json", fd)
+            finally:
+                os.close(fd)
+            assert got["_file"].st_uid == 1001
+            checked = provenance.verify(got, got["_file"], "7", 0, "n1", sock)
+            assert checked.verified, checked  # the sealed part is root's: the premise
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    view = sealed_view(got, checked.verified)
+    assert view["kernel"]["lines"] == [real], view["kernel"]
+    assert view["nvml"]["changed"] == [], view["nvml"]
+    assert got["kernel"]["lines"][-1].endswith(XID)  # the record itself is left as it was
+    # an unverified record is the job's and stays so (labelled "not verified")
+    assert sealed_view(got, False) is got
+
+
+# ---- syslog forwarded into the kernel log ---------------------------------------------------
+
+def test_a_node_that_forwards_syslog_to_kmsg_lets_no_driver_line_act(tmp_path: Path) -> None:
+    """journald's ForwardToKMsg= (and rsyslog's omkmsg) write any user's `logger` line into
+    /dev/kmsg as root, its tag first: `logger -t 'NVRM: Xid (PCI:0000:3b:00): 79, ...'` gives
+    the kernel log 'NVRM: Xid (PCI:0000:3b:00): 79, ...[pid]: x', a driver line by its first
+    character. On such a node no driver line may act, as where /dev/kmsg is writable."""
+    j = tmp_path / "journald.conf"
+    r = tmp_path / "rsyslog.conf"
+    j.write_text("[Journal]\n#ForwardToKMsg=yes\nStorage=auto\n")
+    r.write_text("module(load=\"imuxsock\")\n# module(load=\"omkmsg\")\n")
+    assert provenance.kmsg_forwarded(str(j), str(r)) is None
+    (tmp_path / "journald.conf.d").mkdir()
+    (tmp_path / "journald.conf.d" / "50-kmsg.conf").write_text("[Journal]\nForwardToKMsg=yes\n")
+    why = provenance.kmsg_forwarded(str(j), str(r))
+    assert why and "ForwardToKMsg" in why, why
+    (tmp_path / "journald.conf.d" / "90-off.conf").write_text("[Journal]\nForwardToKMsg=no\n")
+    assert provenance.kmsg_forwarded(str(j), str(r)) is None  # the last drop-in decides
+    (tmp_path / "rsyslog.d").mkdir()
+    (tmp_path / "rsyslog.d" / "kmsg.conf").write_text("module(load=\"omkmsg\")\n"
+                                                      "user.* :omkmsg:\n")
+    why = provenance.kmsg_forwarded(str(j), str(r))
+    assert why and "omkmsg" in why, why
+    # the forwarded line is a driver line by its text: only the node's setting can refuse it
+    forwarded = f"{XID}[31337]: x"
+    assert provenance.driver_xid(forwarded) == ("0000:3b:00", 79)
+    now = time.time()
+    rf: dict[str, Any] = provenance.node_facts(
+        "7", 0, "n1", (now - 60, now), "slurm",
+        {"source": "dmesg", "lines": [f"{_iso(now - 5)} {forwarded}"]}, {}, None)
+    rf["kmsg_writable"] = why  # what node_facts records on such a node
+    n = provenance.node_trust({"root_facts": rf}, provenance.Checked(True, "munge", None),
+                              now - 60, now)
+    assert n["driver"] and n["driver"][0]["ignored"] == why and not n["driver"][0]["classes"]
+    assert provenance.backing({"nodes": {"n1": n}}, "n1", "gpu_hardware") is None
+    # and this machine, as set up, forwards nothing (the default)
+    assert provenance.kmsg_forwarded() is None
