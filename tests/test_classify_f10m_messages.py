@@ -97,6 +97,9 @@ def test_nccl_cuda_alloc_failure_beats_the_proxy_socket_it_broke(tmp_path: Path)
     "[rank2]:[E ProcessGroupNCCL.cpp:616] [PG ID 0 PG GUID 0(default_pg) Rank 2] Timeout at "
     "NCCL work: 8812, last enqueued NCCL work: 8812, last completed NCCL work: 8811.",
     "RuntimeError: connect() timed out. Original timeout was 900000 ms.",
+    "[rank3]:[E1201 10:11:12.1 ProcessGroupNCCL.cpp:1746] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+    "Received a dump signal due to a collective timeout from rank 5 and we will try our best to "
+    "dump the debug info. Last enqueued NCCL work: 90, last completed NCCL work: 90.",
 ])
 def test_collective_timeouts_without_the_watchdog_line(tmp_path: Path, line: str) -> None:
     assert verdict(tmp_path, STEPS + line + "\n", exit_code=None).cls == "collective_timeout"
@@ -125,6 +128,20 @@ def test_a_results_table_with_a_missing_value_after_exit_0_is_success(tmp_path: 
     text = STEPS + "|    |   f1 |   auc |\n|---:|-----:|------:|\n|  0 | 0.81 |  0.90 |\n" \
         "|  1 | 0.77 |   nan |\n"
     assert verdict(tmp_path, text, exit_code=0).cls == "success"
+
+
+@pytest.mark.parametrize("line", [
+    "step 40 | Grad=inf | lr 1e-4", "epoch 3 | gnorm inf | loss 2.1", "iter 100 grad-norm: inf",
+    "it 500 loss=-nan acc=0.1", "loss: -nan(ind)", "step 7 total_norm=nan",
+])
+def test_a_loggers_own_non_finite_spellings_are_divergence(tmp_path: Path, line: str) -> None:
+    assert verdict(tmp_path, STEPS + line + "\n", exit_code=None).cls == "nan_divergence"
+
+
+def test_clip_options_set_to_inf_are_no_divergence(tmp_path: Path) -> None:
+    text = "config: max_grad_norm=inf clip_grad=inf grad_clip: inf\n" + STEPS + "done\n"
+    assert verdict(tmp_path, text, exit_code=0).cls == "success"
+    assert verdict(tmp_path, text + "KeyError: 'lr'\n").cls == "python_exception"
 
 
 def test_a_table_row_nan_that_turned_finite_is_no_divergence(tmp_path: Path) -> None:
@@ -217,6 +234,27 @@ def test_torch_writer_that_cannot_open_its_file(tmp_path: Path) -> None:
     assert v.cls == "disk_full" and v.confidence <= 0.5 and "errno" in v.detail
 
 
+@pytest.mark.parametrize("exc", [
+    "OSError: [Errno 121] Remote I/O error: '/mnt/weka/ds/shard-3.tar'",
+    "OSError: [Errno 112] Host is down: '/cifs/lab/feats.npy'",
+    "OSError: [Errno 67] Link has been severed",
+    # HDF5's sec2 driver refused its file lock on a network filesystem (H5FDsec2.c format)
+    "OSError: Unable to open file (unable to lock file, errno = 11, error message = 'Resource "
+    "temporarily unavailable')",
+    # carried by a wrapper's message
+    "RuntimeError: failed to load shard 12: [Errno 121] Remote I/O error",
+])
+def test_shared_filesystem_errnos_are_storage_io(tmp_path: Path, exc: str) -> None:
+    tb = 'Traceback (most recent call last):\n  File "/u/data.py", line 40, in load\n    x = f()\n'
+    assert verdict(tmp_path, tb + exc + "\n").cls == "storage_io"
+
+
+def test_too_many_open_files_is_no_storage_failure(tmp_path: Path) -> None:
+    tb = 'Traceback (most recent call last):\n  File "/u/data.py", line 40, in load\n    x = f()\n'
+    assert verdict(tmp_path, tb + "OSError: [Errno 24] Too many open files\n").cls \
+        == "python_exception"
+
+
 # ---- really run: wrappers, storage errors, loggers ----
 
 def _run(tmp_path: Path, *args: str) -> tuple[str, int]:
@@ -235,6 +273,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[str, int]:
     (("fine", "transient"), "success", 0),
     (("worker", "estale", "data"), "storage_io", 1),
     (("reraise", "estale_msg", "data"), "storage_io", 1),
+    (("worker", "errno_EREMOTEIO", "data"), "storage_io", 1),
 ])
 def test_really_run(tmp_path: Path, args: tuple[str, ...], cls: str, code: int) -> None:
     text, rc = _run(tmp_path, *args)

@@ -8,10 +8,11 @@ raises OSError(ESTALE) with the C library's own strerror text (composed, and sai
 Usage: f10_msgs.py MODE ARG...
   worker KIND DIR       a DataLoader worker (num_workers=2) fails reading a sample; KIND:
                         fnf (a shard missing), full (its cache write meets a full disk),
-                        estale (the shard's NFS handle went stale), ckpt (a cut torch file)
+                        estale (the shard's NFS handle went stale), ckpt (a cut torch file),
+                        errno_NAME (a shared filesystem's errno NAME, e.g. errno_EREMOTEIO)
   reraise KIND DIR      a data/checkpoint layer catches the error and raises its own:
                         fnf_from (raise ... from e), full_msg (message carries str(e)),
-                        estale_from
+                        estale_from, errno_NAME_from / errno_NAME_msg
   save_full DIR         torch.save of a checkpoint into a directory on a full disk
   rank KIND DIR         under torchrun: rank 1 fails as `worker KIND` (its ChildFailedError
                         summary names it); the other ranks wait for it
@@ -56,6 +57,9 @@ class Shards(torch.utils.data.Dataset):
             raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), path)
         if self.kind == "ckpt":
             return torch.load(os.path.join(self.root, "cut.pt"), weights_only=True)
+        if self.kind.startswith("errno_"):  # composed: a shared filesystem's errno (EREMOTEIO ...)
+            code = getattr(errno, self.kind[len("errno_"):])
+            raise OSError(code, os.strerror(code), path)
         raise SystemExit(f"unknown kind {self.kind}")
 
 
@@ -80,6 +84,9 @@ def load_shard(kind: str, root: str) -> bytes:
     path = os.path.join(root, "shard-00017.pt")
     if kind.startswith("estale"):  # composed errno, as in `worker estale`
         raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), path)
+    if kind.startswith("errno_"):  # composed errno, as in `worker errno_NAME`
+        code = getattr(errno, kind[len("errno_"):].rsplit("_", 1)[0])
+        raise OSError(code, os.strerror(code), path)
     if kind.startswith("full"):
         with open(os.path.join(root, "full", "index.bin"), "wb") as f:
             for _ in range(64):
