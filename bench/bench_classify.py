@@ -14,7 +14,9 @@ Kinds (generated in a temp dir, deleted afterwards):
 Each is classified by `gpualert classify --json` in a subprocess (wall time, peak RSS of the
 child); the verdict must be cuda_oom (the file's end is always read, even when the time budget
 stops the head: then the verdict says "partial reading" and the MB/s is over the whole file).
-The baseline is `grep -c error FILE` (GNU grep, one literal) on the same file in the same run.
+The baseline is `grep -c error FILE` (GNU grep, one literal) on the same file in the same run;
+the scanner is also run with GPUALERT_SCAN_PYTHON_FIRST=0 (grep from a range's start, the engine
+before Python-first) beside it.
 The scanner itself hands files of 1 MiB or more to GNU grep (the rules as EREs; see
 gpualert_slurm/classify/scan.py), so the ratio says how close it comes to grep's own floor;
 the CPU seconds (the child and its grep, user + system) are printed too, since on a busy
@@ -153,10 +155,10 @@ def gen_nccl(f, size: int, rnd: random.Random) -> None:
 GEN = {"ordinary": gen_ordinary, "gated": gen_gated, "short": gen_short, "nccl": gen_nccl}
 
 
-def run_child(cmd: list[str]) -> tuple[float, int, str, float]:
+def run_child(cmd: list[str], env_add: dict | None = None) -> tuple[float, int, str, float]:
     """Wall seconds, peak RSS (KiB) of this child (wait4), stdout, CPU seconds (the child and
     the children it waited for: the scanner's grep)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), **(env_add or {}))
     with tempfile.TemporaryFile() as out:
         t = time.monotonic()
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
@@ -171,13 +173,17 @@ def run_child(cmd: list[str]) -> tuple[float, int, str, float]:
 
 
 def measure(path: Path) -> dict:
-    """One run: grep -c (the baseline), then the scanner, on the same cached file."""
+    """One run: grep -c (the baseline), the scanner, and the scanner with grep from the start
+    of each range (GPUALERT_SCAN_PYTHON_FIRST=0: the engine before Python-first), on the same
+    cached file."""
     gdt, _, _, gcpu = run_child(["grep", "-c", "error", str(path)])
-    dt, rss, out, cpu = run_child([sys.executable, "-m", "gpualert_slurm", "classify", "--json",
-                                   "--exit-code", "1", str(path)])
+    cmd = [sys.executable, "-m", "gpualert_slurm", "classify", "--json", "--exit-code", "1",
+           str(path)]
+    dt, rss, out, cpu = run_child(cmd)
     v = json.loads(out)
+    odt, _, oout, ocpu = run_child(cmd, {"GPUALERT_SCAN_PYTHON_FIRST": "0"})
     return {"dt": dt, "rss": rss, "cpu": cpu, "gdt": gdt, "gcpu": gcpu, "v": v,
-            "load": os.getloadavg()[0]}
+            "odt": odt, "ocpu": ocpu, "ov": json.loads(oout), "load": os.getloadavg()[0]}
 
 
 def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
@@ -198,8 +204,9 @@ def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
             print(f"   run {r + 1}: {mbs:6.1f} MB/s ({m['dt']:.2f} s, CPU {m['cpu']:.2f} s), "
                   f"grep -c {gmbs:6.1f} MB/s, ratio {mbs / gmbs:.3f}, "
                   f"RSS {m['rss'] / 1024:.0f} MiB, load {m['load']:.1f}", flush=True)
-    ok = all(m["v"]["class"] == "cuda_oom" for m in runs)
-    med = {k: statistics.median(m[k] for m in runs) for k in ("dt", "rss", "cpu", "gdt", "gcpu")}
+    ok = all(m["v"]["class"] == "cuda_oom" and m["ov"]["class"] == "cuda_oom" for m in runs)
+    med = {k: statistics.median(m[k] for m in runs)
+           for k in ("dt", "rss", "cpu", "gdt", "gcpu", "odt", "ocpu")}
     ratio = statistics.median((size / m["dt"]) / (size / m["gdt"]) for m in runs)
     mbs, gmbs = size / 1e6 / med["dt"], size / 1e6 / med["gdt"]
     rss, v = med["rss"], runs[-1]["v"]
@@ -220,8 +227,12 @@ def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
     print(f"   grep -c error:     {what}{gmbs:7.1f} MB/s ({med['gdt']:.2f} s, CPU "
           f"{med['gcpu']:.2f} s); gpualert/grep speed ratio {ratio:.3f} (CPU time ratio "
           f"{med['gcpu'] / max(med['cpu'], 1e-3):.3f})")
+    print(f"   grep from the start (GPUALERT_SCAN_PYTHON_FIRST=0): {what}"
+          f"{size / 1e6 / med['odt']:7.1f} MB/s ({med['odt']:.2f} s, CPU {med['ocpu']:.2f} s); "
+          f"CPU ratio Python-first / grep-first {med['cpu'] / max(med['ocpu'], 1e-3):.3f}")
     # the scanner's speed per CPU second (it and its greps): what a busy machine says least about
-    print(f"   per CPU second: gpualert {size / 1e6 / max(med['cpu'], 1e-3):.0f} MB, grep -c "
+    print(f"   per CPU second: gpualert {size / 1e6 / max(med['cpu'], 1e-3):.0f} MB (grep-first "
+          f"{size / 1e6 / max(med['ocpu'], 1e-3):.0f} MB), grep -c "
           f"{size / 1e6 / max(med['gcpu'], 1e-3):.0f} MB")
     print(f"   target >= {TARGET[kind]} MB/s: {'met' if mbs >= TARGET[kind] else 'NOT met'}; "
           f"<= 100 MB RSS: {'met' if rss / 1024 <= 100 else 'NOT met'}", flush=True)

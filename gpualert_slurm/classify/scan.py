@@ -16,6 +16,14 @@ into up to WORKERS pieces (one per CPU, at most 4), each searched by its own gre
 When grep is missing or fails, the range is scanned in Python, ScanResult.engine says so and a
 warning is logged; GPUALERT_SCAN_NATIVE=0 turns grep off.
 
+Python first (PYTHON_FIRST): even in such a file each range is read by the Python path below
+while its chunks hold few distinct line shapes (ordinary training output: a handful per 2 MiB),
+since its dedup costs less than grep's automaton and pipe (about 2 against 3.5-4 CPU-s per GiB
+on the benchmark's training log). At the first chunk of more than HANDOVER_SHAPES shapes, or
+of more than HANDOVER_MISSES lines matched in vain, it stops at that chunk's first line,
+before any of the chunk's events, and grep reads the rest of the range on the same chunk grid
+(_Handover): the events are those of either path alone (tests/test_scan_native.py).
+
 The Python path (smaller files, and the fallback): each chunk is normalised with one
 `bytes.translate` (every digit -> '0', CR -> LF) and split into segments; a training log is
 mostly progress lines that differ only in their numbers, so the set of distinct normalised
@@ -42,7 +50,8 @@ on its first LINE_CAP bytes, else on its last LINE_CAP (a crash line glued after
 blob ends such a line); the middle is skipped without being buffered (grep is not fed it).
 Environment overrides: GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S,
 GPUALERT_SCAN_NATIVE (0: no grep), GPUALERT_SCAN_NATIVE_MIN (bytes), GPUALERT_SCAN_GREP (path),
-GPUALERT_SCAN_WORKERS (1: one grep per range), GPUALERT_SCAN_SPLIT_MIN (bytes).
+GPUALERT_SCAN_WORKERS (1: one grep per range), GPUALERT_SCAN_SPLIT_MIN (bytes),
+GPUALERT_SCAN_PYTHON_FIRST (0: grep from the start of a range), GPUALERT_SCAN_HANDOVER_SHAPES.
 """
 
 from __future__ import annotations
@@ -215,6 +224,105 @@ class ScanResult:
     dropped: int = 0  # matched lines not kept (beyond KEEP_EVENTS at each end)
 
 
+_FLAG_CHARS = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"), (re.ASCII, "a"))
+
+
+def _flags(bits: int) -> str:
+    return "".join(c for f, c in _FLAG_CHARS if bits & f)
+
+
+def _blind_seq(items, dep: list[bool]) -> str:
+    """Regex text matching every text `items` (a parsed sequence) matches and every text
+    that differs from one of those only in the values of ASCII digits (lookaheads that
+    must fail, back-references and possessive or atomic limits are left off: more, never
+    less). `dep` gets True when the sequence reads a digit's value (a digit literal, a class
+    of some digits, a back-reference): it matches some digit variants and not others."""
+    out = []
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            digit = 48 <= av <= 57
+            dep.append(digit)
+            out.append("[0-9]" if digit else re.escape(chr(av)))
+        elif name == "NOT_LITERAL":
+            digit = 48 <= av <= 57
+            dep.append(digit)
+            out.append("[\\s\\S]" if digit else "[^" + re.escape(chr(av)) + "]")
+        elif name == "ANY":
+            out.append(".")
+        elif name == "IN":
+            out.append(_blind_class(av, dep))
+        elif name == "AT":
+            out.append(_AT[str(av)])
+        elif name == "SUBPATTERN":
+            add, drop = _flags(av[1]), _flags(av[2])
+            out.append(f"(?{add}{'-' + drop if drop else ''}:{_blind_seq(av[-1], dep)})")
+        elif name == "BRANCH":
+            out.append("(?:" + "|".join(_blind_seq(alt, dep) for alt in av[1]) + ")")
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            lo, hi = av[0], av[1]
+            rep = f"{{{lo},{'' if hi == sre_parse.MAXREPEAT else hi}}}"
+            out.append(f"(?:{_blind_seq(av[2], dep)}){rep}"
+                       + ("?" if name == "MIN_REPEAT" else ""))
+        elif name == "ATOMIC_GROUP":
+            out.append(f"(?:{_blind_seq(av, dep)})")
+        elif name == "ASSERT":
+            out.append(("(?=" if av[0] == 1 else "(?<=") + _blind_seq(av[1], dep) + ")")
+        elif name == "ASSERT_NOT":
+            _blind_seq(av[1], dep)  # left off, but whether it reads digits counts
+        elif name == "GROUPREF":
+            dep.append(True)
+            out.append("[\\s\\S]*?")
+        elif name == "GROUPREF_EXISTS":
+            dep.append(True)
+            out.append(f"(?:{_blind_seq(av[1], dep)}|{_blind_seq(av[2], dep) if av[2] else ''})")
+        else:
+            raise ValueError(name)
+    return "".join(out)
+
+
+_AT = {"AT_BEGINNING": "^", "AT_BEGINNING_STRING": "\\A", "AT_BOUNDARY": "\\b",
+       "AT_NON_BOUNDARY": "\\B", "AT_END": "$", "AT_END_STRING": "\\Z"}
+_CAT = {"CATEGORY_DIGIT": "\\d", "CATEGORY_NOT_DIGIT": "\\D", "CATEGORY_SPACE": "\\s",
+        "CATEGORY_NOT_SPACE": "\\S", "CATEGORY_WORD": "\\w", "CATEGORY_NOT_WORD": "\\W"}
+
+
+def _blind_class(av, dep: list[bool]) -> str:
+    """A character class, with all ten ASCII digits added when it holds some but not all."""
+    neg, body = "", []
+    for op, x in av:
+        name = str(op)
+        if name == "NEGATE":
+            neg = "^"
+        elif name == "LITERAL":
+            body.append(re.escape(chr(x)))
+        elif name == "RANGE":
+            body.append(re.escape(chr(x[0])) + "-" + re.escape(chr(x[1])))
+        elif name == "CATEGORY":
+            body.append(_CAT[str(x)])
+        else:
+            raise ValueError(name)
+    cls = "[" + neg + "".join(body) + "]"
+    rx = re.compile(cls)
+    n = sum(1 for d in "0123456789" if rx.match(d))
+    dep.append(n not in (0, 10))
+    return cls if n in (0, 10) else f"(?:{cls}|[0-9])"
+
+
+@functools.lru_cache(maxsize=4096)
+def _digit_blind(source: str) -> tuple[re.Pattern[str], bool] | None:
+    """A rule pattern blind to digit values (_blind_seq), compiled, and whether the pattern
+    reads a digit's value (if not, it matches every digit variant of a text or none); None
+    when it cannot be made (then any line of a shape may match as its others do not)."""
+    try:
+        parsed = sre_parse.parse(source)
+        flags = parsed.state.flags & (re.IGNORECASE | re.MULTILINE | re.DOTALL | re.ASCII)
+        dep: list[bool] = []
+        return re.compile(_blind_seq(list(parsed), dep), flags), any(dep)
+    except (ValueError, KeyError, re.error, RecursionError):
+        return None
+
+
 class _Matcher:
     """Decides which rule (if any) a line belongs to; caches by the line's bytes."""
 
@@ -229,6 +337,7 @@ class _Matcher:
         # in digit values, so this holds for all of them unless a candidate rule has a digit
         # literal (e.g. "Errno 28")
         self.quiet: set[bytes] = set()
+        self.uniform: dict[bytes, bool] = {}  # shape -> digit_uniform() of a line of it
         self.digit_gates = rules.digit_gates[source]
         self.native_patterns: list[bytes] | bool = False  # grep's, built on first use
         self.rules = rules.scanned(source)
@@ -249,9 +358,43 @@ class _Matcher:
         low = blob.lower()
         return any(g in low for g, _ in self.gates)
 
-    def can_be_quiet(self, shape: bytes) -> bool:
+    def can_be_quiet(self, shape: bytes, raw: bytes | None = None) -> bool:
+        """Whether every line of this shape gets from match() what its other lines get (so
+        that a few of them stand for all): no gate of a rule with a digit literal is in it;
+        or, given `raw` (a line of the shape), digit_uniform(raw)."""
         low = shape.lower()
-        return not any(g in low for g, name in self.gates if name in self.digit_gates)
+        if not any(g in low for g, name in self.gates if name in self.digit_gates):
+            return True
+        if raw is None or len(shape) > 1024:
+            return False
+        known = self.uniform.get(shape)
+        if known is None:
+            if len(self.uniform) >= 20000:  # bounded memory, as the quiet shapes
+                self.uniform.clear()
+            known = self.uniform[shape] = self.digit_uniform(raw)
+        return known
+
+    def digit_uniform(self, raw: bytes) -> bool:
+        """Whether every line of raw's shape (its bytes but for the digits' values) gets from
+        match() what raw gets: each pattern match() would try on them (those of the rules
+        whose literals it holds: the same for all) reads no digit value, or, made blind to
+        digit values (_digit_blind), finds nothing in raw. A progress line holding "loss"
+        beside a rule reading "loss=nan(0x7ff...)" is then quiet, not matched again on each
+        of its lines."""
+        if len(raw) > LINE_CAP:
+            return False
+        cleaned = clean_text(_decode(raw))
+        hits: dict[Rule, set[int]] = {}
+        for m in self.literal_rx.finditer(norm_text(cleaned) + "\n"):
+            for r, idx in self.literal_rules[m.group(1)]:
+                hits.setdefault(r, set()).update(idx)
+        body = line_view(cleaned, cleaned=True).body.lstrip()
+        for r, idx in hits.items():
+            for i in idx:
+                blind = _digit_blind(r.patterns.sources[i])
+                if blind is None or (blind[1] and blind[0].search(body)):
+                    return False
+        return True
 
     def match(self, raw: bytes) -> tuple[Rule, str | None, str, Hit] | None:
         if len(raw) > LINE_CAP:  # a long line, _capped: its start, else its end
@@ -398,11 +541,19 @@ def _range(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
     """One range of the reading policy: grep finds the candidate lines when it can (see
     _scan_range_native), else Python (_scan_range); a grep failure is logged, noted in
     res.engine, and the range is scanned again in Python."""
+    grid = 0
     if NATIVE and res.size >= NATIVE_MIN and not res.engine.startswith("python ("):
+        if PYTHON_FIRST:  # repeated line shapes: Python's dedup is cheaper than grep's DFA
+            try:
+                return _scan_range(f, limit, res, col, matcher, line_base, resync, order_base,
+                                   deadline, handover=True)
+            except _Handover as h:  # shapes too many: the rest of the range goes to grep
+                limit, line_base, resync, order_base, grid = h.limit, h.line_base, False, \
+                    h.order, h.grid
         at, got = f.tell(), res.bytes_read
         try:
             order = _scan_range_native(f, limit, res, col, matcher, line_base, resync,
-                                       order_base, deadline)
+                                       order_base, deadline, grid)
             res.engine = "grep"
             return order
         except NativeError as e:
@@ -416,18 +567,30 @@ def _range(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
     return _scan_range(f, limit, res, col, matcher, line_base, resync, order_base, deadline)
 
 
+class _Handover(Exception):  # noqa: N818  (not an error: control flow, caught by _range)
+    """_scan_range met a chunk of more than HANDOVER_SHAPES distinct line shapes: it stopped
+    at that chunk's first line (file positioned there, its bytes not counted as read) and
+    hands the rest of the range to grep."""
+
+    def __init__(self, order: int, line_base: int | None, limit: int | None, grid: int) -> None:
+        super().__init__()
+        self.order, self.line_base, self.limit, self.grid = order, line_base, limit, grid
+
+
 def _mib(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
-                deadline=None) -> int:
+                deadline=None, handover=False) -> int:
     """Scan up to `limit` bytes (None: to EOF), stopping at a line end once past `deadline`.
 
-    line_base None: line numbers unknown.
+    line_base None: line numbers unknown. `handover`: raise _Handover at a chunk of more
+    than HANDOVER_SHAPES distinct line shapes (grep is then faster than Python).
 
     Returns the segment counter at the end (events are ordered by it within the file).
     """
+    origin = f.tell()  # where the chunk grid starts (grep's, after a handover, too)
     lines = 0  # newlines consumed in this range
     order = order_base
     carry = b""
@@ -460,9 +623,20 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
             chunk = chunk[cut + 1 :]
             skipping = False
         buf = carry + chunk if carry else chunk
-        end = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        nl = buf.rfind(b"\n")
+        end = max(nl, buf.rfind(b"\r", nl + 1)) + 1  # (a CR before the last LF: not the end)
         if end:
-            lines, order = _scan_body(buf, end, lines, order, line_base, col, matcher, res.path)
+            try:
+                lines, order = _scan_body(buf, end, lines, order, line_base, col, matcher,
+                                          res.path, handover=handover)
+            except _Handover:
+                at = f.tell() - len(buf)  # buf: the bytes before the file position
+                res.bytes_read -= len(buf)
+                if line_base is not None:
+                    res.lines += lines
+                f.seek(at)
+                raise _Handover(order, None if line_base is None else line_base + lines,
+                                None if left is None else left + len(buf), at - origin) from None
         rest = buf[end:]
         if len(rest) > LINE_CAP:
             # a line without end in sight: keep its first LINE_CAP bytes and the last LINE_CAP
@@ -498,14 +672,19 @@ def _first_sep(b: bytes) -> int:
     return a if c < 0 else min(a, c)
 
 
-def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True):
-    """Scan buf[:end] (end is just past a separator). Returns updated (lines, order)."""
+def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True,
+               handover=False):
+    """Scan buf[:end] (end is just past a separator). Returns updated (lines, order).
+    `handover`: raise _Handover (before any event) when the chunk has more than
+    HANDOVER_SHAPES distinct line shapes."""
     normed = buf.translate(NORM)
     segs = normed.split(b"\n")
     segs.pop()  # the unfinished segment after the last separator is not ours
     nseg = len(segs)
     uniq = set(segs)
     del segs
+    if handover and len(uniq) > HANDOVER_SHAPES:
+        raise _Handover(order, None, None, 0)  # (_scan_range fills in where)
     has_cr = buf.find(b"\r", 0, end) >= 0
     if len(uniq) * 4 > nseg and nseg >= 256:
         # mostly distinct lines (random ids, hashes): dedup does not pay, one search per gate does
@@ -519,16 +698,22 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
     # locate each occurrence of a segment holding a gate; decode and match only those
     found = []
     quiet = matcher.quiet
+    missed = 0  # lines matched in vain (grep would not print most): what a handover bounds
     for s in uniq:
         if s in quiet or not matcher.hits(s):
             continue
         matched = 0
         for p in _positions(normed, s):
-            got = matcher.match(_capped(buf[p : p + len(s)]))
+            raw = _capped(buf[p : p + len(s)])
+            got = matcher.match(raw)
+            if got is None and handover:
+                missed += 1
+                if missed > HANDOVER_MISSES:  # nothing emitted yet: grep redoes the chunk
+                    raise _Handover(order, None, None, 0)
             if got is not None:
                 found.append((p, got))
                 matched += 1
-                if matched == REPEAT_KEEP and matcher.can_be_quiet(s):
+                if matched == REPEAT_KEEP and matcher.can_be_quiet(s, raw):
                     # the same line over and over ("loss=nan" every step): its first few and
                     # its last occurrence in this chunk are evidence enough
                     last = normed.rfind(b"\n" + s + b"\n") + 1
@@ -537,7 +722,7 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
                         if got is not None:
                             found.append((last, got))
                     break
-            elif not matched and matcher.can_be_quiet(s):
+            elif not matched and matcher.can_be_quiet(s, raw):
                 if len(s) <= 1024:  # bounded memory, as the cache above
                     if len(quiet) >= 20000:
                         quiet.clear()
@@ -594,14 +779,14 @@ def _pick(groups: dict[bytes, list[tuple[int, bytes]]], matcher: _Matcher) -> li
             if got is not None:
                 found.append((p, got))
                 matched += 1
-                if matched == REPEAT_KEEP and matcher.can_be_quiet(s):
+                if matched == REPEAT_KEEP and matcher.can_be_quiet(s, raw):
                     last, lraw = occ[-1]
                     if last > p:
                         got = matcher.match(lraw)
                         if got is not None:
                             found.append((last, got))
                     break
-            elif not matched and matcher.can_be_quiet(s):
+            elif not matched and matcher.can_be_quiet(s, raw):
                 if len(s) <= 1024:
                     if len(quiet) >= 20000:
                         quiet.clear()
@@ -650,6 +835,14 @@ def _positions(normed: bytes, s: bytes):
 
 NATIVE = os.environ.get("GPUALERT_SCAN_NATIVE", "1") != "0"
 NATIVE_MIN = int(os.environ.get("GPUALERT_SCAN_NATIVE_MIN", str(1 << 20)))  # smaller: Python
+# Python first, grep from the first chunk of more than HANDOVER_SHAPES distinct line shapes on:
+# ordinary training output is a few shapes per chunk (digits normalised), which Python's dedup
+# reads at about 2.3 CPU-s per GiB, where grep's automaton over the rules' ~1000 EREs, fed
+# through its pipe, took 4 (bench_classify's ordinary log); each distinct shape costs Python
+# some 20 us (the gates), so past a few hundred per 2 MiB chunk grep is the cheaper
+PYTHON_FIRST = os.environ.get("GPUALERT_SCAN_PYTHON_FIRST", "1") != "0"
+HANDOVER_SHAPES = int(os.environ.get("GPUALERT_SCAN_HANDOVER_SHAPES", "512"))
+HANDOVER_MISSES = 256  # lines of a chunk matched in vain (shapes that cannot be quiet): grep's
 # a hook may run with a bare PATH: Debian's grep is /usr/bin/grep (/bin/grep, merged /usr)
 def _which(name: str) -> str | None:
     """shutil.which(name) (shutil's import, with its compression modules, costs more than this
@@ -1223,14 +1416,16 @@ def _pieces(f, start: int, limit: int | None) -> list[int]:
 
 
 def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
-                       deadline=None) -> int:
+                       deadline=None, grid=0) -> int:
     """_scan_range with grep finding the candidate lines; the same events, lines, order and
     file position afterwards. Raises NativeError (nothing added) when grep cannot be used.
 
     A range of SPLIT_MIN bytes or more is cut at line ends into up to WORKERS pieces, each
     searched by its own grep at the same time (grep's automaton is what bounds the speed);
     the pieces' lines are matched one piece after the other, in file order. When the deadline
-    stops a piece early, the pieces after it are dropped: what was read stays one stretch."""
+    stops a piece early, the pieces after it are dropped: what was read stays one stretch.
+    `grid`: how far the range starts past the start of _scan_range's chunk grid (after a
+    handover: the chunks are those of the Python path's, so are the events)."""
     patterns = _native_ok(matcher)
     start = f.tell()
     read = 0  # bytes before `start` that belong to this range (the resync)
@@ -1272,7 +1467,7 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
             seg += seg_base
             n_cr = cr_base + crs.before(where)
             where += at
-            k = (read + where + len(raw)) // CHUNK
+            k = (grid + read + where + len(raw)) // CHUNK
             if k != chunk_no:
                 flush()
                 chunk_no = k
