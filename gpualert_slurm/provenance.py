@@ -396,7 +396,7 @@ def not_backed(trusted: dict[str, Any] | None, node: str, cls: str) -> str:
     n = (t.get("nodes") or {}).get(node) or {}
     if not n:
         return f"no node record from {node}: its kernel log and NVML are not known"
-    if not n.get("verified"):
+    if not n.get("verified") and not n.get("empty"):
         return f"{node}'s node record could not be verified as root's ({n.get('why')})"
     ignored = [x for x in n.get("driver") or [] if x.get("ignored")]
     if cls in ("gpu_hardware", "cuda_error"):

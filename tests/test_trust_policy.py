@@ -243,6 +243,13 @@ def test_a_root_fact_backs_gpu_hardware_only_in_slurms_window_and_on_the_jobs_gp
     tr = {"slurm": {"nodes": ["n2"]}, "nodes": {"n2": {"verified": True, "driver": []}}}
     assert provenance.not_backed(tr, "n2", "gpu_hardware") == \
         "the Xid line was printed by the job, not found in n2's kernel log"
+    # a node record with no kernel line at all (its seal is then not checked): the same
+    tr["nodes"]["n2"] = {"verified": False, "empty": True, "driver": []}
+    assert provenance.not_backed(tr, "n2", "gpu_hardware") == \
+        "the Xid line was printed by the job, not found in n2's kernel log"
+    tr["nodes"]["n2"] = {"verified": False, "why": "no seal", "driver": []}
+    assert "could not be verified as root's (no seal)" in provenance.not_backed(
+        tr, "n2", "gpu_hardware")
 
 
 def test_evidence_lines_say_where_they_come_from() -> None:

@@ -275,9 +275,9 @@ def trusted_facts(env: dict[str, str], cfg: Config, js: JobSpool, node_recs: dic
         elif not provenance.has_facts(r):
             # nothing a check could let act or label (no kernel line, no NVML change): one
             # unmunge per node of a 1000-node job would eat the hook's bound
-            out["nodes"][n] = {"verified": False, "origin": None, "driver": [],
-                               "why": "no kernel lines or NVML changes to check"
-                               if isinstance(r.get("root_facts"), dict)
+            empty = isinstance(r.get("root_facts"), dict)
+            out["nodes"][n] = {"verified": False, "origin": None, "driver": [], "empty": empty,
+                               "why": "no kernel lines or NVML changes to check" if empty
                                else "the record carries no root facts"}
         else:
             todo.append(n)
