@@ -310,9 +310,35 @@ def node_facts(job_id: str, attempt: int, node: str, window: tuple[float | None,
 
 # ---- the controller's view ----------------------------------------------------------------
 
+COMM_BYTES = 15  # TASK_COMM_LEN - 1: the most of a process name the kernel keeps
+_ESCAPED = re.compile(r"\\x[0-9a-fA-F]{2}")
+
+
+def without_comm(text: str) -> str:
+    """A driver Xid line with the process name it quotes ("pid=N, name=<comm>, ...") cut out.
+    The name is the user's (prctl, argv[0]), up to 15 bytes, ", " inside it too: "NVLink fatal"
+    made a user's own application Xid 13 match a hardware rule ('NVLink.*fatal'), a drain on
+    its first run (red-team pass). Where it ends cannot be told, so 15 bytes go (dmesg's \\xNN
+    escape of a byte counts as one); what follows is the driver's."""
+    i = text.find(", name=")
+    if i < 0:
+        return text
+    j = i + len(", name=")
+    n = 0
+    while j < len(text) and n < COMM_BYTES:
+        m = _ESCAPED.match(text, j)
+        step = m.end() - j if m else 1
+        n += 1 if m else len(text[j].encode("utf-8", "surrogatepass"))
+        j += step
+    return text[:i] + ", name=?" + text[j:]
+
+
 def _kernel_classes(text: str) -> list[str]:
-    """The classes the classifier's kernel rules give this driver line."""
+    """The classes the classifier's kernel rules give this driver line, the process name it
+    quotes left out (without_comm)."""
     from gpualert_slurm.classify.rules import load_rules
+
+    text = without_comm(text)
 
     try:
         rs = load_rules()

@@ -166,3 +166,44 @@ def test_a_node_that_forwards_syslog_to_kmsg_lets_no_driver_line_act(tmp_path: P
     assert provenance.backing({"nodes": {"n1": n}}, "n1", "gpu_hardware") is None
     # and this machine, as set up, forwards nothing (the default)
     assert provenance.kmsg_forwarded() is None
+
+
+# ---- a process name in a real driver line ---------------------------------------------------
+
+def _node(line: str) -> dict[str, Any]:
+    now = time.time()
+    rf = provenance.node_facts("7", 0, "n1", (now - 60, now), "slurm",
+                               {"source": "dmesg", "lines": [f"{_iso(now - 5)} {line}"]}, {},
+                               None)
+    return provenance.node_trust({"root_facts": rf}, provenance.Checked(True, "munge", None),
+                                 now - 60, now)
+
+
+def test_a_process_name_in_a_real_application_xid_backs_no_hardware_drain() -> None:
+    """The driver quotes the faulting process's name in its Xid line; a user's own program
+    causes application Xids (13, 31, 43) at will, and names itself. 'NVLink fatal' (12 bytes)
+    made a real Xid 13 match the hardware rule 'NVLink.*fatal': root's verified fact, in the
+    window, on the job's GPU, so a drain on the first run. The name is left out of the
+    kernel rules' match; the Xid number and the driver's own words still decide."""
+    for comm in ("NVLink fatal", "x, NVLink fatal", "NVLinkfatal"):
+        n = _node(f"NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name={comm}, Graphics SM Warp "
+                  "Exception on (GPC 0, TPC 0, SM 0): Illegal Instruction Encoding")
+        assert n["driver"][0]["classes"] == ["cuda_error"], (comm, n["driver"])
+        assert provenance.backing({"nodes": {"n1": n}}, "n1", "gpu_hardware") is None, comm
+        assert provenance.backing({"nodes": {"n1": n}}, "n1", "cuda_error"), comm
+    # the hardware Xids still back their drain, with the name in them or not
+    for line in ("NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+                 "fallen off the bus.",
+                 "NVRM: Xid (PCI:0000:3b:00): 48, pid=4242, name=python3, An uncorrectable "
+                 "double bit error (DBE) has been detected on GPU in the framebuffer at "
+                 "partition 1, subpartition 0."):
+        n = _node(line)
+        assert "gpu_hardware" in n["driver"][0]["classes"], n["driver"]
+        assert provenance.backing({"nodes": {"n1": n}}, "n1", "gpu_hardware"), line
+    # the mask: at most 15 bytes of the name, an escaped byte counting as one
+    assert provenance.without_comm("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=python3, Ch "
+                                   "00000010") == "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, "\
+        "name=?00010"
+    esc = "\\x01" * 9 + "NVLink"
+    assert provenance.without_comm(f"NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name={esc}, "
+                                   "fatal").endswith("name=?, fatal")
