@@ -189,8 +189,9 @@ def test_a_kill_with_memory_words_is_the_oom_killer(tmp_path: Path) -> None:
     v = verdict(tmp_path, PROGRESS + mem + ELASTIC, exit_code=None)
     assert v.cls == "host_oom" and v.step == "killed_memory", v.detail
     # GPU memory is not the host's
-    gpu = "step 300 | cuda max_memory_allocated 61.8 GB\n"
-    assert verdict(tmp_path, PROGRESS + gpu + ELASTIC, exit_code=None).cls == "killed"
+    for gpu in ("step 300 | cuda max_memory_allocated 61.8 GB\n", "step 300 | GPU RAM: 61.8 GB\n",
+                "step 300 | CUDA memory used: 70.1 GiB\n", "step 300 | VRAM 23.5 GB\n"):
+        assert verdict(tmp_path, PROGRESS + gpu + ELASTIC, exit_code=None).cls == "killed", gpu
 
 
 @pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
