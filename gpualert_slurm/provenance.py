@@ -445,8 +445,15 @@ def label(item: dict[str, Any], trusted: dict[str, Any] | None) -> dict[str, Any
     if f in ("(kernel log)", "(nvml)"):
         m = re.match(r"([A-Za-z0-9_.\-]+): ", text)
         node = m.group(1) if m else None
-        n = ((trusted or {}).get("nodes") or {}).get(node or "") or {}
+        nodes = (trusted or {}).get("nodes") or {}
+        n = nodes.get(node or "") or {}
         what = "kernel log" if f == "(kernel log)" else "NVML"
+        if f == "(nvml)" and node not in nodes:  # NVML's line names no node: whose moved
+            moved = [k for k, x in nodes.items() if x.get("verified") and x.get("nvml_changed")]
+            if moved:
+                return {"origin": "root", "node": moved[0] if len(moved) == 1 else None,
+                        "label": f"NVML of {', '.join(moved)}"}
+            node = None
         if node and n.get("verified"):
             return {"origin": "root", "node": node, "label": f"{what} of {node}"}
         why = n.get("why") or "no node record"

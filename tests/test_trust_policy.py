@@ -265,6 +265,10 @@ def test_evidence_lines_say_where_they_come_from() -> None:
     assert got[2].startswith("n3's kernel log as its record says (not verified: no seal")
     assert got[3] == "Slurm: NODE_FAIL"
     assert [e["provenance"]["origin"] for e in v["evidence"]] == ["job", "root", "job", "slurm"]
+    nv = {"file": "(nvml)", "text": "ecc_uncorrected_volatile 0 -> 2"}
+    assert provenance.label(nv, tr)["origin"] == "job"
+    tr["nodes"]["n2"]["nvml_changed"] = [{"gpu": 0, "counter": "ecc_uncorrected_volatile"}]
+    assert provenance.label(nv, tr) == {"origin": "root", "node": "n2", "label": "NVML of n2"}
 
 
 # ---- the record's origin ------------------------------------------------------------------
