@@ -156,11 +156,20 @@ def _builder(suite: str) -> str:
                        timeout=1200, stdin=subprocess.DEVNULL)
     try:
         assert p.returncode == 0, f"build deps in {suite}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}"
-        c = subprocess.run(["docker", "commit", name, tag], capture_output=True, text=True,
-                           timeout=600)
+        c = subprocess.run(["docker", "commit", "--change",
+                            f"LABEL gpualert-debbuild-suite={suite}", name, tag],
+                           capture_output=True, text=True, timeout=600)
         assert c.returncode == 0, c.stderr
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
+    # the release's older builders (another make-deb.sh or image): 1 GB each under vfs
+    old = subprocess.run(["docker", "images", "-q", "--filter",
+                          f"label=gpualert-debbuild-suite={suite}", "--format",
+                          "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True,
+                         timeout=60).stdout.split()
+    for t in old:
+        if t != tag:
+            subprocess.run(["docker", "rmi", t], capture_output=True, timeout=120)
     return tag
 
 
