@@ -77,6 +77,15 @@ def test_an_error_the_job_went_on_after_is_no_cause_of_its_end(tmp_path: Path, e
     assert log_alone(tmp_path, text) == cls
 
 
+def test_a_warning_right_before_the_time_limit_is_no_cause(tmp_path: Path) -> None:
+    # (was: cuda_setup) a framework's warning-level line on a CPU node, then Slurm's limit
+    text = (PROGRESS + "2026-02-01 10:11:11.000000: W external/xla/xla/stream_executor/cuda/"
+            "cuda_driver.cc:282] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable "
+            "device is detected\nslurmstepd: error: *** JOB 5 ON n1 CANCELLED AT "
+            "2026-02-01T10:11:12 DUE TO TIME LIMIT ***\n")
+    assert log_alone(tmp_path, text) == "time_limit"
+
+
 def test_an_error_right_before_the_time_limit_still_is_the_cause(tmp_path: Path) -> None:
     text = (PROGRESS + "Traceback (most recent call last):\n  File \"train.py\", line 9, in "
             "<module>\n    load()\nFileNotFoundError: [Errno 2] No such file or directory: "

@@ -852,8 +852,8 @@ def _failed_before_limit(c: _Ctx) -> bool:
     if c.crashed:
         return True
     inc = c.root.incident
-    if inc is None:
-        return False
+    if inc is None or _WARNING_LEVEL.search(inc.text[:200]):
+        return False  # (a logger's warning is no failure of the rank: Slurm's line decides)
     # Slurm's line in the same file (a labelled batch log keeps it apart from the rank's lines)
     lim = [e for e in c.all_events if e.file == inc.file and e.cls == c.state_cls
            and e.role == "root" and e.order > inc.order]
