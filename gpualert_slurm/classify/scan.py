@@ -599,16 +599,26 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
     tail = b""  # ... and the last LINE_CAP bytes skipped so far (matched at its end)
     left = limit
     size = CHUNK  # shrinks when a chunk is slow (candidate-rich lines), so the deadline holds
+    fd, pos = f.fileno(), origin  # pos: the next byte to read (f is sought there at the end)
     while left is None or left > 0:
         n = size if left is None else min(size, left)
         t_chunk = time.monotonic()
-        chunk = f.read(n)
-        if not chunk:
+        chunk: bytes | None = None
+        if carry:  # the unfinished line is read again with the chunk: no 2 MiB copy to join
+            buf = os.pread(fd, len(carry) + n, pos - len(carry))
+            if not buf.startswith(carry):  # the file changed under us: what was read counts
+                buf = carry + os.pread(fd, n, pos)
+            got = len(buf) - len(carry)
+        else:
+            chunk = os.pread(fd, n, pos)
+            got = len(chunk)
+        if got <= 0:
             break
-        res.bytes_read += len(chunk)
+        pos += got
+        res.bytes_read += got
         if left is not None:
-            left -= len(chunk)
-        if skipping:
+            left -= got
+        if skipping and chunk is not None:  # (no carry while skipping)
             cut = _first_sep(chunk)
             if cut < 0:
                 if long_head is not None:
@@ -622,7 +632,8 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
             lines += chunk.count(b"\n", 0, cut + 1)
             chunk = chunk[cut + 1 :]
             skipping = False
-        buf = carry + chunk if carry else chunk
+        if chunk is not None:
+            buf = chunk
         nl = buf.rfind(b"\n")
         end = max(nl, buf.rfind(b"\r", nl + 1)) + 1  # (a CR before the last LF: not the end)
         if end:
@@ -630,7 +641,7 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
                 lines, order = _scan_body(buf, end, lines, order, line_base, col, matcher,
                                           res.path, handover=handover)
             except _Handover:
-                at = f.tell() - len(buf)  # buf: the bytes before the file position
+                at = pos - len(buf)  # buf: the bytes before the file position
                 res.bytes_read -= len(buf)
                 if line_base is not None:
                     res.lines += lines
@@ -662,6 +673,7 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
         lines += 1
     if line_base is not None:
         res.lines += lines
+    f.seek(pos)
     return order
 
 
