@@ -37,6 +37,10 @@ def usage() -> dict[str, float]:
 
 
 def line(jobid: str, hook: str) -> str:
+    from gpualert_slurm.hooks import gate
+
     u = usage()
+    wait = f", waited {gate.waited_s:.1f} s for a slot" if gate.waited_s is not None else ""
     return (f"job {jobid}: {hook} cost cpu {u['cpu_s']:.3f} s (children {u['child_cpu_s']:.3f}"
-            f" s), peak rss {u['rss_mib']:.1f} MiB (largest child {u['child_rss_mib']:.1f} MiB)")
+            f" s), peak rss {u['rss_mib']:.1f} MiB (largest child {u['child_rss_mib']:.1f} MiB)"
+            + wait)

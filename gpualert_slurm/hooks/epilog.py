@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualert_slurm.config import Config, bound_options
-from gpualert_slurm.hooks import cost
+from gpualert_slurm.hooks import cost, gate
 from gpualert_slurm.hooks.common import (
     DEFAULT_TIMEOUT_S,
     HookLog,
@@ -607,7 +607,10 @@ def run(which: str) -> int:
             if env.get("GPUALERT_HOOK_FOREGROUND") == "1" or not _worth_a_worker(env, log):
                 epilog_slurmctld.job_epilog(env, log, watchdog)
             elif detach():
-                # The worker: a new watchdog (threads do not survive fork), then the report.
+                # The worker: at most gate.slots() at work at once (a burst of ending jobs
+                # must not starve slurmctld), a new watchdog (threads do not survive fork),
+                # then the report.
+                gate.enter()  # its wait is in the job epilog's cost line
                 try:
                     epilog_slurmctld.job_epilog(env, log, Watchdog(log, DEFAULT_TIMEOUT_S))
                 except Exception as e:
