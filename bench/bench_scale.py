@@ -7,10 +7,12 @@ this process alone, stopped at the end). Prints figures, never pass/fail.
     bench_scale.py [--nodes 3,12,48] [--tpn 4] [--array 500] [--skip-array] [--skip-jobs]
                    [--keep] [--seed S]
 
-1. A failing job at each node count x --tpn tasks (12, 48, 192 ranks), twice: a rank raises
-   an exception and srun kills the rest (srun -K); a rank is SIGKILLed and the rest end in
-   a collective-timeout cascade (their watchdog's timeout, then exit 1). The failing rank is
-   chosen at random per run (printed, with the seed); the job itself records where it ran.
+1. A failing job at each node count x --tpn tasks (12, 48, 192 ranks), three times: a rank
+   raises an exception and srun kills the rest (srun -K); a rank is SIGKILLed and the rest end
+   in a collective-timeout cascade (their watchdog's timeout, then exit 1); the rank's node is
+   taken down mid-job (its step daemon, tasks and slurmd SIGKILLed: no exit record, no
+   Epilog; Slurm ends the job NODE_FAIL after SlurmdTimeout). The failing rank is chosen at
+   random per run (printed, with the seed); the job itself records where it ran.
    Per run: root failure -> batch end (Slurm ending the step), job end (batch end) -> Slurm
    final state (the baseline), -> verdict.json, -> mail in the sink; the node Epilog's wall
    and CPU per node and its peak RSS; the job epilog's CPU seconds and peak RSS (the hooks'
@@ -27,10 +29,12 @@ this process alone, stopped at the end). Prints figures, never pass/fail.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -63,12 +67,14 @@ POLL_S = 0.1
 # Waiting is fork-free (read -t on a pipe, builtins), so 192 ranks cost little CPU.
 RANK_SH = r"""#!/bin/bash
 R=$SLURM_PROCID; HB="$WORK/hb"
+echo "$SLURMD_NODENAME $$ $PPID" > "$WORK/pid.$R"
 exec 9<> <(:)
 for i in 1 2 3 4; do
   echo "[rank $R] step $i loss=2.$i tokens/s=9812"
   [ "$R" = "$ROOT" ] && echo "$i" > "$HB"
   read -t 0.5 -u 9 || true
 done
+[ "$MODE" = lost ] && exec sleep 300   # the bench takes the root rank's node down
 if [ "$R" = "$ROOT" ]; then
   printf '%s %(%s)T\n' "$SLURMD_NODENAME" -1 > "$WORK/root-node"
   date +%s.%N > "$WORK/root-time"
@@ -117,7 +123,8 @@ exit 1
 """
 
 COST_RE = re.compile(r"job (\d+): (epilog on (\S+)|epilog-slurmctld) cost cpu ([\d.]+) s "
-                     r"\(children ([\d.]+) s\), peak rss ([\d.]+) MiB \(largest child ([\d.]+)")
+                     r"\(children ([\d.]+) s\), peak rss ([\d.]+) MiB \(largest child ([\d.]+)"
+                     r" MiB\)(?:, waited ([\d.]+) s for a slot)?")
 NODE_RE = re.compile(r"job (\d+): node verdict \S+ for \d+ task\(s\) on (\S+) in ([\d.]+) s")
 
 
@@ -137,7 +144,8 @@ def read_costs(f: cl.ClusterFacts, jobs: set[str]) -> dict[str, Any]:
             if m.group(1) not in jobs:
                 continue
             rec = {"cpu": float(m.group(4)), "rss": float(m.group(6)),
-                   "child_rss": float(m.group(7))}
+                   "child_rss": float(m.group(7)),
+                   "wait": float(m.group(8)) if m.group(8) else None}
             if m.group(3):
                 out["node"][(m.group(1), m.group(3))] = rec
             else:
@@ -179,7 +187,7 @@ class MailWatch:
             self.subjects[p.name] = (m.group(1) if m else "", mtime)
 
     def for_job(self, jid: int | str) -> float | None:
-        pat = re.compile(rf"\bjob {jid}\b")
+        pat = re.compile(rf"\b(job|array) {jid}\b")
         hits = [t for s, t in self.subjects.values() if pat.search(s)]
         return min(hits) if hits else None
 
@@ -204,16 +212,51 @@ def batch_end(f: cl.ClusterFacts, jid: int) -> float | None:
 
 # ---- 1. one failing job per size and failure kind --------------------------------------------
 
+def take_node_down(f: cl.ClusterFacts, work: Path, ranks: int, root: int) -> tuple[str, float]:
+    """The root rank's node dies as a powered-off one does: its step daemon, its tasks and its
+    slurmd SIGKILLed at once (no exit record, no Epilog); Slurm then finds it DOWN
+    (SlurmdTimeout) and ends the job NODE_FAIL. Returns the node and the time of the kill."""
+    cl.wait_until(lambda: all((work / f"pid.{r}").exists() for r in range(ranks)), 120,
+                  "every rank running")
+    recs = {r: (work / f"pid.{r}").read_text().split() for r in range(ranks)}
+    node = recs[root][0]
+    mine = [rec for rec in recs.values() if rec[0] == node]
+    pids = {int(p) for _n, _pid, p in mine} | {int(pid) for _n, pid, _p in mine}
+    pids.add(int(f.slurmd_pidfile(node).read_text().strip()))
+    t = time.time()
+    for pid in sorted(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    (work / "root-node").write_text(f"{node} {int(t)}\n")
+    (work / "root-time").write_text(f"{t}\n")
+    return node, t
+
+
+def resume_drained(f: cl.ClusterFacts) -> list[str]:
+    """Nodes Slurm drained during the run ('Kill task failed' was seen after a node loss and
+    in the array burst), resumed so that the next run gets all nodes; returned as 'node:
+    reason' for the table."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-t", "drain,drained,draining", "-o", "%N|%E"],
+                         capture_output=True, text=True, timeout=30).stdout
+    got = sorted({ln for ln in out.splitlines() if "|" in ln})
+    for ln in got:
+        with contextlib.suppress(slurm.SlurmError):
+            slurm.update_node(ln.split("|")[0], "resume")
+    return [ln.replace("|", ": ") for ln in got]
+
+
 def run_job(f: cl.ClusterFacts, mail: MailWatch, nodes: int, tpn: int, mode: str,
             rng: random.Random) -> dict[str, Any]:
     ranks = nodes * tpn
-    root = rng.randrange(ranks)
-    cascade = "srun" if mode == "exc" else "timeout"
+    # a lost node is never the batch host (the first): that is another case (batch host lost)
+    root = rng.randrange(tpn, ranks) if mode == "lost" else rng.randrange(ranks)
+    cascade = {"exc": "srun", "kill": "timeout", "lost": "node_fail"}[mode]
     work = cl.make_workdir(f, f"bench-scale-{ranks}-{mode}")
     cl.write_user_file(work / "rank.sh", RANK_SH)
     jid = cl.submit(JOB_SH.format(nodes=nodes, tpn=tpn, work=work, root=root, mode=mode,
                                   cascade=cascade, k="-K" if cascade == "srun" else ""),
                     workdir=work)
+    lost = take_node_down(f, work, ranks, root)[0] if mode == "lost" else None
     r: dict[str, Any] = {"ranks": ranks, "nodes": nodes, "mode": f"{mode}+{cascade}",
                          "job": jid, "root": root}
     t_final = t_mail = None
@@ -233,14 +276,18 @@ def run_job(f: cl.ClusterFacts, mail: MailWatch, nodes: int, tpn: int, mode: str
     costs: dict[str, Any] = {}
     for _ in range(100):
         costs = read_costs(f, {str(jid)})
-        if str(jid) in costs["ctld"] and len(costs["node"]) >= nodes:
+        if str(jid) in costs["ctld"] and len(costs["node"]) >= nodes - (lost is not None):
             break
         time.sleep(0.2)
+    if lost is not None:
+        cl.restore_node(f, lost)
+    r["drained"] = resume_drained(f)
     try:
         root_node, _ = (work / "root-node").read_text().split()
         t_fail = float((work / "root-time").read_text())
     except (OSError, ValueError):
         root_node, t_fail = None, None
+    # the job's end: its batch step's (a lost node's job: Slurm ends it after the node loss)
     t_end = batch_end(f, jid)
     try:
         v = json.loads(vpath.read_text())
@@ -256,11 +303,18 @@ def run_job(f: cl.ClusterFacts, mail: MailWatch, nodes: int, tpn: int, mode: str
     def since(t: float | None, t0: float | None) -> float | None:
         return t - t0 if t is not None and t0 is not None else None
 
+    # A lost node's ranks all die at the same instant: any of them is the root (the classifier
+    # names the node's first rank without an exit record); otherwise the very rank that failed.
+    if lost is not None:
+        node_ranks = {int(r) for r in range(ranks) if (work / f"pid.{r}").exists()
+                      and (work / f"pid.{r}").read_text().split()[0] == lost}
+        rank_ok = verdict.get("root_rank") in node_ranks
+    else:
+        rank_ok = verdict.get("root_rank") == root
     r.update({
         "root_node": root_node, "class": verdict.get("class"),
         "v_rank": verdict.get("root_rank"), "v_node": verdict.get("root_node"),
-        "named": verdict.get("root_rank") == root and root_node is not None
-        and verdict.get("root_node") == root_node,
+        "named": rank_ok and root_node is not None and verdict.get("root_node") == root_node,
         "fail_to_end": since(t_end, t_fail), "end_to_slurm": since(t_final, t_end),
         "end_to_verdict": since(t_verdict, t_end), "end_to_mail": since(t_mail, t_end),
         "node_wall_mean": statistics.mean(nw) if nw else None,
@@ -300,7 +354,12 @@ def print_jobs(rows: list[dict[str, Any]]) -> None:
           "child); rss = peak MiB, largest process; jep = job epilog (EpilogSlurmctld and its "
           "detached worker)")
     print(f"  verdict named the recorded rank and node: {sum(r['named'] for r in rows)}"
-          f"/{len(rows)} runs")
+          f"/{len(rows)} runs (a lost node: its node and one of its ranks, which all died at "
+          f"once)")
+    for r in rows:
+        if r.get("drained"):
+            print(f"  after job {r['job']} Slurm had drained {', '.join(r['drained'])} "
+                  f"(resumed for the next run)")
     sizes = sorted({r["ranks"] for r in rows})
     if len(sizes) < 2:
         return
@@ -314,7 +373,7 @@ def print_jobs(rows: list[dict[str, Any]]) -> None:
               ("node_cpu_sum", "O(nodes): one Epilog per node"),
               ("ctld_cpu", "O(n): n logs, records and attachments"),
               ("ctld_rss", "O(n), small: n task records in memory"),
-              ("spool_files", "O(n): 3 files per rank"),
+              ("spool_files", "O(n): 3 files per rank, 2 per node"),
               ("spool_bytes", "O(n): n logs")]
     print(f"\ngrowth {lo} -> {hi} ranks (x{hi / lo:g}), mean over the runs of each size:")
     for key, why in expect:
@@ -350,13 +409,18 @@ class SqueueSampler(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.samples: list[float] = []
+        self.failed = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             t0 = time.monotonic()
-            subprocess.run(["squeue", "-h", "-o", "%i %T"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=120, check=False)
+            try:
+                rc = subprocess.run(["squeue", "-h", "-o", "%i %T"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, timeout=120).returncode
+            except subprocess.TimeoutExpired:
+                rc = -1
+            self.failed += rc != 0  # "Socket timed out": slurmctld did not answer in time
             dt = time.monotonic() - t0
             self.samples.append(dt)
             self.stop.wait(max(0.0, 1.0 - dt))
@@ -387,17 +451,21 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
                 done_at = time.time()
         if gpualert and summary_at is None:
             summary_at = mail.for_job(jid)
-        if done_at is not None and (summary_at is not None or not gpualert):
+        if done_at is not None and (summary_at is not None or not gpualert
+                                    or time.time() - done_at > 300):
             break
         time.sleep(0.5)
     # the hooks' work goes on after Slurm is done: wait for every job epilog's cost line
     ids: set[str] = set()
-    for _ in range(60):
+    for _ in range(30):
         rows = array_ids(jid)
         ids = {ln.split("|")[0] for ln in rows}
         if not gpualert or len(read_costs(f, ids)["ctld"]) >= n:
             break
         time.sleep(2)
+    gave_up = sum(1 for ln in hooks_log(f).read_text(errors="replace").splitlines()
+                  if "gave up after" in ln and ln[:19] >= time.strftime(
+                      "%Y-%m-%dT%H:%M:%S", time.localtime(t0)))
     settled = time.time()
     time.sleep(1)
     sampler.stop.set()
@@ -410,6 +478,7 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
     states = sorted({ln.split("|")[2] for ln in rows if ln.count("|") >= 2})
     costs = read_costs(f, ids)
     ctld_cpu = [c["cpu"] for c in costs["ctld"].values()]
+    waits = [c["wait"] for c in costs["ctld"].values() if c.get("wait") is not None]
     node_cpu = [c["cpu"] for c in costs["node"].values()]
     s = sampler.samples
     return {
@@ -424,7 +493,9 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
         "wall": settled - t0,
         "squeue_max": max(s) if s else None,
         "squeue_p50": statistics.median(s) if s else None,
-        "squeue_n": len(s),
+        "squeue_n": len(s), "squeue_failed": sampler.failed, "hooks_gave_up": gave_up,
+        "gate_wait_max": max(waits) if waits else None,
+        "gate_wait_p50": statistics.median(waits) if waits else None,
     }
 
 
@@ -441,7 +512,10 @@ def print_arrays(rows: list[dict[str, Any]]) -> None:
               f"{fmt(r['node_epilog_cpu'], '.1f')} over {r['node_epilogs']}; slurmctld's own "
               f"CPU {r['slurmctld_cpu']:.1f}; the machine's CPU {r['machine_cpu']:.1f}")
         print(f"    squeue latency over {r['squeue_n']} samples: max "
-              f"{fmt(r['squeue_max'], '.3f')}, p50 {fmt(r['squeue_p50'], '.3f')}")
+              f"{fmt(r['squeue_max'], '.3f')}, p50 {fmt(r['squeue_p50'], '.3f')}; "
+              f"{r['squeue_failed']} failed (timed out); hooks that gave up at their bound: "
+              f"{r['hooks_gave_up']}; job epilogs' wait for a slot: max "
+              f"{fmt(r['gate_wait_max'], '.1f')}, p50 {fmt(r['gate_wait_p50'], '.1f')}")
     on = next((r for r in rows if r["gpualert"]), None)
     off = next((r for r in rows if not r["gpualert"]), None)
     if on and off and on["squeue_max"] and off["squeue_max"]:
@@ -454,9 +528,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="3,12,48", help="node counts (comma-separated)")
     ap.add_argument("--tpn", type=int, default=4, help="tasks per node")
-    ap.add_argument("--modes", default="exc,kill", help="exc (exception + srun -K), "
-                    "kill (SIGKILL + collective-timeout cascade)")
+    ap.add_argument("--modes", default="exc,kill,lost", help="exc (exception + srun -K), "
+                    "kill (SIGKILL + collective-timeout cascade), lost (the root rank's node "
+                    "taken down mid-job: NODE_FAIL)")
     ap.add_argument("--array", type=int, default=500, help="array tasks (0: no array part)")
+    ap.add_argument("--array-modes", default="off,on", help="the array without (off) and "
+                    "with (on) --gpualert")
     ap.add_argument("--skip-array", action="store_true")
     ap.add_argument("--skip-jobs", action="store_true")
     ap.add_argument("--keep", action="store_true", help="leave the scale cluster up")
@@ -488,10 +565,11 @@ def main() -> int:
                     print_jobs(rows)
                 if not args.skip_array and args.array > 0:
                     arr = []
-                    for on in (False, True):
+                    for on in [m == "on" for m in args.array_modes.split(",")]:
                         print(f"  array of {args.array}, {'with' if on else 'without'} "
                               f"--gpualert (load {os.getloadavg()[0]:.2f})...", flush=True)
                         arr.append(run_array(facts, mail, args.array, on))
+                        print_arrays(arr[-1:])
                     print_arrays(arr)
         finally:
             if not args.keep:
