@@ -830,7 +830,8 @@ def _step_hang(c: _Ctx) -> Verdict | None:
             or j.silence_s <= j.hang_threshold_s or c.crashed):
         return None
     return c.make("hang", 0.8, f"no output for {j.silence_s:.0f} s "
-                  f"(threshold {j.hang_threshold_s:.0f} s)",
+                  f"(threshold {j.hang_threshold_s:.0f} s; evidence: the tap's heartbeat, each "
+                  "task's last output)",
                   [{"file": "(heartbeat)", "line": None,
                     "text": f"silent for {j.silence_s:.0f} s before the job ended"}]
                   + c.state_ev)
