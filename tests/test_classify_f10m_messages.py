@@ -9,6 +9,7 @@ torch CPU)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -253,6 +254,41 @@ def test_too_many_open_files_is_no_storage_failure(tmp_path: Path) -> None:
     tb = 'Traceback (most recent call last):\n  File "/u/data.py", line 40, in load\n    x = f()\n'
     assert verdict(tmp_path, tb + "OSError: [Errno 24] Too many open files\n").cls \
         == "python_exception"
+
+
+@pytest.mark.parametrize("exc", [
+    # TensorFlow maps ENOSPC to RESOURCE_EXHAUSTED: a disk, not GPU memory
+    "tensorflow.python.framework.errors_impl.ResourceExhaustedError: /ckpt/run3/model.ckpt-800"
+    "_temp/part-00000-of-00001.data-00000-of-00001.tempstate91; No space left on device",
+    "OSError: Not enough disk space. Needed: 2.31 GiB (download: 1.10 GiB, generated: 1.21 GiB, "
+    "post-processed: Unknown size)",
+])
+def test_a_full_disk_in_other_words(tmp_path: Path, exc: str) -> None:
+    tb = 'Traceback (most recent call last):\n  File "/u/run.py", line 40, in main\n    go()\n'
+    assert verdict(tmp_path, tb + exc + "\n").cls == "disk_full"
+
+
+def test_tf_resource_exhausted_for_memory_stays_cuda_oom(tmp_path: Path) -> None:
+    exc = ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
+           "tensor with shape[64,1024,1024] and type float on /job:localhost/replica:0/task:0/"
+           "device:GPU:0 by allocator GPU_0_bfc\n")
+    assert verdict(tmp_path, exc).cls == "cuda_oom"
+
+
+def test_no_usable_temporary_directory_really_run(tmp_path: Path) -> None:
+    """Every candidate of tempfile (/tmp, /var/tmp, /usr/tmp, the cwd) on a full tmpfs, in a
+    private mount namespace: a FileNotFoundError that is a full disk."""
+    w = tmp_path / "w"
+    script = (f"mkdir -p {w} && mount -t tmpfs -o size=64k tmpfs {w} && cd {w} && "
+              "for d in . /var/tmp /usr/tmp /tmp; do [ $d = . ] || [ ! -d $d ] || "
+              "mount -t tmpfs -o size=64k tmpfs $d; head -c 1000000 /dev/zero > $d/fill "
+              f'2>/dev/null; done; exec {TORCH_PY} -c "$F10_PROG" tempdir')
+    # the program's text goes in by the environment: a checkout under /tmp is hidden by then
+    p = subprocess.run(["unshare", "-m", "bash", "-c", script], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, F10_PROG=PROG.read_text()))
+    assert p.returncode == 1 and "No usable temporary directory" in p.stdout + p.stderr
+    v = verdict(tmp_path, p.stdout + p.stderr)
+    assert v.cls == "disk_full" and v.confidence <= 0.7 and "/tmp" in v.detail
 
 
 # ---- really run: wrappers, storage errors, loggers ----

@@ -19,6 +19,8 @@ Usage: f10_msgs.py MODE ARG...
   nanlog STYLE CODE     a training that really diverges (learning rate far too high), logged
                         by STYLE: kv (step=N loss=nan grad=inf), table (| step | loss | grad |),
                         caps (Loss=nan | Grad=inf), then exits CODE with no exception
+  tempdir               tempfile.NamedTemporaryFile for an eval cache (the case's command
+                        puts every candidate directory on a full tmpfs first)
   fine STYLE            a training that stays finite and exits 0, logging a no-failure
                         wording: zero (nan_steps=0 inf_grads=0), nonan ("no NaN found"),
                         flags (nan_* options), skipped (one NaN batch skipped, then finite),
@@ -206,6 +208,11 @@ def main() -> None:
         save_full(args[0])
     elif mode == "nanlog":
         nanlog(args[0], int(args[1]))
+    elif mode == "tempdir":
+        import tempfile
+        print("writing the eval cache", flush=True)
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b"preds")
     elif mode == "fine":
         fine(args[0])
     else:
