@@ -355,6 +355,17 @@ def has_facts(rec: Any) -> bool:
     return bool((rf.get("kernel") or {}).get("lines") or (rf.get("nvml") or {}).get("changed"))
 
 
+def may_back(rec: Any) -> bool:
+    """Whether a node record's root facts hold a driver Xid line or an NVML change: what
+    could back a class (the ones checked first when there are many)."""
+    rf = rec.get("root_facts") if isinstance(rec, dict) else None
+    if not isinstance(rf, dict):
+        return False
+    lines = (rf.get("kernel") or {}).get("lines") or []
+    return any(isinstance(x, dict) and "xid" in x for x in lines) or \
+        bool((rf.get("nvml") or {}).get("changed"))
+
+
 def node_trust(rec: Any, checked: Checked, start: float | None, end: float | None
                ) -> dict[str, Any]:
     """One node's entry of verdict.json's "trusted": whether its root facts checked, and the

@@ -229,6 +229,7 @@ def _record(job: str = "7", attempt: int = 0, node: str = "n2", when: float = NO
 def test_a_root_fact_backs_gpu_hardware_only_in_slurms_window_and_on_the_jobs_gpus() -> None:
     ok = provenance.Checked(True, "root-owned", None)
     rec = _record()
+    assert provenance.may_back(rec) and provenance.has_facts(rec)
     n = provenance.node_trust(rec, ok, NOW - 30, NOW + 10)
     assert n["driver"][0]["classes"] == ["gpu_hardware"]
     tr = {"slurm": {"nodes": ["n2"]}, "nodes": {"n2": n}}

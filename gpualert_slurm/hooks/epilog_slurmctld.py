@@ -281,6 +281,8 @@ def trusted_facts(env: dict[str, str], cfg: Config, js: JobSpool, node_recs: dic
                                else "the record carries no root facts"}
         else:
             todo.append(n)
+    # a driver line or a counter that moved first: those can act; the cap cuts the rest
+    todo.sort(key=lambda n: not provenance.may_back(node_recs[n]))
     if len(todo) > provenance.MAX_CHECKS:
         for n in todo[provenance.MAX_CHECKS:]:
             out["nodes"][n] = {"verified": False, "origin": None, "driver": [],
