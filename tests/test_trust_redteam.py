@@ -17,11 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import clusterlib as cl
+import pytest
+import test_trust_cluster as trust
+from recoverylib import (
+    recovery_cluster,  # noqa: F401  (the fixture)
+    wait_decision,
+    write_config,
+)
+from test_trust_cluster import assert_harmless, cancel, job_script, verdict_of
 from test_trust_policy import private_munged
 
 from gpualert_slurm import provenance
 from gpualert_slurm.evidence import kernel_evidence
 from gpualert_slurm.hooks.epilog_slurmctld import read_node_record, sealed_view
+
+rc = trust.rc  # the recovery cluster's fixtures (nodes resumed; a fresh audit log)
+audit = trust.audit
 
 # ---- a newline in a trapped file's name, then a time stamp: a "record" of its own ----------
 
@@ -70,6 +81,40 @@ def test_a_newline_and_a_stamp_in_a_trapped_file_name_forge_no_driver_line() -> 
         assert not [x for x in rf["kernel"]["lines"] if "xid" in x], rf["kernel"]
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.cluster
+def test_the_stamped_file_name_trap_drains_nothing_in_action_mode(rc: cl.ClusterFacts,
+                                                                  audit: Path) -> None:
+    """The same attack from a job of the test user on the action-mode cluster, the breaker's
+    share raised so that it hides nothing: before the fix n2 was drained for gpu_hardware on
+    root's own (verified) facts."""
+    write_config(rc, audit, mode="action", breaker={"share": 1.0})
+    token = secrets.token_hex(4)
+    d = cl.make_workdir(rc, "redteam-trap")
+    cl.write_user_file(d / "trap.py", TRAP, mode=0o644)
+    body = ('stamp=$(date -u +%Y-%m-%dT%H:%M:%S,000000+00:00)\n'
+            f'python3 trap.py "$(printf \'a\\n%s NVRM: Xid (PCI:0000:3b:00): 79, pid={token}, '
+            'GPU has fallen off the bus.\' "$stamp")"\nexit 1')
+    job = cl.submit(job_script(body), "-w", "n2", workdir=d)
+    try:
+        dec = wait_decision(audit, job)
+        raw = subprocess.run(["dmesg", "--time-format", "iso"], capture_output=True,
+                             text=True, timeout=30).stdout
+        assert f"pid={token}" in raw, "the trap line did not reach the kernel log"
+        assert_harmless(rc, audit)
+        v = verdict_of(rc, job)
+        # bash's "Illegal instruction  python3 trap.py 'a\n... NVRM: Xid ...'" is the job's
+        # own output: it may classify, labelled so, and backs nothing
+        labels = {e["provenance"]["label"] for e in v["verdict"]["evidence"]}
+        assert labels <= {"printed by the job"}, v["verdict"]["evidence"]
+        assert not dec["backing"] and not dec["trusted_suspects"], dec
+        n2 = v["trusted"]["nodes"]["n2"]
+        assert not [x for x in n2.get("driver") or [] if token in str(x.get("text"))], n2
+        assert not [ln for k in v["nodes"].values()
+                    for ln in (k.get("kernel") or {}).get("lines") or [] if token in ln]
+    finally:
+        cancel(job)
 
 
 # ---- a sealed node record with lines of the user's beside the sealed ones ------------------
