@@ -265,11 +265,20 @@ def _read_small(path: str) -> str:
 
 
 def kmsg_forwarded(journald: str = "/etc/systemd/journald.conf",
-                   rsyslog: str = "/etc/rsyslog.conf") -> str | None:
-    """Why lines in this node's kernel log may be any user's syslog lines: journald with
-    ForwardToKMsg= on, or rsyslog loading omkmsg. Either writes a user's `logger` line into
-    /dev/kmsg as root, its tag first ("<tag>[pid]: <text>"), so a tag 'NVRM: Xid (...): 79, ...'
-    would read as the driver's (red-team pass). None where neither is set up (the default)."""
+                   rsyslog: str = "/etc/rsyslog.conf",
+                   sysctl: str = "/proc/sys") -> str | None:
+    """Why lines in this node's kernel log may be any user's: journald with ForwardToKMsg= on,
+    or rsyslog loading omkmsg (either writes a user's `logger` line into /dev/kmsg as root,
+    its tag first: "<tag>[pid]: <text>"), or netfilter logging from every network namespace
+    while users may make one (a LOG rule's prefix in the user's own namespace begins the
+    kernel's line: 'NVRM: Xid (0000:3b:00): 79,' fits iptables' 29 characters). Any of them
+    would make a line the user chose read as the driver's (red-team pass). None where none
+    is set up (the defaults)."""
+    nf = _read_small(os.path.join(sysctl, "net/netfilter/nf_log_all_netns")).strip()
+    userns = _read_small(os.path.join(sysctl, "user/max_user_namespaces")).strip()
+    if nf not in ("", "0") and userns not in ("", "0"):
+        return ("netfilter logs from every network namespace (net.netfilter.nf_log_all_netns"
+                f"={nf}) and users may make one (user.max_user_namespaces={userns})")
     on = None
     for f in _conf_files(journald, journald + ".d"):
         for line in _read_small(f).splitlines():

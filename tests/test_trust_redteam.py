@@ -252,3 +252,49 @@ def test_a_process_name_in_a_real_application_xid_backs_no_hardware_drain() -> N
     esc = "\\x01" * 9 + "NVLink"
     assert provenance.without_comm(f"NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name={esc}, "
                                    "fatal").endswith("name=?, fatal")
+
+
+# ---- netfilter's LOG target in a network namespace of the user's ---------------------------
+
+NFLOG = r'''set -e
+ip link set lo up
+iptables -w -A OUTPUT -j LOG --log-prefix "$1"
+python3 -c 'import socket as s; s.socket(2, 2).sendto(b"x", ("127.0.0.1", 9))'
+iptables -w -L OUTPUT -n
+'''
+
+
+def test_a_log_rule_in_the_users_own_network_namespace_writes_no_driver_line(
+        tmp_path: Path) -> None:
+    """A user makes a user and network namespace (unshare -rn: root there) and adds an
+    iptables LOG rule whose prefix is a driver Xid line ('PCI:' is optional; 27 characters fit
+    LOG's 29). With net.netfilter.nf_log_all_netns=0 (the default, as here) the kernel drops
+    logs from namespaces but the first; where a site turns it on, every driver line of the
+    node is refused, as for a syslog forwarder."""
+    if shutil.which("iptables") is None or shutil.which("unshare") is None:
+        raise AssertionError("iptables and unshare are needed (the cluster's provisioning)")
+    prefix = f"NVRM: Xid (0000:3b:00): 79,{secrets.token_hex(1)}"
+    assert provenance.driver_xid(prefix + "IN= OUT=lo SRC=127.0.0.1") == ("0000:3b:00", 79)
+    d = Path(tempfile.mkdtemp(prefix="gpualert-redteam-", dir="/tmp"))
+    try:
+        os.chmod(d, 0o755)
+        cl.write_user_file(d / "nflog.sh", NFLOG, mode=0o644)
+        p = cl.run_as_user(["unshare", "-rn", "bash", str(d / "nflog.sh"), prefix], timeout=30,
+                           env={"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"})
+        assert p.returncode == 0 and "LOG" in p.stdout, p.stdout + p.stderr  # the rule was made
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    time.sleep(0.5)
+    raw = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=30).stdout
+    nf = Path("/proc/sys/net/netfilter/nf_log_all_netns").read_text().strip()
+    assert nf == "0" and prefix not in raw, (nf, [ln for ln in raw.splitlines() if prefix in ln])
+    assert provenance.kmsg_forwarded() is None
+    # a node where it is on
+    (tmp_path / "net/netfilter").mkdir(parents=True)
+    (tmp_path / "user").mkdir()
+    (tmp_path / "net/netfilter/nf_log_all_netns").write_text("1\n")
+    (tmp_path / "user/max_user_namespaces").write_text("96365\n")
+    why = provenance.kmsg_forwarded(sysctl=str(tmp_path))
+    assert why and "nf_log_all_netns=1" in why, why
+    (tmp_path / "user/max_user_namespaces").write_text("0\n")  # no user may make one
+    assert provenance.kmsg_forwarded(sysctl=str(tmp_path)) is None
