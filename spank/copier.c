@@ -479,11 +479,22 @@ static void answer(struct tap *t, int final)
     t->nconns = 0;
 }
 
+/* Only task_exit (slurmstepd, root) or the job's user may ask: the bound name is in
+ * /proc/net/unix, and another user's connections filled the slots (the real ask was closed)
+ * or were answered first (the copier left before task_exit asked): log_drained null. */
+static int may_ask(int c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    return getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0
+           && (cred.uid == 0 || cred.uid == geteuid());
+}
+
 static void accept_all(struct tap *t)
 {
     int c;
     while (t->lsock >= 0 && (c = accept4(t->lsock, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-        if (t->nconns < MAX_CONNS)
+        if (t->nconns < MAX_CONNS && may_ask(c))
             t->conns[t->nconns++] = c;
         else
             close(c);

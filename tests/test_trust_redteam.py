@@ -298,3 +298,80 @@ def test_a_log_rule_in_the_users_own_network_namespace_writes_no_driver_line(
     assert why and "nf_log_all_netns=1" in why, why
     (tmp_path / "user/max_user_namespaces").write_text("0\n")  # no user may make one
     assert provenance.kmsg_forwarded(sysctl=str(tmp_path)) is None
+
+
+# ---- the drain handshake: another user connects first -------------------------------------
+
+FIND_COPIER = r'''import os, sys
+# this task's stdout is a pipe to its copier; the copier holds the drain socket
+pipe = os.readlink(f"/proc/{sys.argv[1]}/fd/1")
+me = {int(sys.argv[1]), os.getpid(), os.getppid()}
+socks = set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    if int(pid) in me:
+        continue
+    try:
+        fds = [os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        continue
+    if pipe in fds:
+        socks |= {f[8:-1] for f in fds if f.startswith("socket:[")}
+for line in open("/proc/net/unix").read().splitlines()[1:]:
+    f = line.split()
+    if len(f) >= 8 and f[6] in socks and f[7].startswith("@gpualert-tap/"):
+        print(f[7])
+'''
+
+NEIGHBOUR = r'''import os, socket, sys, time
+path = sys.argv[1]
+while not os.path.exists(path) or not open(path).read().strip():
+    time.sleep(0.05)
+name = "\0" + open(path).read().split()[0][1:]
+held = []
+for _ in range(16):  # more than the copier's 8 slots
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(name)
+        held.append(s)
+    except OSError as e:
+        print("connect:", e)
+print("connected", len(held), flush=True)
+time.sleep(float(sys.argv[2]))
+'''
+
+
+@pytest.mark.cluster
+def test_another_users_connections_to_a_copier_leave_its_drain_handshake_alone(
+        cluster: cl.ClusterFacts) -> None:
+    """The drain socket's name is random, but once bound it is in /proc/net/unix for every
+    user to read. Another user connected to root's task's copier before the task ended and
+    held 16 connections: the copier kept them in its 8 slots and closed task_exit's ask (or
+    answered them and left first), so the task's exit record said log_drained null. The
+    copier now listens only to root (task_exit) and the job's own user."""
+    d = cl.make_workdir(cluster, "redteam-drain", user="root")
+    cl.write_user_file(d / "find.py", FIND_COPIER, mode=0o644, user="root")
+    cl.write_user_file(d / "neighbour.py", NEIGHBOUR, mode=0o644)
+    job = cl.submit("#!/bin/bash\n#SBATCH --gpualert\n#SBATCH -o slurm-%j.out\n"
+                    "srun -n1 bash -c 'python3 find.py $$ > copier.tmp; mv copier.tmp "
+                    "copier.name; while [ ! -e go ]; do sleep 0.1; done; echo rank done'\n",
+                    workdir=d, user="root")
+    pw = subprocess.Popen(["runuser", "-u", cl.TEST_USER, "--", "python3",
+                           str(d / "neighbour.py"), str(d / "copier.name"), "30"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        cl.wait_until(lambda: (d / "copier.name").exists(), 90, "the task's copier name")
+        name = (d / "copier.name").read_text().split()
+        assert name and name[0].startswith("@gpualert-tap/0/"), name
+        assert pw.stdout is not None
+        got = pw.stdout.readline()
+        assert got.startswith("connected "), got  # the kernel took the connections
+        (d / "go").write_text("")
+        cl.wait_final(job, 90)
+        ex = cluster.spool / str(job) / "tasks" / "0.0.exit"
+        rec = cl.wait_until(lambda: ex.exists() and json.loads(ex.read_text()), 30,
+                            "exit record 0.0")
+        assert rec.get("log_drained") is True, rec
+    finally:
+        pw.kill()
+        pw.wait(10)
+        cancel(job)
