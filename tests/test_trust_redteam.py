@@ -83,6 +83,28 @@ def test_a_newline_and_a_stamp_in_a_trapped_file_name_forge_no_driver_line() -> 
         shutil.rmtree(d, ignore_errors=True)
 
 
+def test_a_newline_and_a_stamp_in_a_mount_option_forge_no_driver_line() -> None:
+    """The same shape without an executable mapping: in a user namespace of their own any
+    user may mount tmpfs, and the kernel logs an unknown option whole ("tmpfs: Unknown
+    parameter '<option>'"), newline included. No comma can follow the Xid number (mount
+    splits options there), so this one was not a driver Xid line; it was a kept kernel line
+    of root's, "NVRM: ... fallen off the bus", that classified the job gpu_hardware under
+    the label "kernel log of <node>"."""
+    token = secrets.token_hex(4)
+    start = time.time() - 1
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S,000000+00:00")
+    opt = f"a\n{stamp} NVRM: Xid (PCI:0000:3b:00): 79 pid:{token} GPU has fallen off the bus"
+    cl.run_as_user(["unshare", "-rm", "mount", "-t", "tmpfs", "-o", opt, "none", "/tmp"],
+                   timeout=30)
+    raw = subprocess.run(["dmesg", "--time-format", "iso"], capture_output=True, text=True,
+                         timeout=30).stdout.splitlines()
+    forged = [ln for ln in raw if token in ln]
+    assert forged and forged[0][:1].isspace() and forged[0].strip().startswith(
+        f"{stamp} NVRM: Xid (PCI:0000:3b:00): 79 pid:"), forged
+    k = kernel_evidence(start, time.time() + 1)
+    assert not [ln for ln in k["lines"] if token in ln], k["lines"]
+
+
 @pytest.mark.cluster
 def test_the_stamped_file_name_trap_drains_nothing_in_action_mode(rc: cl.ClusterFacts,
                                                                   audit: Path) -> None:
