@@ -48,6 +48,10 @@ def recovery_cluster_session(keep: bool = False) -> Iterator[clusterlib.ClusterF
     with exclusive_use():
         facts = clusterlib.cluster_up(env=RECOVERY_CLUSTER_ENV)
         hooks_know_their_cluster(facts)
+        # watch's alert caps (per job, per user and hour) live in the spool and outlast the
+        # cluster: an earlier session's alerts must not cap this one's (job ids start again)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(facts.spool / ".gpualert" / "watch.json")
         try:
             with clusterlib.using_conf(facts):
                 yield facts
