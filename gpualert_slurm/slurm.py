@@ -90,6 +90,10 @@ class JobState:
     derived_exit_code: ExitCode | None = None
     restarts: int = 0
     alloc_nodes: int = 0             # how many nodes Slurm allocated (0: unknown / none yet)
+    # scontrol's FailedNode= (23.02+): the node whose failure ends or requeues the job. 24.11
+    # says Reason=None while such a job is COMPLETING on its way back to the queue; 22.05
+    # prints no FailedNode and says Reason=NodeDown.
+    failed_node: str = ""
     steps: tuple[StepState, ...] = ()
     source: str = ""                 # scontrol | squeue | sacct
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -371,6 +375,7 @@ def job_from_scontrol(record: Mapping[str, str]) -> JobState:
         derived_exit_code=ExitCode.parse(derived) if derived else None,
         restarts=_int(record.get("Restarts")),
         alloc_nodes=_int(record.get("NumNodes")) if nodelist else 0,
+        failed_node=record.get("FailedNode", ""),
         source="scontrol",
         raw=dict(record),
     )

@@ -205,6 +205,23 @@ def test_scontrol_record_of_a_lost_nodes_job_on_24_11() -> None:
     assert st.job_id == int(ids["nodefail"])
     assert (st.state, st.reason, rec["FailedNode"]) == ("NODE_FAIL", "NodeDown", "n2")
     assert st.nodes == ("n1", "n2") and rec["Dependency"] == "(null)"
+    assert st.failed_node == "n2"
+
+
+def test_scontrol_record_of_a_job_requeued_for_its_lost_node_on_24_11() -> None:
+    # What the job epilog reads while slurmctld requeues a --requeue job whose node died:
+    # COMPLETING, Reason=None (22.05: NodeDown), FailedNode=n2 - the only sign of the node.
+    rec = slurm.parse_scontrol_record((DATA / "scontrol-job-requeue-24.11.txt").read_text())
+    st = slurm.job_from_scontrol(rec)
+    ids = dict(line.split("=") for line in (DATA / "jobs-24.11.txt").read_text().split())
+    assert st.job_id == int(ids["requeued"])
+    assert (st.state, st.reason, st.failed_node, st.restarts) == ("COMPLETING", "None", "n2", 1)
+    assert not st.final
+
+
+def test_scontrol_record_of_22_05_has_no_failed_node() -> None:
+    rec = slurm.parse_scontrol_record((DATA / "scontrol-job-22.05.txt").read_text())
+    assert "FailedNode" not in rec and slurm.job_from_scontrol(rec).failed_node == ""
 
 
 def test_sacct_json_nothing_found_is_empty_and_real_errors_raise() -> None:

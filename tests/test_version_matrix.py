@@ -11,16 +11,19 @@ tests/test_docker_cluster.py already brings up):
   records), the signals, the Prolog/Epilog/EpilogSlurmctld path to a report in the SMTP sink,
   and slurmctld's MailProg mail enriched with the verdict;
 - a 2-node job whose second node is lost (docker kill): NODE_FAIL, the verdict names the node,
-  and the recovery policy's decision (monitor mode) says what it would do;
+  and the recovery policy's decision (monitor mode) says what it would do; then the same in
+  action mode: gpualert drains the node and requeues the job without it (its scontrol calls);
 - `gpualert doctor` on the controller, with the cluster's own files; and the plugin it loads
   carries that version's number (built against its headers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import clusterlib
 import pytest
+import yaml
 from clusterlib import make_workdir, wait_final, wait_state, wait_until, write_user_file
 from dockerlib import (  # noqa: F401
     DockerCluster,
@@ -250,6 +254,67 @@ def test_node_loss_is_named_and_recovery_decides(vc: DockerCluster) -> None:
     assert not slurm.node_info(victim).reason.startswith("gpualert:")
 
 
+def test_node_loss_in_action_mode_drains_it_and_requeues_the_job_without_it(
+        vc: DockerCluster) -> None:
+    """Action mode on a real node loss: gpualert's own Slurm commands on this version
+    (scontrol update nodename=... state=DRAIN reason=..., update jobid=... ExcNodeList=...,
+    requeue). The cluster's config is switched under the cluster lock and put back, and the
+    node resumed, whatever happens (as tests/test_recovery_docker.py does on 22.05)."""
+    c = vc.facts
+    audit = c.spool / ".gpualert" / "recovery" / "audit.jsonl"
+    d = make_workdir(c, f"matrix-action-{c.slurm_version}")
+    script = write_user_file(d / "job.sh", LOSS_SCRIPT)
+    saved = c.gpualert_config.read_text()
+    victim = job = None
+
+    def put_config(text: str) -> None:
+        tmp = c.gpualert_config.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o644)
+        os.replace(tmp, c.gpualert_config)
+
+    with clusterlib.cluster_lock(c):
+        try:
+            doc = yaml.safe_load(saved) or {}
+            doc["recovery"] = {"mode": "action",
+                               "actions": ["requeue", "exclude_node", "drain_node"]}
+            put_config(yaml.safe_dump(doc))
+            job = vc.sbatch(script, "-N2", "--requeue", "--gpualert", "-o", "slurm-%j.out",
+                            "--open-mode=append")
+            wait_state(job, "RUNNING", timeout=90, root=c.root)
+            wait_until(lambda: all((d / f"running-{r}").exists() for r in (0, 1)), 60,
+                       "both ranks running")
+            info = slurm.show_job(job)
+            victim = next(n for n in info.nodes if n != info.raw.get("BatchHost"))
+            vc.kill_node(victim)
+            dec = wait_until(lambda: decision(audit, job), 150,
+                             f"the recovery decision for job {job} in {audit}")
+            wait_until(lambda: slurm.node_info(victim).reason.startswith("gpualert:"), 60,
+                       f"{victim} drained by gpualert")
+            wait_until(lambda: victim in str(slurm.show_job(job).raw.get("ExcNodeList", "")),
+                       60, f"job {job} to exclude {victim}")
+            node = slurm.node_info(victim)
+            st = slurm.show_job(job)
+        finally:
+            put_config(saved)
+            if job:
+                clusterlib.cancel_quietly(job)
+            if victim:
+                # gpualert's drain outlives the container's restart: resume it (refused while
+                # the node is still down), bring the container back, resume once more.
+                with contextlib.suppress(slurm.SlurmError):
+                    slurm.update_node(victim, "resume")
+                with contextlib.suppress(AssertionError):
+                    vc.restore_node(victim)
+                with contextlib.suppress(slurm.SlurmError):
+                    slurm.update_node(victim, "resume")
+                vc.restore_node(victim)
+    assert dec["class"] == "node_failure" and dec["suspects"] == [victim], dec
+    assert dec["mode"] == "action", dec
+    assert "DRAIN" in node.flags and node.reason.startswith("gpualert: node_failure"), node
+    assert st.restarts >= 1 and victim in str(st.raw.get("ExcNodeList")), st.raw
+
+
 # ---------------------------------------------------------------------------------------------
 # the plugin and doctor
 
@@ -277,9 +342,12 @@ def test_doctor_passes_on_the_controller(vc: DockerCluster) -> None:
     """`gpualert doctor` where an admin runs it: on the controller, with that Slurm's files
     (its slurm.conf and the plugstack.conf it names), the gpualert built for it, its sink."""
     c = vc.facts
-    proc = subprocess.run(["docker", "exec", f"{vc.prefix}-ctl", "/opt/gpualert/venv/bin/gpualert",
-                           "doctor", "--config", str(c.gpualert_config), "--slurm-conf",
-                           str(c.conf)], capture_output=True, text=True, timeout=120)
+    # under the cluster lock: not while another test has the config switched or a node broken
+    with clusterlib.cluster_lock(c):
+        proc = subprocess.run(["docker", "exec", f"{vc.prefix}-ctl",
+                               "/opt/gpualert/venv/bin/gpualert", "doctor", "--config",
+                               str(c.gpualert_config), "--slurm-conf", str(c.conf)],
+                              capture_output=True, text=True, timeout=120)
     out = proc.stdout
     assert "Traceback" not in out + proc.stderr, proc.stderr
     assert proc.returncode == 0, out

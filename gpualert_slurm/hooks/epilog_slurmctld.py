@@ -79,7 +79,10 @@ def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
         if st.final:
             out["slurm_state"] = st.state
         else:
+            # A node failed under the job (23.02+ name it, FailedNode=; 24.11 says Reason=None
+            # while it requeues such a job): NODE_FAIL, whatever the tasks' signals say.
             out["slurm_state"] = REASON_STATE.get(st.reason) or (
+                "NODE_FAIL" if st.failed_node else
                 "COMPLETED" if not code and not sig else "CANCELLED" if sig else "FAILED")
     except slurm.SlurmError as e:
         out["error"] = str(e)
