@@ -1,0 +1,30 @@
+"""hooks/array_acct.py: the array's one summary waits for tasks accounting says ran whose job
+epilog has not recorded them yet (slurmctld forgets a finished task MinJobAge after its end),
+asking sacct only when its kept answer holds no such task; a task that ended longer ago than any
+epilog runs is not waited for. sacct is the real one of this machine's cluster."""
+
+from __future__ import annotations
+
+import time
+
+from gpualert_slurm.hooks import array_acct
+
+
+def test_kept_answer_is_used_while_tasks_are_still_to_come() -> None:
+    state = {"array_id": "999999001", "accounted": {"1": 0.0, "2": time.time() - 5}}
+    assert array_acct.still_to_come(state, {"1"}, time.time()) == {"2"}
+    assert state["accounted"] == {"1": 0.0, "2": state["accounted"]["2"]}  # not asked again
+
+
+def test_a_task_gone_longer_than_any_epilog_is_not_waited_for() -> None:
+    now = time.time()
+    state = {"array_id": "999999002",
+             "accounted": {"1": now - array_acct.GONE_AFTER_S - 5, "2": now - 1}}
+    assert array_acct.still_to_come(state, set(), now) == {"2"}
+
+
+def test_all_recorded_lets_the_summary_go() -> None:
+    # every kept task is done: accounting is asked once more (an array id it does not know has
+    # no task; sacct not answering must not hold the summary either)
+    state = {"array_id": "999999003", "accounted": {"1": 0.0}}
+    assert array_acct.still_to_come(state, {"1"}, time.time()) == set()
