@@ -494,6 +494,7 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
         "squeue_max": max(s) if s else None,
         "squeue_p50": statistics.median(s) if s else None,
         "squeue_n": len(s), "squeue_failed": sampler.failed, "hooks_gave_up": gave_up,
+        "drained": resume_drained(f),
         "gate_wait_max": max(waits) if waits else None,
         "gate_wait_p50": statistics.median(waits) if waits else None,
     }
@@ -516,6 +517,8 @@ def print_arrays(rows: list[dict[str, Any]]) -> None:
               f"{r['squeue_failed']} failed (timed out); hooks that gave up at their bound: "
               f"{r['hooks_gave_up']}; job epilogs' wait for a slot: max "
               f"{fmt(r['gate_wait_max'], '.1f')}, p50 {fmt(r['gate_wait_p50'], '.1f')}")
+        if r["drained"]:
+            print(f"    Slurm drained {', '.join(r['drained'])} during the burst (resumed)")
     on = next((r for r in rows if r["gpualert"]), None)
     off = next((r for r in rows if not r["gpualert"]), None)
     if on and off and on["squeue_max"] and off["squeue_max"]:
