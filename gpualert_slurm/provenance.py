@@ -33,6 +33,11 @@ MUNGE_TIMEOUT_S = 5.0
 WINDOW_SLACK_S = 2.0  # Slurm gives whole seconds
 LABEL_JOB = "printed by the job"
 MAX_CHECKS = 64  # node records whose seal the job epilog checks (unmunge each)
+# The seal's lifetime: MUNGE's default (300 s) is shorter than a job epilog may wait for its
+# slot (hooks/gate.py, 900 s) behind a burst of other users' ending jobs, and an expired seal
+# makes a real fault's facts the job's (no drain). 3600 s is munged's default --max-ttl (it
+# caps a longer one); the replay cache still lets each credential be decoded once.
+SEAL_TTL_S = 3600
 
 
 # ---- kernel lines -------------------------------------------------------------------------
@@ -153,7 +158,7 @@ def seal(root_facts: dict[str, Any], socket: str | None,
     """A MUNGE credential over the facts' digest, decodable by root only (-u 0); or, when
     munge is not there or fails, {"method": None, "why": ...} (the facts are then the job's
     unless the record's ownership speaks for it, see verify)."""
-    argv = ["munge", "-u", "0", "-s", seal_payload(root_facts)]
+    argv = ["munge", "-u", "0", "-t", str(SEAL_TTL_S), "-s", seal_payload(root_facts)]
     if socket:
         argv += ["-S", socket]
     out, why = _run(argv, None, timeout)

@@ -397,3 +397,27 @@ def test_another_users_connections_to_a_copier_leave_its_drain_handshake_alone(
         pw.kill()
         pw.wait(10)
         cancel(job)
+
+
+# ---- a burst of ending jobs outlives the seal ----------------------------------------------
+
+def test_the_seal_outlives_the_job_epilogs_wait_for_a_slot() -> None:
+    """The job epilog's worker waits up to gate.WAIT_S (900 s) for a slot behind a burst of
+    ending jobs (a user's array), and only then unmunges the node records' seals. With MUNGE's
+    default TTL (300 s) a user's burst made every other job's seals expire meanwhile: on a
+    spool that squashes root (seal only) a real Xid then drained nothing. The seal now asks
+    munged for 3600 s, its default cap."""
+    from gpualert_slurm.config import Config
+    from gpualert_slurm.hooks import gate
+
+    with private_munged() as sock:
+        rec = {"root_facts": provenance.node_facts("7", 0, "n1", (0.0, 1.0), "slurm",
+                                                   {"lines": []}, {}, None)}
+        rec["seal"] = provenance.seal(rec["root_facts"], sock)
+        assert rec["seal"]["method"] == "munge", rec["seal"]
+        p = subprocess.run(["unmunge", "-N", "-S", sock], input=rec["seal"]["credential"],
+                           capture_output=True, text=True, timeout=10, check=True)
+        ttl = int(next(ln.split()[1] for ln in p.stdout.splitlines()
+                       if ln.startswith("TTL:")))
+    cfg = Config()
+    assert ttl >= gate.WAIT_S + cfg.epilog_wait_s + 60, (ttl, gate.WAIT_S, cfg.epilog_wait_s)
