@@ -12,10 +12,14 @@ mkdir -p "$PREFIX"
 exec 9>"$PREFIX/.install.lock"
 flock 9
 
+# libfuse2 is libfuse2t64 from Debian 13 on (the 64-bit time_t transition renamed it)
+. /etc/os-release
+LIBFUSE2=libfuse2
+[ "${VERSION_ID%%.*}" -ge 13 ] 2>/dev/null && LIBFUSE2=libfuse2t64
 DEB_PACKAGES=(python3 python3-venv python3-dev gcc make libslurm-dev slurm-wlm-plugins-dev
               slurmctld slurmd slurm-client slurmdbd munge mariadb-server
-              chromium libfuse2   # chromium: the report's HTML render test; libfuse2: fusepy's
-                                  # library (tests/fuse_stall.py, the stalled-spool test)
+              chromium "$LIBFUSE2"  # chromium: the report's HTML render test; libfuse2: fusepy's
+                                    # library (tests/fuse_stall.py, the stalled-spool test)
               docker.io debootstrap)  # the container cluster (docker/slurm-cluster/dcluster)
 
 missing=()
