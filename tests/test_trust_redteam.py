@@ -105,40 +105,6 @@ def test_a_newline_and_a_stamp_in_a_mount_option_forge_no_driver_line() -> None:
     assert not [ln for ln in k["lines"] if token in ln], k["lines"]
 
 
-@pytest.mark.cluster
-def test_the_stamped_file_name_trap_drains_nothing_in_action_mode(rc: cl.ClusterFacts,
-                                                                  audit: Path) -> None:
-    """The same attack from a job of the test user on the action-mode cluster, the breaker's
-    share raised so that it hides nothing: before the fix n2 was drained for gpu_hardware on
-    root's own (verified) facts."""
-    write_config(rc, audit, mode="action", breaker={"share": 1.0})
-    token = secrets.token_hex(4)
-    d = cl.make_workdir(rc, "redteam-trap")
-    cl.write_user_file(d / "trap.py", TRAP, mode=0o644)
-    body = ('stamp=$(date -u +%Y-%m-%dT%H:%M:%S,000000+00:00)\n'
-            f'python3 trap.py "$(printf \'a\\n%s NVRM: Xid (PCI:0000:3b:00): 79, pid={token}, '
-            'GPU has fallen off the bus.\' "$stamp")"\nexit 1')
-    job = cl.submit(job_script(body), "-w", "n2", workdir=d)
-    try:
-        dec = wait_decision(audit, job)
-        raw = subprocess.run(["dmesg", "--time-format", "iso"], capture_output=True,
-                             text=True, timeout=30).stdout
-        assert f"pid={token}" in raw, "the trap line did not reach the kernel log"
-        assert_harmless(rc, audit)
-        v = verdict_of(rc, job)
-        # bash's "Illegal instruction  python3 trap.py 'a\n... NVRM: Xid ...'" is the job's
-        # own output: it may classify, labelled so, and backs nothing
-        labels = {e["provenance"]["label"] for e in v["verdict"]["evidence"]}
-        assert labels <= {"printed by the job"}, v["verdict"]["evidence"]
-        assert not dec["backing"] and not dec["trusted_suspects"], dec
-        n2 = v["trusted"]["nodes"]["n2"]
-        assert not [x for x in n2.get("driver") or [] if token in str(x.get("text"))], n2
-        assert not [ln for k in v["nodes"].values()
-                    for ln in (k.get("kernel") or {}).get("lines") or [] if token in ln]
-    finally:
-        cancel(job)
-
-
 # ---- a sealed node record with lines of the user's beside the sealed ones ------------------
 
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
@@ -421,3 +387,40 @@ def test_the_seal_outlives_the_job_epilogs_wait_for_a_slot() -> None:
                        if ln.startswith("TTL:")))
     cfg = Config()
     assert ttl >= gate.WAIT_S + cfg.epilog_wait_s + 60, (ttl, gate.WAIT_S, cfg.epilog_wait_s)
+
+
+# ---- on the action-mode recovery cluster: last, since its module-scoped fixture points
+# SLURM_CONF at that cluster until the module ends (the shared cluster's tests come first) --
+
+@pytest.mark.cluster
+def test_the_stamped_file_name_trap_drains_nothing_in_action_mode(rc: cl.ClusterFacts,
+                                                                  audit: Path) -> None:
+    """The same attack from a job of the test user on the action-mode cluster, the breaker's
+    share raised so that it hides nothing: before the fix n2 was drained for gpu_hardware on
+    root's own (verified) facts."""
+    write_config(rc, audit, mode="action", breaker={"share": 1.0})
+    token = secrets.token_hex(4)
+    d = cl.make_workdir(rc, "redteam-trap")
+    cl.write_user_file(d / "trap.py", TRAP, mode=0o644)
+    body = ('stamp=$(date -u +%Y-%m-%dT%H:%M:%S,000000+00:00)\n'
+            f'python3 trap.py "$(printf \'a\\n%s NVRM: Xid (PCI:0000:3b:00): 79, pid={token}, '
+            'GPU has fallen off the bus.\' "$stamp")"\nexit 1')
+    job = cl.submit(job_script(body), "-w", "n2", workdir=d)
+    try:
+        dec = wait_decision(audit, job)
+        raw = subprocess.run(["dmesg", "--time-format", "iso"], capture_output=True,
+                             text=True, timeout=30).stdout
+        assert f"pid={token}" in raw, "the trap line did not reach the kernel log"
+        assert_harmless(rc, audit)
+        v = verdict_of(rc, job)
+        # bash's "Illegal instruction  python3 trap.py 'a\n... NVRM: Xid ...'" is the job's
+        # own output: it may classify, labelled so, and backs nothing
+        labels = {e["provenance"]["label"] for e in v["verdict"]["evidence"]}
+        assert labels <= {"printed by the job"}, v["verdict"]["evidence"]
+        assert not dec["backing"] and not dec["trusted_suspects"], dec
+        n2 = v["trusted"]["nodes"]["n2"]
+        assert not [x for x in n2.get("driver") or [] if token in str(x.get("text"))], n2
+        assert not [ln for k in v["nodes"].values()
+                    for ln in (k.get("kernel") or {}).get("lines") or [] if token in ln]
+    finally:
+        cancel(job)
