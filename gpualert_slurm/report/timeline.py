@@ -91,6 +91,7 @@ def _draw(by_node: dict[str, list[dict[str, Any]]], nodes: list[str],
     fig = Figure(figsize=(7.2, 1.3 + 0.16 * rows), dpi=90)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
+    xs = [0.0]
     for y, n in enumerate(nodes):
         ts = sorted(by_node[n], key=lambda t: t["rank"])
         for k, t in enumerate(ts):
@@ -99,6 +100,7 @@ def _draw(by_node: dict[str, list[dict[str, Any]]], nodes: list[str],
             last = t.get("last_output")
             xe = end - t0 if isinstance(end, int | float) else None
             xl = last - t0 if isinstance(last, int | float) else None
+            xs += [x for x in (xl, xe) if x is not None]
             if xl is not None and xe is not None:
                 ax.plot([xl, xe], [y + dy, y + dy], color="#d0d7de", lw=0.8, zorder=1)
             if xl is not None:
@@ -125,7 +127,15 @@ def _draw(by_node: dict[str, list[dict[str, Any]]], nodes: list[str],
     if root is not None:
         handles.insert(0, Line2D([], [], ls="", marker="*", ms=9, color="#b42318",
                                  label=f"root: rank {root['rank']}"))
-    ax.legend(handles=handles, fontsize=7, loc="lower right", framealpha=0.9)
+    # above the plot, beside the title: inside it, it hid the ranks at its corner
+    ax.legend(handles=handles, fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0),
+              ncol=len(handles), frameon=False, borderaxespad=0.2)
+    # at least a second across: ranks that end within microseconds (one node's srun kill)
+    # would otherwise get tick labels in millionths, and the root's label would leave the plot
+    lo, hi = min(xs), max(xs)
+    widen = max(0.0, 1.0 - (hi - lo)) / 2
+    pad = 0.06 * (hi - lo + 2 * widen)
+    ax.set_xlim(lo - widen - pad, hi + widen + 2.5 * pad)
     ax.set_yticks(range(rows))
     ax.set_yticklabels(nodes, fontsize=6 if rows > 24 else 8)
     ax.invert_yaxis()
