@@ -21,6 +21,7 @@ from clusterlib import (
 from test_prolog import assert_nvml_as_expected
 
 from gpualert_slurm import slurm
+from gpualert_slurm.config import load_config
 
 pytestmark = pytest.mark.cluster
 
@@ -46,7 +47,11 @@ def test_prolog_prepares_the_job_dir_on_every_node(cluster: ClusterFacts, workdi
     assert rec["user"] == cluster.user and rec["job_id"] == str(job)
     assert sorted(rec["nodes"]) == sorted(st.nodes)
     assert rec["options"]["mail"] == ["me@lab.org"] and rec["options"]["hang_s"] == 1800
-    assert rec["options"]["budget_bytes"] == 1024**3
+    # budget=1G is cut to the site's bound (limits.budget_max, else its budget): what a user
+    # writes never widens what root reads for them (docs/SECURITY.md)
+    site = load_config(str(cluster.gpualert_config))
+    cap = site.limits.budget_max_bytes or site.budget_bytes
+    assert rec["options"]["budget_bytes"] == min(1024**3, cap)
     for node in st.nodes:
         node_rec = json.loads((d / "nodes" / f"{node}.prolog.json").read_text())
         assert node_rec["node"] == node
