@@ -85,8 +85,11 @@ def test_a_planned_drain_counts_for_the_breaker_until_it_is_done():
     pending = {"event": "decision", "id": "1.0", "job": "1", "partition": "p", "time": now,
                "planned": [{"action": "drain_node", "target": "n1"},
                            {"action": "requeue", "target": "1"}]}
+    # n2's fault is root's fact (issue 17: only such a node is drained or counted)
     facts = rpolicy.JobFacts(job_id="2", attempt=0, partition="p", nodes=("n2",),
-                             suspects=("n2",), partition_size=3, time=now)
+                             suspects=("n2",), partition_size=3, time=now,
+                             proven=(("n2", "kernel log of n2: NVRM: Xid 79"),),
+                             node_set=("n1", "n2", "n3"))
     v = {"verdict": {"class": "gpu_hardware", "domain": "infrastructure",
                      "evidence": [{"text": "NVRM: Xid 79: GPU has fallen off the bus"}]}}
     d = rpolicy.decide(cfg, v, facts, [pending])
