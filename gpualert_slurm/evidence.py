@@ -75,7 +75,8 @@ def filter_kernel_lines(lines: list[str], start: float | None, end: float | None
     return out
 
 
-def _run(argv: list[str], timeout: float) -> tuple[str | None, str]:
+def run_tool(argv: list[str], timeout: float) -> tuple[str | None, str]:
+    """A root tool's stdout, or None and why not (not installed, no answer, failed)."""
     exe = shutil.which(argv[0])
     if exe is None:
         return None, f"{argv[0]}: not installed"
@@ -103,7 +104,7 @@ def kernel_evidence(start: float | None, end: float | None,
     for argv in (["dmesg", "--time-format", "iso", "--nopager"],
                  ["journalctl", "-k", "-q", "--no-pager", "-o", "short-iso-precise",
                   *(["--since", f"@{int(start) - 5}"] if start else [])]):
-        text, why = _run(argv, timeout)
+        text, why = run_tool(argv, timeout)
         if text is None:
             reasons.append(why)
             continue

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from gpualert_slurm.evidence import parse_iso_line
+from gpualert_slurm.evidence import parse_iso_line, run_tool
 
 KIND = "gpualert-node-facts"
 SEAL_VERSION = "v1"
@@ -136,23 +136,6 @@ def munge_socket(configured: str | None = None, env: dict[str, str] | None = Non
     return None
 
 
-def _run(argv: list[str], data: str | None, timeout: float) -> tuple[str | None, str]:
-    exe = shutil.which(argv[0])
-    if exe is None:
-        return None, f"{argv[0]} is not installed"
-    try:
-        p = subprocess.run([exe, *argv[1:]], input=data, capture_output=True, text=True,
-                           errors="replace", timeout=timeout, close_fds=True,
-                           stdin=None if data is not None else subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return None, f"{argv[0]}: no answer within {timeout:g} s"
-    except OSError as e:
-        return None, f"{argv[0]}: {e}"
-    if p.returncode != 0:
-        return None, f"{argv[0]}: exit {p.returncode}: {(p.stderr or '').strip()[:200]}"
-    return p.stdout, ""
-
-
 def seal(root_facts: dict[str, Any], socket: str | None,
          timeout: float = MUNGE_TIMEOUT_S) -> dict[str, Any]:
     """A MUNGE credential over the facts' digest, decodable by root only (-u 0); or, when
@@ -161,7 +144,7 @@ def seal(root_facts: dict[str, Any], socket: str | None,
     argv = ["munge", "-u", "0", "-t", str(SEAL_TTL_S), "-s", seal_payload(root_facts)]
     if socket:
         argv += ["-S", socket]
-    out, why = _run(argv, None, timeout)
+    out, why = run_tool(argv, timeout)
     if out is None or not out.strip().startswith("MUNGE:"):
         return {"method": None, "why": why or "munge printed no credential"}
     return {"method": "munge", "credential": out.strip()}

@@ -168,15 +168,6 @@ def node_is_down(node: str) -> bool:
     return bool(flags & {"DOWN", "NOT_RESPONDING"})
 
 
-def _scontrol_time(text: str | None) -> float | None:
-    if not text or text in ("Unknown", "None", "(null)"):
-        return None
-    try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
-
-
 def last_lines(t: TaskLog, n: int = 30, max_bytes: int = 64 * 1024) -> dict[str, Any]:
     start = max(t.size - max_bytes, 0)
     # NUL runs (a preallocated or sparse log) are not text anyone wants to see
@@ -204,7 +195,7 @@ def classify_facts(cfg: Config, opts: Options, tasks: list[TaskLog], sf: dict[st
                    nvml: dict[str, Any], now: float) -> dict[str, Any]:
     """The JobFacts fields for the classifier (docs/CLASSIFY-API.md)."""
     rec = sf.get("record") or {}
-    end = _scontrol_time(rec.get("EndTime")) or now
+    end = slurm.parse_time(rec.get("EndTime")) or now
     lo = last_output(tasks)
     hang = opts.hang_s if opts.hang_s is not None else cfg.hang_s
     return {"exit_code": sf["exit_code"], "signal": sf["signal"] or None,
@@ -358,8 +349,8 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
     for n in nodes:
         with suppress(Exception):
             gpus[n] = (job.get("gpus") or {}).get(n)
-    start = _scontrol_time(rec.get("StartTime")) or job.get("start_time")
-    end = _scontrol_time(rec.get("EndTime")) or now
+    start = slurm.parse_time(rec.get("StartTime")) or job.get("start_time")
+    end = slurm.parse_time(rec.get("EndTime")) or now
     if kernel or any((x or {}).get("changed") for x in nvml.values()) or early is None:
         if early is not None:
             early.cancel()
