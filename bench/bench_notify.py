@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpualert_slurm.config import parse_config  # noqa: E402
+from gpualert_slurm.core.config import parse_config  # noqa: E402
 from gpualert_slurm.notify import flush, submit  # noqa: E402
 
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 import clusterlib as cl  # noqa: E402
 import recoverylib as rl  # noqa: E402
 
-from gpualert_slurm import slurm  # noqa: E402
+from gpualert_slurm.core import slurm  # noqa: E402
 
 NCCL = ("n1:123:456 [0] NCCL WARN NET/IB : Got completion from peer with error 12\n"
         "RuntimeError: NCCL communicator was aborted on rank 0. ncclRemoteError: network")
@@ -175,7 +175,7 @@ def watch_cost(f: cl.ClusterFacts, njobs: int = 9, passes: int = 20,
     alone, which any watcher of running jobs pays."""
     import resource
 
-    from gpualert_slurm.config import load_config
+    from gpualert_slurm.core.config import load_config
     from gpualert_slurm.recovery import watch
 
     def cpu() -> float:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 import clusterlib as cl  # noqa: E402
 
-from gpualert_slurm import slurm  # noqa: E402
+from gpualert_slurm.core import slurm  # noqa: E402
 
 SCRIPT = """#!/bin/bash
 #SBATCH --gpualert=mail=bench@localhost

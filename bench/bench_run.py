@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from gpualert_slurm.options import parse_size  # noqa: E402
+from gpualert_slurm.core.options import parse_size  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 GPUALERT = [sys.executable, "-m", "gpualert_slurm", "run"]

@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 import clusterlib as cl  # noqa: E402
 
-from gpualert_slurm import slurm  # noqa: E402
+from gpualert_slurm.core import slurm  # noqa: E402
 
 SCALE_ENV = {
     "GPUALERT_CLUSTER_DIR": "/var/lib/gpualert-cluster-scale",

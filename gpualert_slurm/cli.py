@@ -7,25 +7,25 @@ import sys
 
 from gpualert_slurm import __version__
 
-# name -> (module, one-line help). Modules are imported only when their command runs,
-# so a broken optional part (say, the classifier) never stops `gpualert run`.
+# name -> (module under gpualert_slurm, one-line help). Modules are imported only when their
+# command runs, so a broken optional part (say, the classifier) never stops `gpualert run`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("gpualert_slurm.runner", "run a command with gpualert's guarantees, outside Slurm"),
-    "classify": ("gpualert_slurm.classify.cli", "classify the task logs of one job"),
-    "eval": ("gpualert_slurm.evaluate", "score the classifier on a labelled corpus"),
-    "show": ("gpualert_slurm.report.show", "print the report of a finished job"),
-    "doctor": ("gpualert_slurm.doctor", "check an installation and say how to fix it"),
-    "gc": ("gpualert_slurm.gc", "remove old job dirs from the spool (retention; admins)"),
-    "hook": ("gpualert_slurm.hooks", "entry points for Slurm's Prolog/Epilog (admins)"),
-    "flush": ("gpualert_slurm.notify.flushcmd", "send the reports waiting in the outbox (admins)"),
-    "mailprog": ("gpualert_slurm.notify.mailprog", "Slurm's MailProg, enriched (admins)"),
-    "metrics": ("gpualert_slurm.metrics", "Prometheus metrics for node_exporter's textfile "
+    "run": ("commands.run", "run a command with gpualert's guarantees, outside Slurm"),
+    "classify": ("commands.classify", "classify the task logs of one job"),
+    "eval": ("commands.evaluate", "score the classifier on a labelled corpus"),
+    "show": ("commands.show", "print the report of a finished job"),
+    "doctor": ("commands.doctor", "check an installation and say how to fix it"),
+    "gc": ("commands.spool_gc", "remove old job dirs from the spool (retention; admins)"),
+    "hook": ("hooks", "entry points for Slurm's Prolog/Epilog (admins)"),
+    "flush": ("commands.flush", "send the reports waiting in the outbox (admins)"),
+    "mailprog": ("notify.mailprog", "Slurm's MailProg, enriched (admins)"),
+    "metrics": ("commands.metrics", "Prometheus metrics for node_exporter's textfile "
                 "collector (admins: a timer)"),
-    "status": ("gpualert_slurm.recovery.status", "monitored jobs now, recovery state (admins)"),
-    "watch": ("gpualert_slurm.recovery.watch", "hang and straggler alerts for running jobs "
+    "status": ("commands.status", "monitored jobs now, recovery state (admins)"),
+    "watch": ("recovery.watch", "hang and straggler alerts for running jobs "
               "(admins: a timer or service on the controller)"),
-    "history": ("gpualert_slurm.recovery.history", "what recovery decided and did (admins)"),
-    "resume": ("gpualert_slurm.recovery.resume", "resume nodes gpualert drained; reset the "
+    "history": ("commands.history", "what recovery decided and did (admins)"),
+    "resume": ("commands.resume", "resume nodes gpualert drained; reset the "
                "breaker"),
 }
 
@@ -50,13 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpualert: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     if name != "run":  # run's child writes to the terminal itself, as without gpualert
-        from gpualert_slurm.termsafe import SafeStream
+        from gpualert_slurm.core.termsafe import SafeStream
 
         # Job data (output, names, paths) reaches what every admin command prints: its
         # control characters are shown escaped, never interpreted by the terminal.
         sys.stdout = SafeStream(sys.stdout)  # type: ignore[assignment]
         sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
-    module = importlib.import_module(COMMANDS[name][0])
+    module = importlib.import_module("gpualert_slurm." + COMMANDS[name][0])
     return int(module.main(rest) or 0)
 
 

@@ -23,10 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "docker" / "slurm-cluster" / "cluster"
 
 try:  # the installed copy (what the hooks run); the checkout when run from a bare clone
-    from gpualert_slurm import slurm
+    from gpualert_slurm.core import slurm
 except ImportError:
     sys.path.append(str(REPO))
-    from gpualert_slurm import slurm
+    from gpualert_slurm.core import slurm
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-/* The --gpualert[=OPTS] grammar, mirrored by gpualert_slurm.options.parse_options() and held
+/* The --gpualert[=OPTS] grammar, mirrored by gpualert_slurm.core.options.parse_options() and held
  * equal to it by tests/test_option_parity.py. */
 #include "gpualert.h"
 
@@ -132,7 +132,7 @@ static const char *accepted(const char *key)
 
 /*
  * Validates OPTS. Returns 0, or -1 after writing the error to err (the form mirrored by
- * gpualert_slurm.options.parse_options()).
+ * gpualert_slurm.core.options.parse_options()).
  */
 int validate_opts(const char *opts, char *err, size_t errlen)
 {

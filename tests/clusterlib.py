@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = REPO / "docker" / "slurm-cluster" / "cluster"

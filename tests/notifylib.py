@@ -21,7 +21,7 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
-from gpualert_slurm.config import Config, parse_config
+from gpualert_slurm.core.config import Config, parse_config
 
 
 def free_port() -> int:

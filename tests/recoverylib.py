@@ -17,7 +17,7 @@ import clusterlib
 import pytest
 import yaml
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 RECOVERY_CLUSTER_ENV = {
     "GPUALERT_CLUSTER_DIR": "/var/lib/gpualert-cluster-recovery",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from clusterlib import ClusterError, ClusterFacts, cancel_quietly, chown_to_user, sbatch
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 
 def require_plugin(c: ClusterFacts) -> ClusterFacts:

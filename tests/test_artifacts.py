@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_prolog import USER
 
-from gpualert_slurm.artifacts import Bundle, add_logs, bundle_for_job, run_forked
+from gpualert_slurm.core.artifacts import Bundle, add_logs, bundle_for_job, run_forked
 
 
 @dataclass

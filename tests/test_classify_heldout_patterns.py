@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpualert_slurm.classify import JobFacts, TaskInput, classify
-from gpualert_slurm.classify.cli import main as classify_main
+from gpualert_slurm.commands.classify import main as classify_main
 
 
 def run(tmp_path: Path, code: str | None = None, *argv: str, name: str = "0.0.log",

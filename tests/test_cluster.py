@@ -15,7 +15,7 @@ import clusterlib
 import pytest
 from clusterlib import ClusterFacts, run_as_user, submit, wait_final, wait_state
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 pytestmark = pytest.mark.cluster
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualert_slurm.config import Config, ConfigError, load_config
+from gpualert_slurm.core.config import Config, ConfigError, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 

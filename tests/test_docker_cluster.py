@@ -20,7 +20,7 @@ from dockerlib import DCLUSTER, DockerCluster, docker_cluster, docker_cluster_se
 from spank_jobs import job_dir, require_plugin, submit_held, task_files
 from test_tap import BATCH_LOG_MAX, GEN, capped_batch_log, expected, sha
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 

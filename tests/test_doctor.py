@@ -267,7 +267,7 @@ def _snippet_settings() -> dict[str, str]:
 
 
 def test_readme_snippet_and_doctor_agree():
-    from gpualert_slurm.doctor import HOOKS
+    from gpualert_slurm.commands.doctor import HOOKS
 
     snippet = _snippet_settings()
     readme = (REPO / "README.md").read_text()
@@ -284,8 +284,8 @@ def test_readme_snippet_and_doctor_agree():
                .read_text().splitlines() if line and not line.startswith("#")]
     assert len(shipped) == 1 and f"       {shipped[0]}\n" in install
     assert "`/etc/slurm/plugstack.conf.d/gpualert.conf`" in install
-    from gpualert_slurm.config import Config
-    from gpualert_slurm.doctor import check_plugstack
+    from gpualert_slurm.commands.doctor import check_plugstack
+    from gpualert_slurm.core.config import Config
 
     (missing, *_) = check_plugstack("/nonexistent/plugstack.conf", Config())
     assert f"add the line `{shipped[0]}`" in missing.fix

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_prolog import USER, hooks_log, make_env, prolog
 
-from gpualert_slurm.evidence import filter_kernel_lines, parse_iso_line
+from gpualert_slurm.core.evidence import filter_kernel_lines, parse_iso_line
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = "987650001"  # no such job on the test cluster: scontrol answers "Invalid job id"

@@ -12,7 +12,7 @@ from pathlib import Path
 import clusterlib as cl
 import pytest
 
-from gpualert_slurm.config import parse_config
+from gpualert_slurm.core.config import parse_config
 from gpualert_slurm.recovery import on_verdict, report_lines
 from gpualert_slurm.recovery import policy as rpolicy
 from gpualert_slurm.report import render

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualert_slurm.spool import SpoolError, restore_local_exit_records
+from gpualert_slurm.core.spool import SpoolError, restore_local_exit_records
 
 
 def record(step: str, rank: int) -> bytes:

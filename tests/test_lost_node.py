@@ -13,7 +13,7 @@ from test_epilog import JOB, epilogs, site_cfg
 from test_prolog import USER, make_env, prolog
 
 from gpualert_slurm.classify import JobFacts, TaskInput, classify
-from gpualert_slurm.classify.cli import task_from_path
+from gpualert_slurm.commands.classify import task_from_path
 
 REPO = Path(__file__).resolve().parent.parent
 

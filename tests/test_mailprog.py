@@ -229,7 +229,7 @@ def test_real_job_slurm_mail_enriched_with_its_verdict(cluster, workdir, tmp_pat
     # MailProg for that job, against a private sink.
     import clusterlib
 
-    from gpualert_slurm import slurm
+    from gpualert_slurm.core import slurm
 
     script = ("#!/bin/bash\n#SBATCH -N1 -o out.%j\n"
               "python3 -c \"raise MemoryError('CUDA out of memory. Tried to allocate 2.00 "

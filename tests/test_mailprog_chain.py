@@ -162,7 +162,7 @@ def test_a_chain_that_hangs_is_killed_within_the_bound(tmp_path, smtp_server, mo
 
 
 def test_config_refuses_a_relative_chain(tmp_path):
-    from gpualert_slurm.config import ConfigError, parse_config
+    from gpualert_slurm.core.config import ConfigError, parse_config
 
     with pytest.raises(ConfigError, match="mail.slurm_mail_chain: expected an absolute path"):
         parse_config({"mail": {"slurm_mail_chain": "jobstats_mail.sh"}}, "x.yaml")
@@ -285,8 +285,8 @@ def test_slurmctld_mail_suppressed_is_not_handed_on(chain_cluster):
 
 
 def test_doctor_checks_the_chained_mailprog(tmp_path):
-    from gpualert_slurm import doctor
-    from gpualert_slurm.config import parse_config
+    from gpualert_slurm.commands import doctor
+    from gpualert_slurm.core.config import parse_config
 
     assert doctor.check_mail_chain(parse_config({}, "x.yaml")) == []
     prog = make_standin(tmp_path, tmp_path / "rec")

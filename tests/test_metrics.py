@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpualert_slurm.config import parse_config
+from gpualert_slurm.core.config import parse_config
+from gpualert_slurm.core.spool import opened_dir, write_json_atomic
 from gpualert_slurm.notify.outbox import Outbox, new_id
 from gpualert_slurm.recovery.audit import AuditLog
-from gpualert_slurm.spool import opened_dir, write_json_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 USER_UID = 4242  # the job dirs' owner: a user, not root

@@ -28,7 +28,7 @@ from notifylib import (
     small_tmpfs,
 )
 
-from gpualert_slurm.doctor import check_outbox
+from gpualert_slurm.commands.doctor import check_outbox
 from gpualert_slurm.notify import flush, safe_header, submit
 from gpualert_slurm.notify.outbox import Outbox, new_id
 
@@ -354,7 +354,7 @@ def test_auth_with_a_root_only_password_file(tmp_path):
     ({"slurm_mail": "drop"}, "mail.slurm_mail: expected enrich, forward, suppress"),
 ])
 def test_bad_mail_config_is_a_clear_error(tmp_path, yaml_mail, expected):
-    from gpualert_slurm.config import ConfigError, parse_config
+    from gpualert_slurm.core.config import ConfigError, parse_config
 
     with pytest.raises(ConfigError) as e:
         parse_config({"mail": yaml_mail}, "/etc/gpualert/gpualert.yaml")
@@ -362,7 +362,7 @@ def test_bad_mail_config_is_a_clear_error(tmp_path, yaml_mail, expected):
 
 
 def test_host_port_and_relay_spellings_agree(tmp_path):
-    from gpualert_slurm.config import parse_config
+    from gpualert_slurm.core.config import parse_config
 
     a = parse_config({"mail": {"host": "smtp.lab.org", "port": 587, "tls": "starttls"}}, "x")
     b = parse_config({"mail": {"relay": "smtp.lab.org:587", "tls": "starttls"}}, "x")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import clusterlib
 from notifylib import free_port, make_cfg
 
+from gpualert_slurm.core.options import parse_options
 from gpualert_slurm.notify import resolve_channels, resolve_recipients
-from gpualert_slurm.options import parse_options
 
 
 def cfg_with(tmp_path, **mail):

@@ -140,7 +140,7 @@ def test_slack_url_is_accepted_by_config_and_apprise(tmp_path):
 
 
 def test_channel_config_errors_are_clear():
-    from gpualert_slurm.config import ConfigError, parse_config
+    from gpualert_slurm.core.config import ConfigError, parse_config
 
     cases = [
         ({"channels": {"mail": {"url": "json://x"}}}, "not 'mail', the built-in channel"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualert_slurm.options import OptionError, parse_options
+from gpualert_slurm.core.options import OptionError, parse_options
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpualert_slurm.options import OptionError, Options, options_from_env, parse_options
+from gpualert_slurm.core.options import OptionError, Options, options_from_env, parse_options
 
 
 @pytest.mark.parametrize("text", [None, "", "on"])

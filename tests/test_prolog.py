@@ -291,7 +291,7 @@ def test_expand_hostlist(text, nodes):
 
 
 def test_gpu_snapshot_shape():
-    from gpualert_slurm.hooks.gpu import gpu_snapshot
+    from gpualert_slurm.core.gpu import gpu_snapshot
 
     snap = gpu_snapshot()
     assert_nvml_as_expected(snap)
@@ -301,7 +301,7 @@ def test_gpu_snapshot_shape():
 
 @pytest.mark.gpu
 def test_gpu_snapshot_on_a_gpu_node():
-    from gpualert_slurm.hooks.gpu import gpu_snapshot
+    from gpualert_slurm.core.gpu import gpu_snapshot
 
     snap = gpu_snapshot()
     if isinstance(snap, str):

@@ -20,8 +20,8 @@ from clusterlib import (
 )
 from test_prolog import assert_nvml_as_expected
 
-from gpualert_slurm import slurm
-from gpualert_slurm.config import load_config
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core.config import load_config
 
 pytestmark = pytest.mark.cluster
 

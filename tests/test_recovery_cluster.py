@@ -31,8 +31,9 @@ from recoverylib import (
     write_config,
 )
 
-from gpualert_slurm import recovery, slurm
-from gpualert_slurm.config import load_config
+from gpualert_slurm import recovery
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core.config import load_config
 
 pytestmark = pytest.mark.cluster
 GPUALERT = "/opt/gpualert/venv/bin/gpualert"

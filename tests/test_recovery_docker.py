@@ -20,7 +20,7 @@ from clusterlib import make_workdir, wait_state, wait_until
 from dockerlib import DockerCluster, docker_cluster, docker_cluster_session  # noqa: F401
 from spank_jobs import require_plugin
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpualert_slurm.config import ConfigError, RecoveryConfig, parse_config
+from gpualert_slurm.core.config import ConfigError, RecoveryConfig, parse_config
 from gpualert_slurm.recovery import checkpoint_newest
 from gpualert_slurm.recovery.actions import drain_reason, merged_exclusion
 from gpualert_slurm.recovery.attribution import attribute
@@ -398,7 +398,7 @@ def test_report_lines_say_what_was_and_would_be_done() -> None:
 def test_watch_makes_late_the_decision_a_busy_lock_left_undone(tmp_path: Path) -> None:
     import json as _json
 
-    from gpualert_slurm.config import Config
+    from gpualert_slurm.core.config import Config
     from gpualert_slurm.recovery import resume_unfinished
 
     spool = tmp_path / "spool"

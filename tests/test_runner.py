@@ -274,7 +274,7 @@ def test_without_pidfd_the_polling_fallback_works(tmp_path):
     pidfile = tmp_path / "gc.pid"
     code = ("import os, sys\n"
             "del os.pidfd_open\n"
-            "from gpualert_slurm.runner import main\n"
+            "from gpualert_slurm.commands.run import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     r = subprocess.run([sys.executable, "-c", code, "--log-dir", str(tmp_path / "l"), "--", "sh",
                         "-c", f"sleep 60 & echo $! > {pidfile}; echo hi; exit 6"],

@@ -1,4 +1,4 @@
-"""gpualert_slurm.slurm: parsers on real captured output, error handling, and the client
+"""gpualert_slurm.core.slurm: parsers on real captured output, error handling, and the client
 against the real cluster."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import clusterlib
 import pytest
 from clusterlib import ClusterFacts, submit, wait_final, wait_state
 
-from gpualert_slurm import slurm
-from gpualert_slurm.slurm import ExitCode, SlurmError
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core.slurm import ExitCode, SlurmError
 
 DATA = Path(__file__).parent / "data" / "slurm"
 

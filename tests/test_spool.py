@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from gpualert_slurm import spool
-from gpualert_slurm.spool import SpoolError
+from gpualert_slurm.core import spool
+from gpualert_slurm.core.spool import SpoolError
 
 
 def test_layout_paths():

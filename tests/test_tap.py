@@ -23,7 +23,7 @@ from clusterlib import (
 )
 from spank_jobs import job_dir, make_job_dir, require_plugin, steps, submit_held, task_files
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 pytestmark = pytest.mark.cluster
 

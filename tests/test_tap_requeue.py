@@ -45,8 +45,8 @@ from spank_jobs import (
     task_files,
 )
 
-from gpualert_slurm import slurm
-from gpualert_slurm.spool import attempt_dir, list_attempts
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core.spool import attempt_dir, list_attempts
 
 pytestmark = pytest.mark.cluster
 

@@ -53,7 +53,7 @@ from spank_jobs import (
     wait_final_or_cancel,
 )
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 pytestmark = pytest.mark.cluster
 

@@ -56,7 +56,7 @@ from spank_jobs import (
     submit_held,
 )
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 pytestmark = pytest.mark.cluster
 

@@ -33,7 +33,7 @@ from recoverylib import (
     write_config,
 )
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 pytestmark = pytest.mark.cluster
 GPUALERT = "/opt/gpualert/venv/bin/gpualert"

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from gpualert_slurm import provenance
-from gpualert_slurm.config import RecoveryConfig
-from gpualert_slurm.evidence import filter_kernel_lines
+from gpualert_slurm.core import provenance
+from gpualert_slurm.core.config import RecoveryConfig
+from gpualert_slurm.core.evidence import filter_kernel_lines
 from gpualert_slurm.recovery.audit import breaker_open
 from gpualert_slurm.recovery.policy import JobFacts, decide, drains_in_window
 
@@ -209,7 +209,7 @@ def test_kernel_lines_with_a_name_holding_the_drivers_words_are_dropped() -> Non
 
 
 def test_without_slurms_start_no_kernel_line_is_read() -> None:
-    from gpualert_slurm.evidence import kernel_evidence
+    from gpualert_slurm.core.evidence import kernel_evidence
 
     k = kernel_evidence(None, time.time())
     assert k["lines"] == [] and "start time from Slurm" in k["absent"]

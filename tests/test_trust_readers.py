@@ -31,8 +31,8 @@ import clusterlib as cl
 import pytest
 import yaml
 
-from gpualert_slurm import slurm
-from gpualert_slurm import spool as sp
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core import spool as sp
 
 GPUALERT = "/opt/gpualert/venv/bin/gpualert"
 SECRET = "SECRET-OF-ROOTS-JOB-7f3a9"
@@ -433,7 +433,7 @@ def test_routing_and_mailprog_ignore_user_written_records(smtp_server: Any) -> N
     attempt-1/verdict.json with text of their own. notify.rules route by root's facts: the
     report goes to the default channel, not to ops' webhook; MailProg's enrichment takes
     nothing from the forged verdict."""
-    from gpualert_slurm.config import load_config
+    from gpualert_slurm.core.config import load_config
     from gpualert_slurm.notify import recipients
 
     with own_spool() as base:
@@ -569,8 +569,8 @@ def test_classify_jobdir_refuses_a_tasks_symlink_to_another_jobs_logs() -> None:
 # ---- pure parts -------------------------------------------------------------------------------
 
 def test_bound_options_never_exceed_the_sites_bounds() -> None:
-    from gpualert_slurm.config import Config, LimitsConfig, bound_options
-    from gpualert_slurm.options import parse_options
+    from gpualert_slurm.core.config import Config, LimitsConfig, bound_options
+    from gpualert_slurm.core.options import parse_options
 
     cfg = Config(budget_bytes=20 * 1024**2, limits=LimitsConfig(hang_min_s=60, max_recipients=2))
     o = bound_options(parse_options("budget=900G,hang=1s,mail=a@x.org:b@x.org:c@x.org"), cfg)
@@ -582,7 +582,7 @@ def test_bound_options_never_exceed_the_sites_bounds() -> None:
 
 
 def test_limits_config_is_checked() -> None:
-    from gpualert_slurm.config import ConfigError, parse_config
+    from gpualert_slurm.core.config import ConfigError, parse_config
 
     cfg = parse_config({"limits": {"budget_max": "1G", "hang_min": "5m", "watch_job_s": 3,
                                    "watch_alerts_per_user_hour": 7}}, "x.yaml")
@@ -595,7 +595,7 @@ def test_limits_config_is_checked() -> None:
 
 
 def test_escape_shows_every_control_character_and_keeps_text() -> None:
-    from gpualert_slurm.termsafe import escape, one_line
+    from gpualert_slurm.core.termsafe import escape, one_line
 
     s = f"ok {OSC52} \x1b[2J\x9b31m bidi\u202e tab\tend\r\nnext"
     e = escape(s)
@@ -661,7 +661,7 @@ def test_read_run_verdict_wants_roots_file_about_this_run() -> None:
 
 
 def test_remove_tree_any_depth_bounded_fds(tmp_path: Path) -> None:
-    from gpualert_slurm import gc
+    from gpualert_slurm.commands import spool_gc as gc
 
     root = tmp_path / "r"
     root.mkdir()

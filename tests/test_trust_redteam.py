@@ -27,8 +27,8 @@ from recoverylib import (
 from test_trust_cluster import assert_harmless, cancel, job_script, verdict_of
 from test_trust_policy import private_munged
 
-from gpualert_slurm import provenance
-from gpualert_slurm.evidence import kernel_evidence
+from gpualert_slurm.core import provenance
+from gpualert_slurm.core.evidence import kernel_evidence
 from gpualert_slurm.hooks.epilog_slurmctld import read_node_record, sealed_view
 
 rc = trust.rc  # the recovery cluster's fixtures (nodes resumed; a fresh audit log)
@@ -373,7 +373,7 @@ def test_the_seal_outlives_the_job_epilogs_wait_for_a_slot() -> None:
     default TTL (300 s) a user's burst made every other job's seals expire meanwhile: on a
     spool that squashes root (seal only) a real Xid then drained nothing. The seal now asks
     munged for 3600 s, its default cap."""
-    from gpualert_slurm.config import Config
+    from gpualert_slurm.core.config import Config
     from gpualert_slurm.hooks import gate
 
     with private_munged() as sock:

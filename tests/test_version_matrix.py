@@ -43,7 +43,7 @@ from dockerlib import (  # noqa: F401
 from spank_jobs import job_dir, require_plugin, task_files
 from test_tap import GEN, expected, sha
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 
 SACCT_S = 5.0
 GONE_AFTER_S = 600.0  # a task that ended longer ago than any job epilog runs: not waited for

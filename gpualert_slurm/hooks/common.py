@@ -10,8 +10,8 @@ import syslog
 import threading
 import time
 
-from gpualert_slurm.config import Config, ConfigError, load_config
-from gpualert_slurm.spool import hooks_log
+from gpualert_slurm.core.config import Config, ConfigError, load_config
+from gpualert_slurm.core.spool import hooks_log
 
 DEFAULT_TIMEOUT_S = 20.0
 HOOKS_LOG_MAX = 16 << 20   # then the log moves to .1 and starts again: two files at most
@@ -40,7 +40,7 @@ class HookLog:
         self.spool = spool
 
     def _emit(self, level: int, tag: str, msg: str) -> None:
-        from gpualert_slurm.termsafe import escape
+        from gpualert_slurm.core.termsafe import escape
 
         # Messages quote job data (names, paths, errors): one line each, and no control
         # character of it reaches the admin who runs `tail` on this log, or the journal.

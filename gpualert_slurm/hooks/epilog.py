@@ -24,17 +24,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualert_slurm.config import Config, bound_options
-from gpualert_slurm.hooks import cost, gate
-from gpualert_slurm.hooks.common import (
-    DEFAULT_TIMEOUT_S,
-    HookLog,
-    Watchdog,
-    load_config_logged,
-    shim_bound_s,
-)
-from gpualert_slurm.options import OptionError, Options, options_from_env
-from gpualert_slurm.spool import (
+from gpualert_slurm.core.config import Config, bound_options
+from gpualert_slurm.core.options import OptionError, Options, options_from_env
+from gpualert_slurm.core.spool import (
     DIR_MODE,
     LOCAL_RECORDS,
     SpoolError,
@@ -50,6 +42,14 @@ from gpualert_slurm.spool import (
     restore_local_exit_records,
     task_node,
     write_json_atomic,
+)
+from gpualert_slurm.hooks import cost, gate
+from gpualert_slurm.hooks.common import (
+    DEFAULT_TIMEOUT_S,
+    HookLog,
+    Watchdog,
+    load_config_logged,
+    shim_bound_s,
 )
 
 VERDICT_VERSION = 1
@@ -265,7 +265,6 @@ class PendingVerdict:
         self.error: str | None = None
         self.names = {t.proc_path: t.path for t in tasks}
         try:
-            from gpualert_slurm.artifacts import Forked
             from gpualert_slurm.classify import (
                 JobFacts,
                 RuleError,
@@ -273,6 +272,7 @@ class PendingVerdict:
                 classify,
                 load_rules,
             )
+            from gpualert_slurm.core.artifacts import Forked
 
             if kernel_lines:
                 kfd, self.kpath = tempfile.mkstemp(prefix="gpualert-kernel-", suffix=".log")
@@ -430,8 +430,8 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         nfd = js.subdir("nodes", create=True)
         assert nfd is not None
         try:
-            from gpualert_slurm import provenance
-            from gpualert_slurm.evidence import kernel_evidence, nvml_evidence
+            from gpualert_slurm.core import provenance
+            from gpualert_slurm.core.evidence import kernel_evidence, nvml_evidence
 
             # The kernel window starts where Slurm says this run started: job.json is the
             # user's to delete or replace (docs/SECURITY.md).
@@ -487,7 +487,7 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
 
 def slurm_start(jobid: str, attempt: int, timeout: float = 3.0) -> tuple[float | None, str]:
     """(Slurm's start time of this run, where the bound came from or why there is none)."""
-    from gpualert_slurm import slurm
+    from gpualert_slurm.core import slurm
 
     try:
         st = slurm.show_job(jobid, timeout=timeout)
@@ -624,7 +624,7 @@ def run(which: str) -> int:
 
 def _worth_a_worker(env: dict[str, str], log: HookLog) -> bool:
     """A monitored job with a usable config: else the foreground run just logs and returns."""
-    from gpualert_slurm.config import ConfigError, load_config
+    from gpualert_slurm.core.config import ConfigError, load_config
 
     try:
         return job_options(env, load_config(), log).monitored

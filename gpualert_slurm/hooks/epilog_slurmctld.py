@@ -18,8 +18,16 @@ import time
 from contextlib import suppress
 from typing import Any
 
-from gpualert_slurm import slurm
-from gpualert_slurm.config import Config, ReportConfig
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core.config import Config, ReportConfig
+from gpualert_slurm.core.options import Options
+from gpualert_slurm.core.spool import (
+    SpoolError,
+    open_dir,
+    opened_dir,
+    read_json_nofollow,
+    write_json_atomic,
+)
 from gpualert_slurm.hooks import array_acct, cost
 from gpualert_slurm.hooks.common import HookLog, Watchdog, load_config_logged, shim_bound_s
 from gpualert_slurm.hooks.epilog import (
@@ -38,14 +46,6 @@ from gpualert_slurm.hooks.epilog import (
     open_task_logs,
     process_age,
     restart_count,
-)
-from gpualert_slurm.options import Options
-from gpualert_slurm.spool import (
-    SpoolError,
-    open_dir,
-    opened_dir,
-    read_json_nofollow,
-    write_json_atomic,
 )
 
 STATE_DIR = ".gpualert"  # <spool>/.gpualert: root's own state (array summaries, rate caps)
@@ -134,7 +134,7 @@ def read_node_record(name: str, dir_fd: int) -> Any:
     The file's owner, mode and links go with it under "_file" for that check."""
     import stat as _stat
 
-    from gpualert_slurm.spool import MAX_RECORD_BYTES
+    from gpualert_slurm.core.spool import MAX_RECORD_BYTES
 
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
@@ -243,7 +243,7 @@ def trusted_facts(env: dict[str, str], cfg: Config, js: JobSpool, node_recs: dic
     slurmctld, and scontrol; never job.json) and, per node Slurm lists, whether its record's
     root facts check (provenance.verify: the MUNGE seal, decoded once here) and which of its
     driver lines fall in Slurm's window. Recovery acts on nodes by these alone."""
-    from gpualert_slurm import provenance
+    from gpualert_slurm.core import provenance
 
     rec = sf.get("record") or {}
     nodelist = env.get("SLURM_JOB_NODELIST") or rec.get("NodeList") or ""
@@ -303,7 +303,7 @@ def sealed_view(rec: dict[str, Any], verified: Any) -> dict[str, Any]:
     what the seal covers. The seal covers root_facts only; the record's own "kernel" and
     "nvml" beside it are in the user's directory, and a user who keeps the sealed part and
     adds lines there would have them labelled "kernel log of <node>" (red-team pass)."""
-    from gpualert_slurm.evidence import parse_iso_line
+    from gpualert_slurm.core.evidence import parse_iso_line
 
     rf = rec.get("root_facts")
     if not verified or not isinstance(rf, dict):
@@ -323,7 +323,7 @@ def build_verdict(env: dict[str, str], cfg: Config, js: JobSpool, opts: Options,
                   tasks: list[TaskLog], node_recs: dict[str, Any], nodes: list[str],
                   sf: dict[str, Any], now: float, classify_s: float = 60.0,
                   early: PendingVerdict | None = None) -> dict[str, Any]:
-    from gpualert_slurm import provenance
+    from gpualert_slurm.core import provenance
 
     rec = sf.get("record") or {}
     job = js.job
@@ -944,7 +944,7 @@ def _recover(cfg: Config, js: JobSpool, v: dict[str, Any], log: HookLog, left: f
 def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
               tasks: list[TaskLog], v: dict[str, Any], log: HookLog, t0: float,
               bound: float) -> None:
-    from gpualert_slurm.artifacts import bundle_for_job
+    from gpualert_slurm.core.artifacts import bundle_for_job
     from gpualert_slurm.report import inline_images, render, subject
 
     jobid = v["job_id"]

@@ -18,21 +18,21 @@ import socket
 import time
 from typing import Any
 
-from gpualert_slurm.config import bound_options
+from gpualert_slurm.core.config import bound_options
+from gpualert_slurm.core.options import OptionError, Options, options_from_env
+from gpualert_slurm.core.slurm import SlurmError, expand_hostlist  # one hostlist grammar
+from gpualert_slurm.core.spool import (
+    SpoolError,
+    create_job_dir,
+    read_json_nofollow,
+    write_json_atomic,
+)
 from gpualert_slurm.hooks.common import (
     DEFAULT_TIMEOUT_S,
     HookLog,
     Watchdog,
     load_config_logged,
     shim_bound_s,
-)
-from gpualert_slurm.options import OptionError, Options, options_from_env
-from gpualert_slurm.slurm import SlurmError, expand_hostlist  # one hostlist grammar
-from gpualert_slurm.spool import (
-    SpoolError,
-    create_job_dir,
-    read_json_nofollow,
-    write_json_atomic,
 )
 
 RECORD_VERSION = 1
@@ -96,7 +96,7 @@ def _job_record(env: dict[str, str], options: Options, options_error: str | None
 
 
 def _node_record(env: dict[str, str], node: str) -> dict[str, Any]:
-    from gpualert_slurm.hooks.gpu import gpu_snapshot
+    from gpualert_slurm.core.gpu import gpu_snapshot
 
     return {
         "version": RECORD_VERSION,

@@ -12,7 +12,7 @@ from email import policy
 from email.utils import getaddresses
 from typing import Any
 
-from gpualert_slurm.config import Config
+from gpualert_slurm.core.config import Config
 from gpualert_slurm.notify import smtp, webhook
 from gpualert_slurm.notify.outbox import Outbox, OutboxError, new_id
 from gpualert_slurm.notify.recipients import channels_for_job, check_addresses, envelope_sender

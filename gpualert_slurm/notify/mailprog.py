@@ -40,10 +40,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpualert_slurm.config import Config, ConfigError, load_config
+from gpualert_slurm.core.config import Config, ConfigError, load_config
+from gpualert_slurm.core.options import OptionError, options_from_env
 from gpualert_slurm.notify.core import safe_header, submit
 from gpualert_slurm.notify.recipients import check_addresses
-from gpualert_slurm.options import OptionError, options_from_env
 
 # Slurm's _mail_type_str() words for the mails sent when a job ends.
 END_TYPES = frozenset({"Ended", "Failed", "Staged Out"})
@@ -70,7 +70,7 @@ def _verdict(cfg: Config, job_id: str) -> dict[str, Any] | None:
     """The job's verdict (its latest attempt's), or None while there is none. Only a
     verdict.json root wrote about this job and that attempt counts (spool.read_run_verdict):
     a user's own file in an attempt-N directory they made is not enrichment."""
-    from gpualert_slurm.spool import job_dir, latest_attempt, read_run_verdict
+    from gpualert_slurm.core.spool import job_dir, latest_attempt, read_run_verdict
 
     try:
         data = read_run_verdict(cfg.spool, job_id, latest_attempt(job_dir(cfg.spool, job_id)))

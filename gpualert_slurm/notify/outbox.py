@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from gpualert_slurm.spool import fsync_dir, read_bytes_nofollow, write_atomic
+from gpualert_slurm.core.spool import fsync_dir, read_bytes_nofollow, write_atomic
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600

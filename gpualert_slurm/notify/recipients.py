@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpualert_slurm.config import Config
-from gpualert_slurm.options import ADDR_RE
+from gpualert_slurm.core.config import Config
+from gpualert_slurm.core.options import ADDR_RE
 
 SCONTROL_TIMEOUT_S = 5.0
 
@@ -68,7 +68,7 @@ def _slurm_mail_user(env: Mapping[str, str]) -> str | None:
     job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
     if not job_id:
         return None
-    from gpualert_slurm import slurm
+    from gpualert_slurm.core import slurm
 
     try:
         rec = slurm.show_job(job_id, timeout=SCONTROL_TIMEOUT_S)
@@ -119,7 +119,7 @@ def _job_facts(cfg: Config, job_id: str) -> dict[str, Any]:
     Slurm's environment), read the careful way (spool.read_job_file: root's file, no link,
     no FIFO); a job.json the user replaced is refused, and Slurm is asked instead. A user must
     not route their report, text they control, to another team's channel."""
-    from gpualert_slurm.spool import read_job_file
+    from gpualert_slurm.core.spool import read_job_file
 
     try:
         data = read_job_file(cfg.spool, job_id, "job.json")
@@ -127,7 +127,7 @@ def _job_facts(cfg: Config, job_id: str) -> dict[str, Any]:
             return data
     except (OSError, ValueError):
         pass
-    from gpualert_slurm import slurm
+    from gpualert_slurm.core import slurm
 
     try:
         st = slurm.show_job(job_id, timeout=SCONTROL_TIMEOUT_S)

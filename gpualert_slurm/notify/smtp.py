@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from gpualert_slurm.config import MailConfig
+from gpualert_slurm.core.config import MailConfig
 
 
 @dataclass

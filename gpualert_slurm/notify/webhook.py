@@ -12,9 +12,9 @@ import threading
 import time
 from email import message_from_bytes, policy
 
-from gpualert_slurm.config import ChannelConfig, MailConfig
+from gpualert_slurm.core.config import ChannelConfig, MailConfig
+from gpualert_slurm.core.termsafe import escape, one_line
 from gpualert_slurm.notify.smtp import Outcome, read_secret
-from gpualert_slurm.termsafe import escape, one_line
 
 MAX_BODY = 3500  # Slack/Mattermost cut long posts; the full report stays in the mail/spool
 

@@ -19,8 +19,8 @@ import os
 import time
 from typing import Any
 
-from gpualert_slurm import slurm
-from gpualert_slurm.config import Config
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core.config import Config
 
 SLURM_CALL_S = 5.0
 LOCK_WHY = "the audit lock did not come"
@@ -48,7 +48,7 @@ def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: flo
     what the verdict blames; node -> the Slurm or root fact that backs the class there (for
     a node failure Slurm's DOWN/NOT_RESPONDING/FAIL, else the node's sealed kernel log or
     NVML, provenance.backing); node -> why a blamed node is not backed."""
-    from gpualert_slurm import provenance
+    from gpualert_slurm.core import provenance
 
     notes: list[str] = []
     trusted = verdict.get("trusted") or {}
@@ -132,8 +132,8 @@ def checkpoint_newest(pattern: str | None, work_dir: str | None, deadline: float
     most limits.checkpoint_max_matches paths. None: no glob, or nothing known in time."""
     if not pattern:
         return None
-    from gpualert_slurm.artifacts import run_forked
-    from gpualert_slurm.config import LimitsConfig
+    from gpualert_slurm.core.artifacts import run_forked
+    from gpualert_slurm.core.config import LimitsConfig
 
     lim = cfg.limits if cfg is not None else LimitsConfig()
     base = pattern if os.path.isabs(pattern) else os.path.join(work_dir or "/nonexistent",
@@ -346,8 +346,8 @@ def resume_unfinished(cfg: Config, log: Any = None, min_age_s: float | None = No
     within the epilog's bound), from the verdict.json root wrote (spool.read_run_verdict).
     `gpualert
     watch` calls this every pass."""
+    from gpualert_slurm.core.spool import read_run_verdict
     from gpualert_slurm.recovery.audit import AuditLog, audit_path
-    from gpualert_slurm.spool import read_run_verdict
 
     audit = AuditLog(audit_path(cfg))
     recs = audit.read()

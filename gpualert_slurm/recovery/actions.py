@@ -1,4 +1,4 @@
-"""Carrying a decision out with Slurm's own commands (through gpualert_slurm.slurm), each step
+"""Carrying a decision out with Slurm's own commands (through gpualert_slurm.core.slurm), each step
 idempotent: Slurm's current state is read first, so a decision carried out twice, or resumed
 after a restart, acts once. Every step is announced in the audit log (fsynced) before it is
 taken, with the state it found, and its result recorded after.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpualert_slurm import slurm
+from gpualert_slurm.core import slurm
 from gpualert_slurm.recovery.audit import AuditLog
 
 REASON_PREFIX = "gpualert:"
@@ -36,7 +36,7 @@ def _timed_out(e: slurm.SlurmError) -> bool:
 
 
 def drain_reason(cls: str, evidence: str) -> str:
-    from gpualert_slurm.termsafe import one_line
+    from gpualert_slurm.core.termsafe import one_line
 
     # The evidence may be a job's own text: no control character of it reaches sinfo's or
     # an admin's terminal (escaped); one argv element for scontrol, short, without '"'.

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from gpualert_slurm.config import Config
+from gpualert_slurm.core.config import Config
 
 TAIL_BYTES = 8 * 1024 * 1024  # history read back for decisions: windows are hours, not years
 

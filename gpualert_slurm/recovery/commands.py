@@ -10,8 +10,8 @@ import sys
 import time
 from typing import Any
 
-from gpualert_slurm import slurm
-from gpualert_slurm.config import Config, ConfigError, load_config
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core.config import Config, ConfigError, load_config
 from gpualert_slurm.recovery.actions import REASON_PREFIX
 from gpualert_slurm.recovery.audit import AuditLog, audit_path, open_breakers
 

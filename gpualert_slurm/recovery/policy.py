@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
-from gpualert_slurm.config import RecoveryConfig
+from gpualert_slurm.core.config import RecoveryConfig
 
 REQUEUE_ACTIONS = ("requeue", "exclude_node", "hold")
 

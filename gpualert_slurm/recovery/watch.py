@@ -37,10 +37,10 @@ import threading
 import time
 from typing import Any
 
-from gpualert_slurm import slurm
-from gpualert_slurm.config import Config, ConfigError, bound_options, load_config
-from gpualert_slurm.options import OptionError, parse_options
-from gpualert_slurm.spool import (
+from gpualert_slurm.core import slurm
+from gpualert_slurm.core.config import Config, ConfigError, bound_options, load_config
+from gpualert_slurm.core.options import OptionError, parse_options
+from gpualert_slurm.core.spool import (
     SpoolError,
     attempt_subdir,
     check_spool_root,
@@ -51,7 +51,7 @@ from gpualert_slurm.spool import (
     read_job_file,
     write_json_atomic,
 )
-from gpualert_slurm.termsafe import escape
+from gpualert_slurm.core.termsafe import escape
 
 TAIL_BYTES = 4096
 TAIL_LINES = 8
@@ -213,7 +213,7 @@ def _load_state(cfg: Config) -> dict[str, Any]:
     except OSError:
         return {}
     try:
-        from gpualert_slurm.spool import read_json_nofollow
+        from gpualert_slurm.core.spool import read_json_nofollow
 
         s = read_json_nofollow(STATE_NAME, dfd, owners=(os.geteuid(),))
         return s if isinstance(s, dict) else {}

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Captures what gpualert_slurm.slurm parses, from a real cluster, for its per-version unit tests
+# Captures what gpualert_slurm.core.slurm parses, from a real cluster, for its per-version unit tests
 # (tests/test_slurm_client.py): `squeue --json`, `scontrol show job -o` of a running job, and,
 # for a set of finished jobs, `sacct --json` and the delimited table accounting() asks for.
 # Run as root, with the cluster idle:

@@ -10,8 +10,8 @@ import re
 import signal as _signal
 import sys
 
-from gpualert_slurm import spool
 from gpualert_slurm.classify import JobFacts, RuleError, TaskInput, classify, load_rules
+from gpualert_slurm.core import spool
 
 _STEP_RANK = re.compile(r"^(?P<step>[\w-]+)\.(?P<rank>\d+)\.log$")
 _RANK = re.compile(r"^rank(?P<rank>\d+)\.log$")

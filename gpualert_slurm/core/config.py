@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpualert_slurm.options import ADDR_RE, Options, parse_duration, parse_size
+from gpualert_slurm.core.options import ADDR_RE, Options, parse_duration, parse_size
 
 DEFAULT_PATH = "/etc/gpualert/gpualert.yaml"
 RECOVERY_ACTIONS = ("requeue", "exclude_node", "drain_node", "hold", "cancel")

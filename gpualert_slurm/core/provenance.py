@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from gpualert_slurm.evidence import parse_iso_line, run_tool
+from gpualert_slurm.core.evidence import parse_iso_line, run_tool
 
 KIND = "gpualert-node-facts"
 SEAL_VERSION = "v1"

@@ -59,7 +59,7 @@ def filter_kernel_lines(lines: list[str], start: float | None, end: float | None
     the first ones (the first fault is the cause). A line holding the driver's words that is
     not the driver's own message is dropped: the words came from a process or file name a
     user chose (provenance.kernel_line_kept, docs/SECURITY.md)."""
-    from gpualert_slurm.provenance import kernel_line_kept
+    from gpualert_slurm.core.provenance import kernel_line_kept
 
     out = []
     for line in join_continuations(lines):
@@ -116,7 +116,7 @@ def kernel_evidence(start: float | None, end: float | None,
 def nvml_evidence(before: Any) -> dict[str, Any]:
     """NVML now, beside the Prolog's snapshot; `changed` lists the error counters that moved.
     Absent GPU/driver/library: {"absent": reason}."""
-    from gpualert_slurm.hooks.gpu import gpu_snapshot
+    from gpualert_slurm.core.gpu import gpu_snapshot
 
     after = gpu_snapshot()
     out: dict[str, Any] = {"before": before, "after": after, "changed": [], "absent": None}

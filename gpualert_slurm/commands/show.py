@@ -12,8 +12,8 @@ import os
 import sys
 from typing import Any
 
-from gpualert_slurm.config import ConfigError, load_config
-from gpualert_slurm.spool import (
+from gpualert_slurm.core.config import ConfigError, load_config
+from gpualert_slurm.core.spool import (
     SpoolError,
     attempt_subdir,
     job_dir,

@@ -8,7 +8,7 @@ import argparse
 import sys
 import time
 
-from gpualert_slurm.config import ConfigError, load_config
+from gpualert_slurm.core.config import ConfigError, load_config
 from gpualert_slurm.notify.core import flush, requeue_quarantined
 from gpualert_slurm.notify.outbox import Outbox, OutboxError
 

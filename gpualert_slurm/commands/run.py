@@ -119,7 +119,7 @@ class RunLog:
                     " on without a (complete) log\n")
 
     def open(self, run_record: dict[str, Any]) -> None:
-        from gpualert_slurm.spool import fsync_dir, write_json_atomic
+        from gpualert_slurm.core.spool import fsync_dir, write_json_atomic
 
         try:
             made = _makedirs(self.path)
@@ -158,7 +158,7 @@ class RunLog:
     def finish(self, record: dict[str, Any]) -> None:
         if self.dir_fd is None:
             return
-        from gpualert_slurm.spool import write_json_atomic
+        from gpualert_slurm.core.spool import write_json_atomic
 
         try:
             if self.out_fd is not None:

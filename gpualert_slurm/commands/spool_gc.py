@@ -38,8 +38,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from gpualert_slurm.config import Config, ConfigError, RetentionConfig, config_path, load_config
-from gpualert_slurm.spool import LOCAL_RECORDS, SpoolError, check_spool_root, open_dir
+from gpualert_slurm.core.config import (
+    Config,
+    ConfigError,
+    RetentionConfig,
+    config_path,
+    load_config,
+)
+from gpualert_slurm.core.spool import LOCAL_RECORDS, SpoolError, check_spool_root, open_dir
 
 LOCK_NAME = ".gc.lock"
 REMOVING_PREFIX = ".gc-"  # a job dir being removed: renamed, so nothing else touches it
@@ -186,7 +192,7 @@ def scan_spool(spool: str, deadline: float | None = None) -> list[JobUsage]:
 
 def active_jobs() -> dict[int, str]:
     """job id -> state of every job slurmctld holds in a state that is not final."""
-    from gpualert_slurm import slurm
+    from gpualert_slurm.core import slurm
 
     try:
         jobs = slurm.queue()

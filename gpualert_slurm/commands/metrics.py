@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualert_slurm.config import Config, ConfigError, load_config
+from gpualert_slurm.core.config import Config, ConfigError, load_config
 
 DEFAULT_OUTPUT = "/var/lib/prometheus/node-exporter/gpualert.prom"
 AUDIT_MAX_BYTES = 256 * 1024**2  # read whole (counters), up to this; root's own file
@@ -71,7 +71,7 @@ def _backing() -> Any:
     """provenance.backing (the Slurm or root fact that backs a class on a node), or None where
     this installation has no provenance model: then no node counts as hardware-backed."""
     try:
-        from gpualert_slurm.provenance import backing
+        from gpualert_slurm.core.provenance import backing
     except ImportError:
         return None
     return backing
@@ -109,7 +109,7 @@ def count_verdict(scan: Scan, v: dict[str, Any], outbox_ids: set[str]) -> None:
 
 
 def scan_spool(cfg: Config, scan: Scan, outbox_ids: set[str], deadline: float) -> None:
-    from gpualert_slurm.spool import SpoolError, list_attempts, read_run_verdict
+    from gpualert_slurm.core.spool import SpoolError, list_attempts, read_run_verdict
 
     try:
         ids = _job_ids(cfg.spool)
@@ -320,7 +320,7 @@ def collect(cfg: Config, time_limit_s: float = 90.0) -> tuple[Scan, str]:
 def write_output(path: str, text: str) -> None:
     """Replace `path` atomically (node_exporter reads only *.prom: the temporary name ends in
     .tmp)."""
-    from gpualert_slurm.spool import opened_dir, write_atomic
+    from gpualert_slurm.core.spool import opened_dir, write_atomic
 
     d, name = os.path.split(os.path.abspath(path))
     os.makedirs(d, 0o755, exist_ok=True)  # node_exporter's textfile dir, before it is installed
