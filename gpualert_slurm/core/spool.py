@@ -456,7 +456,19 @@ def read_json_nofollow(name: str, dir_fd: int, owners: tuple[int, ...] | None = 
 def read_job_file(spool: str, jobid: str | int, name: str, attempt: int = 0,
                   owners: tuple[int, ...] = (0,), job_uid: int | None = None,
                   limit: int = MAX_RECORD_BYTES) -> Any:
-    """A JSON file root wrote in a job's directory (job.json, an attempt's verdict.json), read
+    """A JSON file root wrote in a job's directory (job.json), read as read_job_bytes reads
+    it. OSError/SpoolError when any of it does not hold. (verdict.json: core.verdict.)"""
+    data = read_job_bytes(spool, jobid, name, attempt, owners, job_uid, limit)
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SpoolError(f"{name}: not valid JSON: {e}") from None
+
+
+def read_job_bytes(spool: str, jobid: str | int, name: str, attempt: int = 0,
+                   owners: tuple[int, ...] = (0,), job_uid: int | None = None,
+                   limit: int = MAX_RECORD_BYTES) -> bytes:
+    """A file root wrote in a job's directory (job.json, an attempt's verdict.json), read
     as root reads a user's directory: from the spool root (root's, checked) down by fds, no
     link followed on the way, O_NONBLOCK, size-capped, the file of one of `owners` (root: the
     user cannot have written it) with one link. job_uid: the job dir must be that user's.
@@ -471,14 +483,10 @@ def read_job_file(spool: str, jobid: str | int, name: str, attempt: int = 0,
         sub = attempt_subdir(attempt)
         if sub:
             fds.append(open_dir(sub, fds[-1]))
-        data = read_bytes_nofollow(name, fds[-1], limit, owners=owners)
+        return read_bytes_nofollow(name, fds[-1], limit, owners=owners)
     finally:
         for fd in fds:
             os.close(fd)
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise SpoolError(f"{name}: not valid JSON: {e}") from None
 
 
 def read_run_verdict(spool: str, jobid: str | int, attempt: int) -> dict[str, Any]:
