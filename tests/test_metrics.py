@@ -42,7 +42,7 @@ def value(parsed: dict, name: str, **labels: str) -> float | None:
 
 def trusted(nodes: list[str], partition: str = "gpu", xid_on: str | None = None,
             verified: bool = True) -> dict[str, Any]:
-    """verdict.json's "trusted" block as the job epilog writes it (provenance.node_trust)."""
+    """verdict.json's "trusted" block as the job epilog writes it (classify/node_trust.py)."""
     out: dict[str, Any] = {"slurm": {"nodes": nodes, "partition": partition, "state": "FAILED",
                                      "user": "alice"}, "nodes": {}}
     for n in nodes:

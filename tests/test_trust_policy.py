@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gpualert_slurm.classify.node_trust import node_trust
 from gpualert_slurm.core import provenance
 from gpualert_slurm.core.config import RecoveryConfig
 from gpualert_slurm.core.evidence import filter_kernel_lines
@@ -230,16 +231,16 @@ def test_a_root_fact_backs_gpu_hardware_only_in_slurms_window_and_on_the_jobs_gp
     ok = provenance.Checked(True, "root-owned", None)
     rec = _record()
     assert provenance.may_back(rec) and provenance.has_facts(rec)
-    n = provenance.node_trust(rec, ok, NOW - 30, NOW + 10)
+    n = node_trust(rec, ok, NOW - 30, NOW + 10)
     assert n["driver"][0]["classes"] == ["gpu_hardware"]
     tr = {"slurm": {"nodes": ["n2"]}, "nodes": {"n2": n}}
     assert provenance.backing(tr, "n2", "gpu_hardware").startswith("kernel log of n2: NVRM")
-    late = provenance.node_trust(rec, ok, NOW + 60, NOW + 120)
+    late = node_trust(rec, ok, NOW + 60, NOW + 120)
     assert late["driver"][0]["ignored"] == "outside the job's window as Slurm gives it"
     assert provenance.backing({"nodes": {"n2": late}}, "n2", "gpu_hardware") is None
-    other_gpu = provenance.node_trust(_record(gpus=["0000:af:00"]), ok, NOW - 30, NOW + 10)
+    other_gpu = node_trust(_record(gpus=["0000:af:00"]), ok, NOW - 30, NOW + 10)
     assert "is not one of the job's" in other_gpu["driver"][0]["ignored"]
-    unverified = provenance.node_trust(rec, provenance.Checked(False, None, "x"), None, None)
+    unverified = node_trust(rec, provenance.Checked(False, None, "x"), None, None)
     assert provenance.backing({"nodes": {"n2": unverified}}, "n2", "gpu_hardware") is None
     tr = {"slurm": {"nodes": ["n2"]}, "nodes": {"n2": {"verified": True, "driver": []}}}
     assert provenance.not_backed(tr, "n2", "gpu_hardware") == \
@@ -389,6 +390,6 @@ def test_a_kmsg_others_can_write_makes_no_driver_line_count(tmp_path: Path) -> N
     assert "writable by others than root" in str(provenance.kmsg_writable(str(k)))
     rec = _record()
     rec["root_facts"]["kmsg_writable"] = provenance.kmsg_writable(str(k))
-    n = provenance.node_trust(rec, provenance.Checked(True, "munge", None), NOW - 30, NOW + 10)
+    n = node_trust(rec, provenance.Checked(True, "munge", None), NOW - 30, NOW + 10)
     assert "writable by others" in n["driver"][0]["ignored"]
     assert provenance.backing({"nodes": {"n2": n}}, "n2", "gpu_hardware") is None

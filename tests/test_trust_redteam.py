@@ -27,8 +27,10 @@ from recoverylib import (
 from test_trust_cluster import assert_harmless, cancel, job_script, verdict_of
 from test_trust_policy import private_munged
 
+from gpualert_slurm.classify.node_trust import node_trust
 from gpualert_slurm.core import provenance
 from gpualert_slurm.core.evidence import kernel_evidence
+from gpualert_slurm.core.kernel_lines import without_comm
 from gpualert_slurm.hooks.epilog_slurmctld import read_node_record, sealed_view
 
 rc = trust.rc  # the recovery cluster's fixtures (nodes resumed; a fresh audit log)
@@ -193,7 +195,7 @@ def test_a_node_that_forwards_syslog_to_kmsg_lets_no_driver_line_act(tmp_path: P
         "7", 0, "n1", (now - 60, now), "slurm",
         {"source": "dmesg", "lines": [f"{_iso(now - 5)} {forwarded}"]}, {}, None)
     rf["kmsg_writable"] = why  # what node_facts records on such a node
-    n = provenance.node_trust({"root_facts": rf}, provenance.Checked(True, "munge", None),
+    n = node_trust({"root_facts": rf}, provenance.Checked(True, "munge", None),
                               now - 60, now)
     assert n["driver"] and n["driver"][0]["ignored"] == why and not n["driver"][0]["classes"]
     assert provenance.backing({"nodes": {"n1": n}}, "n1", "gpu_hardware") is None
@@ -208,7 +210,7 @@ def _node(line: str) -> dict[str, Any]:
     rf = provenance.node_facts("7", 0, "n1", (now - 60, now), "slurm",
                                {"source": "dmesg", "lines": [f"{_iso(now - 5)} {line}"]}, {},
                                None)
-    return provenance.node_trust({"root_facts": rf}, provenance.Checked(True, "munge", None),
+    return node_trust({"root_facts": rf}, provenance.Checked(True, "munge", None),
                                  now - 60, now)
 
 
@@ -234,11 +236,11 @@ def test_a_process_name_in_a_real_application_xid_backs_no_hardware_drain() -> N
         assert "gpu_hardware" in n["driver"][0]["classes"], n["driver"]
         assert provenance.backing({"nodes": {"n1": n}}, "n1", "gpu_hardware"), line
     # the mask: at most 15 bytes of the name, an escaped byte counting as one
-    assert provenance.without_comm("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=python3, Ch "
+    assert without_comm("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=python3, Ch "
                                    "00000010") == "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, "\
         "name=?00010"
     esc = "\\x01" * 9 + "NVLink"
-    assert provenance.without_comm(f"NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name={esc}, "
+    assert without_comm(f"NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name={esc}, "
                                    "fatal").endswith("name=?, fatal")
 
 

@@ -58,8 +58,8 @@ def filter_kernel_lines(lines: list[str], start: float | None, end: float | None
     a time stamp is kept: better one extra line than a lost Xid). At most MAX_KERNEL_LINES,
     the first ones (the first fault is the cause). A line holding the driver's words that is
     not the driver's own message is dropped: the words came from a process or file name a
-    user chose (provenance.kernel_line_kept, docs/SECURITY.md)."""
-    from gpualert_slurm.core.provenance import kernel_line_kept
+    user chose (kernel_lines.kernel_line_kept, docs/SECURITY.md)."""
+    from gpualert_slurm.core.kernel_lines import kernel_line_kept
 
     out = []
     for line in join_continuations(lines):

@@ -8,12 +8,12 @@ over a digest of the facts, bound to the job, the attempt and the node. The cont
 them only when the seal checks (or, on a spool that does not squash root, when the record is
 root's own file naming this run); anything else is the job's.
 
-Also here: which kernel lines may speak for the GPU driver (data/kernel-trust.yaml).
+Which kernel lines may speak for the GPU driver: core/kernel_lines.py; which classes a sealed
+driver line backs (the classifier's kernel rules): classify/node_trust.py.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -22,10 +22,10 @@ import shutil
 import stat
 import subprocess
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from gpualert_slurm.core.evidence import parse_iso_line, run_tool
+from gpualert_slurm.core.kernel_lines import driver_xid, without_comm  # noqa: F401 (tests, callers)
 
 KIND = "gpualert-node-facts"
 SEAL_VERSION = "v1"
@@ -38,42 +38,6 @@ MAX_CHECKS = 64  # node records whose seal the job epilog checks (unmunge each)
 # makes a real fault's facts the job's (no drain). 3600 s is munged's default --max-ttl (it
 # caps a longer one); the replay cache still lets each credential be decoded once.
 SEAL_TTL_S = 3600
-
-
-# ---- kernel lines -------------------------------------------------------------------------
-
-@functools.cache
-def _trust_rules() -> dict[str, Any]:
-    import yaml
-
-    text = resources.files("gpualert_slurm").joinpath("data/kernel-trust.yaml").read_text()
-    data = yaml.safe_load(text)
-    return {"xid": re.compile(data["driver_xid"]),
-            "words": re.compile(data["driver_words"], re.IGNORECASE),
-            "prefixes": tuple(data["driver_prefixes"]),
-            "named": [re.compile(p) for p in data["named_shapes"]]}
-
-
-def driver_xid(message: str) -> tuple[str, int] | None:
-    """(PCI bus id as 'dddd:bb:dd', lower case; Xid number) when the kernel message is a
-    driver Xid line from its first character, else None."""
-    m = _trust_rules()["xid"].match(message)
-    if not m:
-        return None
-    return m.group(1).lower(), int(m.group(2))
-
-
-def kernel_line_kept(message: str) -> bool:
-    """False for a line that holds the driver's or the hardware's words without being the
-    driver's own message: those words came from a process or file name a user chose."""
-    r = _trust_rules()
-    if not r["words"].search(message):
-        return True
-    if driver_xid(message):
-        return True
-    if not message.startswith(r["prefixes"]):
-        return False
-    return not any(p.search(message) for p in r["named"])
 
 
 def pci_id(bus_id: Any) -> str | None:
@@ -307,43 +271,6 @@ def node_facts(job_id: str, attempt: int, node: str, window: tuple[float | None,
 
 # ---- the controller's view ----------------------------------------------------------------
 
-COMM_BYTES = 15  # TASK_COMM_LEN - 1: the most of a process name the kernel keeps
-_ESCAPED = re.compile(r"\\x[0-9a-fA-F]{2}")
-
-
-def without_comm(text: str) -> str:
-    """A driver Xid line with the process name it quotes ("pid=N, name=<comm>, ...") cut out.
-    The name is the user's (prctl, argv[0]), up to 15 bytes, ", " inside it too: "NVLink fatal"
-    made a user's own application Xid 13 match a hardware rule ('NVLink.*fatal'), a drain on
-    its first run (red-team pass). Where it ends cannot be told, so 15 bytes go (dmesg's \\xNN
-    escape of a byte counts as one); what follows is the driver's."""
-    i = text.find(", name=")
-    if i < 0:
-        return text
-    j = i + len(", name=")
-    n = 0
-    while j < len(text) and n < COMM_BYTES:
-        m = _ESCAPED.match(text, j)
-        step = m.end() - j if m else 1
-        n += 1 if m else len(text[j].encode("utf-8", "surrogatepass"))
-        j += step
-    return text[:i] + ", name=?" + text[j:]
-
-
-def _kernel_classes(text: str) -> list[str]:
-    """The classes the classifier's kernel rules give this driver line, the process name it
-    quotes left out (without_comm)."""
-    from gpualert_slurm.classify.rules import load_rules
-
-    text = without_comm(text)
-
-    try:
-        rs = load_rules()
-    except Exception:  # a broken site rule: the shipped ones
-        rs = load_rules(site=False)
-    return sorted({r.cls for r in rs.for_source("kernel") if r.match(text)})
-
-
 def has_facts(rec: Any) -> bool:
     """Whether a node record's root facts hold anything (a kernel line, an NVML change)."""
     rf = rec.get("root_facts") if isinstance(rec, dict) else None
@@ -361,47 +288,6 @@ def may_back(rec: Any) -> bool:
     lines = (rf.get("kernel") or {}).get("lines") or []
     return any(isinstance(x, dict) and "xid" in x for x in lines) or \
         bool((rf.get("nvml") or {}).get("changed"))
-
-
-def node_trust(rec: Any, checked: Checked, start: float | None, end: float | None
-               ) -> dict[str, Any]:
-    """One node's entry of verdict.json's "trusted": whether its root facts checked, and the
-    driver lines of them that fall in Slurm's window and on the job's GPUs (where known),
-    each with the classes the kernel rules give it."""
-    out: dict[str, Any] = {"verified": checked.verified, "origin": checked.origin,
-                           "why": checked.why, "driver": [], "nvml_changed": [],
-                           "kernel_lines": 0}
-    if not checked.verified:
-        return out
-    rf = rec["root_facts"]
-    k = rf.get("kernel") or {}
-    lines = [x for x in k.get("lines") or [] if isinstance(x, dict)]
-    out["kernel_lines"] = len(lines)
-    out["kernel_absent"] = k.get("absent")
-    out["window_source"] = rf.get("window_source")
-    gpus = rf.get("gpus")
-    for x in lines:
-        if "xid" not in x:
-            continue
-        t = x.get("time")
-        why = None
-        if not isinstance(t, int | float):
-            why = "the line has no time stamp"
-        elif (start is not None and t < start - WINDOW_SLACK_S) or \
-                (end is not None and t > end + WINDOW_SLACK_S):
-            why = "outside the job's window as Slurm gives it"
-        elif rf.get("kmsg_writable"):
-            why = str(rf["kmsg_writable"])
-        elif isinstance(gpus, list) and gpus and x.get("pci") not in gpus:
-            why = f"GPU {x.get('pci')} is not one of the job's ({', '.join(map(str, gpus))})"
-        item = {"text": str(x.get("text"))[:400], "time": t, "pci": x.get("pci"),
-                "xid": x.get("xid"), "classes": [] if why else _kernel_classes(str(x["text"]))}
-        if why:
-            item["ignored"] = why
-        out["driver"].append(item)
-    nv = rf.get("nvml") or {}
-    out["nvml_changed"] = [c for c in nv.get("changed") or [] if isinstance(c, dict)]
-    return out
 
 
 def backing(trusted: dict[str, Any] | None, node: str, cls: str) -> str | None:

@@ -292,9 +292,11 @@ def trusted_facts(env: dict[str, str], cfg: Config, js: JobSpool, node_recs: dic
 
     from concurrent.futures import ThreadPoolExecutor
 
+    from gpualert_slurm.classify.node_trust import node_trust
+
     with ThreadPoolExecutor(max_workers=min(8, len(todo) or 1)) as pool:
         for n, checked in pool.map(check, todo):
-            out["nodes"][n] = provenance.node_trust(node_recs[n], checked, start, end)
+            out["nodes"][n] = node_trust(node_recs[n], checked, start, end)
     return out
 
 
@@ -651,11 +653,10 @@ def _warm_up() -> None:
 
         load_rules()
     with suppress(Exception):
-        from gpualert_slurm.report import _env, template_dirs
+        from gpualert_slurm.core.templates import get_template
 
-        env = _env(tuple(template_dirs()))
         for name in ("report.txt.j2", "report.html.j2"):
-            env.get_template(name)
+            get_template(name)
 
 
 def save_verdict(js: JobSpool, v: dict[str, Any], log: HookLog) -> bool:
@@ -918,7 +919,7 @@ def _fallback_report(cfg: Config, opts: Options, env: dict[str, str], js: JobSpo
     try:
         save_verdict(js, v, log)
         if should_send(opts, v):
-            _send_job(cfg, opts, env, js, tasks, v, log, t0, bound)
+            _send_job(cfg, opts, env, js, tasks, v, log, t0, bound, kind="fallback")
     except Exception as e:
         log.error(f"job {v['job_id']}: fallback report failed too: {e!r}")
 
@@ -943,7 +944,8 @@ def _recover(cfg: Config, js: JobSpool, v: dict[str, Any], log: HookLog, left: f
 
 def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
               tasks: list[TaskLog], v: dict[str, Any], log: HookLog, t0: float,
-              bound: float) -> None:
+              bound: float, kind: str = "report") -> None:
+    """Bundle, render (templates `kind`.{txt,html}.j2: report, or fallback) and send."""
     from gpualert_slurm.core.artifacts import bundle_for_job
     from gpualert_slurm.report import inline_images, render, subject
 
@@ -974,8 +976,8 @@ def _send_job(cfg: Config, opts: Options, env: dict[str, str], js: JobSpool,
     save_verdict(js, v, log)
     left = bound - 2.0 - (time.monotonic() - t0)
     images = inline_images(v) if left > 4.0 else []  # the timeline of a multi-node failure
-    d = deliver(cfg, opts, env, subject(v), render(v, "text"),
-                render(v, "html", tuple(c for c, _d, _m in images)), bundle.files,
+    d = deliver(cfg, opts, env, subject(v), render(v, "text", kind=kind),
+                render(v, "html", tuple(c for c, _d, _m in images), kind), bundle.files,
                 jobid, v["job"].get("mail_user"), log,
                 timeout_s=max(1.0, min(left, cfg.notify.total_timeout_s)), inline=images)
     v["report"] = {"subject": subject(v), **d, "time": time.time()}
