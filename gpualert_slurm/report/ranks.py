@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import re
 import signal as _signal
+from collections.abc import Mapping
 from typing import Any
+
+from gpualert_slurm.core.verdict import Verdict
 
 GROUP_FROM = 9  # ranks in the job (beyond the batch step) from which the section is grouped
 
@@ -19,7 +22,7 @@ def _sig_name(n: int) -> str:
         return f"signal {n}"
 
 
-def outcome(t: dict[str, Any]) -> str:
+def outcome(t: Mapping[str, Any]) -> str:
     """What one task did, in words that group: same words, same group."""
     sig, code = t.get("signal"), t.get("exit_code")
     if sig:
@@ -64,35 +67,35 @@ def hostlist(nodes: list[str]) -> str:
     return ",".join(parts + plain)
 
 
-def _rank_tasks(v: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in v.get("tasks") or [] if isinstance(t, dict)
-            and t.get("step") != "batch" and isinstance(t.get("rank"), int)]
+def _rank_tasks(v: Verdict) -> list[Mapping[str, Any]]:
+    return [t for t in v.tasks if t.get("step") != "batch" and isinstance(t.get("rank"), int)]
 
 
-def rank_groups(v: dict[str, Any], labels: dict[str, str] | None = None) -> list[str]:
+def rank_groups(v: Verdict | Mapping[str, Any], labels: dict[str, str] | None = None
+                ) -> list[str]:
     """The lines of the grouped rank section, root first; [] for jobs with fewer than
     GROUP_FROM ranks (the report lists their cascades one by one)."""
+    v = Verdict.of(v)
     tasks = _rank_tasks(v)
     if len(tasks) < GROUP_FROM:
         return []
-    verdict = v.get("verdict") or {}
     labels = labels or {}
-    rr, rs = verdict.get("root_rank"), verdict.get("root_step")
+    rr, rs = v.cause.root_rank, v.cause.root_step
     root = next((t for t in tasks if t.get("rank") == rr
                  and (rs is None or str(t.get("step")) == str(rs))), None)
     lines: list[str] = []
     t0 = root.get("end_time") if root else None
     if root is not None:
-        cls = verdict.get("class") or "unknown"
+        cls = v.cause.klass
         lines.append(f"root: rank {rr} on {root.get('node') or '?'}"
                      + (f" (step {root.get('step')})" if root.get("step") not in (None, "0")
                         else "")
                      + f": {labels.get(cls, cls)}, {outcome(root)}")
     cascade_cls: dict[int, str] = {}
-    for c in verdict.get("cascades") or []:
-        if isinstance(c, dict) and isinstance(c.get("rank"), int) and c.get("cls"):
-            cascade_cls.setdefault(c["rank"], c["cls"])
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for c in v.cause.cascades:
+        if c.rank is not None and c.cls:
+            cascade_cls.setdefault(c.rank, c.cls)
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for t in tasks:
         if t is root:
             continue

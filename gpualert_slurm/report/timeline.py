@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Mapping
 from typing import Any
+
+from gpualert_slurm.core.verdict import Verdict
 
 CID = "timeline@gpualert"
 MAX_ROWS = 48
@@ -24,19 +27,20 @@ def _node_key(n: str) -> tuple:
     return (m.group(1), int(m.group(2)), n) if m else (n, -1, n)
 
 
-def _tasks(v: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in v.get("tasks") or [] if isinstance(t, dict) and t.get("step") != "batch"
+def _tasks(v: Verdict) -> list[Mapping[str, Any]]:
+    return [t for t in v.tasks if t.get("step") != "batch"
             and isinstance(t.get("rank"), int) and t.get("node")]
 
 
-def wanted(v: dict[str, Any]) -> bool:
+def wanted(v: Verdict | Mapping[str, Any]) -> bool:
     """Only for a failed job whose ranks ran on more than one node."""
-    if not (v.get("failed") or v.get("silent_failure")):
+    v = Verdict.of(v)
+    if not v.failed_or_silent:
         return False
     return len({t["node"] for t in _tasks(v)}) > 1
 
 
-def _colour(t: dict[str, Any]) -> str:
+def _colour(t: Mapping[str, Any]) -> str:
     from gpualert_slurm.report.ranks import outcome
 
     what = outcome(t)
@@ -45,14 +49,14 @@ def _colour(t: dict[str, Any]) -> str:
     return next((c for k, c in COLOURS.items() if k in what), "#d97706")
 
 
-def timeline_png(v: dict[str, Any]) -> bytes | None:
+def timeline_png(v: Verdict | Mapping[str, Any]) -> bytes | None:
     """The picture, or None when there is none to draw (single node, no end times) or
     matplotlib is missing or fails."""
+    v = Verdict.of(v)
     if not wanted(v):
         return None
     tasks = _tasks(v)
-    verdict = v.get("verdict") or {}
-    rr, rs = verdict.get("root_rank"), verdict.get("root_step")
+    rr, rs = v.cause.root_rank, v.cause.root_step
     root = next((t for t in tasks if t["rank"] == rr
                  and (rs is None or str(t.get("step")) == str(rs))), None)
     ends = [t["end_time"] for t in tasks if isinstance(t.get("end_time"), int | float)]
@@ -60,7 +64,7 @@ def timeline_png(v: dict[str, Any]) -> bytes | None:
         return None
     t0 = root["end_time"] if root and isinstance(root.get("end_time"), int | float) \
         else min(ends)
-    by_node: dict[str, list[dict[str, Any]]] = {}
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
     for t in tasks:
         by_node.setdefault(t["node"], []).append(t)
     nodes = sorted(by_node, key=_node_key)
@@ -82,8 +86,8 @@ def timeline_png(v: dict[str, Any]) -> bytes | None:
         return None
 
 
-def _draw(by_node: dict[str, list[dict[str, Any]]], nodes: list[str],
-          root: dict[str, Any] | None, t0: float, note: str) -> bytes | None:
+def _draw(by_node: dict[str, list[Mapping[str, Any]]], nodes: list[str],
+          root: Mapping[str, Any] | None, t0: float, note: str) -> bytes | None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -155,7 +159,7 @@ def _draw(by_node: dict[str, list[dict[str, Any]]], nodes: list[str],
     return None
 
 
-def inline_images(v: dict[str, Any]) -> list[tuple[str, bytes, str]]:
+def inline_images(v: Verdict | Mapping[str, Any]) -> list[tuple[str, bytes, str]]:
     """(Content-ID, data, mime) of the pictures the HTML part shows."""
     png = timeline_png(v)
     return [(CID, png, "image/png")] if png else []
