@@ -1,4 +1,4 @@
-"""The documented GPU failure formats (corpus/gen/synthetic_gpu.py) classify as their class.
+"""The documented GPU failure formats (corpus/gen/compose/tuning_gpu.py) classify as their class.
 
 No GPU here, so the logs are composed from the format strings PyTorch, NCCL and the NVIDIA driver
 use (sources in corpus/README.md); every template and era is drawn over many seeds.
@@ -14,8 +14,8 @@ import pytest
 
 from gpualert_slurm.classify import JobFacts, TaskInput, classify, load_rules
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "corpus" / "gen"))
-import synthetic_gpu as syn  # noqa: E402  (needs corpus/gen on the path)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from corpus.gen.compose import tuning_gpu as syn  # noqa: E402  (needs the repo on the path)
 
 RULES = load_rules(site=False)
 SEEDS = range(40)

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from corpus.gen import runner, slurmjobs, synthetic, transforms  # noqa: E402
+from corpus.gen import compose, runner, slurmjobs, transforms  # noqa: E402
 
 GEN = Path(__file__).resolve().parent
 CORPUS = GEN.parent
@@ -98,47 +98,7 @@ def variant_case(root: Path, c: dict, base_labels: dict[str, dict]) -> dict | No
 
 
 def synth_case(root: Path, c: dict) -> dict:
-    d = case_dir(root, c["id"])
-    if c["synth"].startswith("s4_"):  # holdout4's composers
-        from corpus.gen import synthetic4
-        return synthetic4.build(root, d, c)
-    if c["synth"].startswith("s5_"):  # the tuning corpus's composers after holdout4
-        from corpus.gen import synthetic5
-        return synthetic5.build(root, d, c)
-    if c["synth"].startswith("h5_"):  # holdout5's composers
-        from corpus.gen import synthetic_ho5
-        return synthetic_ho5.build(root, d, c)
-    if c["synth"].startswith("h6_"):  # holdout6's composers
-        from corpus.gen import synthetic_ho6
-        return synthetic_ho6.build(root, d, c)
-    if c["synth"].startswith("h7_"):  # holdout7's composers
-        from corpus.gen import synthetic_ho7
-        return synthetic_ho7.build(root, d, c)
-    if c["synth"].startswith("h8_"):  # holdout8's composers
-        from corpus.gen import synthetic_ho8
-        return synthetic_ho8.build(root, d, c)
-    if c["synth"].startswith("h9_"):  # holdout9's composers
-        from corpus.gen import synthetic_ho9
-        return synthetic_ho9.build(root, d, c)
-    if c["synth"].startswith("f5_"):  # GPU wording families holdout5 showed unknown
-        from corpus.gen import synthetic_f5
-        return synthetic_f5.build(root, d, c)
-    if c["synth"].startswith("f6_"):  # memory / shm / GPU-backend families holdout6 missed
-        from corpus.gen import synthetic_f6
-        return synthetic_f6.build(root, d, c)
-    if c["synth"].startswith("f7m_"):  # holdout7's misses: a collective timeout's straggler
-        from corpus.gen import synthetic_f7m
-        return synthetic_f7m.build(root, d, c)
-    if c["synth"].startswith("f7_"):  # Julia's uncaught errors (not in Debian: composed)
-        from corpus.gen import synthetic_f7
-        return synthetic_f7.build(root, d, c)
-    if c["synth"].startswith("f10m_"):  # issue 22's GPU-only message families
-        from corpus.gen import synthetic_f10m
-        return synthetic_f10m.build(root, d, c)
-    if c["synth"].startswith("f8_"):  # CUDA error names, GPU allocators, Horovod, containers
-        from corpus.gen import synthetic_f8
-        return synthetic_f8.build(root, d, c)
-    return synthetic.build(root, d, c)
+    return compose.build(root, case_dir(root, c["id"]), c)
 
 
 # ---------------------------------------------------------------- driver

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import (
+from corpus.gen.compose.kit import (
     ASYNC,
     DSA,
     SITE,

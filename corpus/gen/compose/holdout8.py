@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
+from corpus.gen.compose.kit import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
 
 ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
          "stacktrace below might be incorrect.\nFor debugging consider passing "

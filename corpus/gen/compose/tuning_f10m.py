@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import SITE, _tb, _user_frames, compose
+from corpus.gen.compose.kit import SITE, _tb, _user_frames, compose
 
 
 def _host(rng: random.Random) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import compose
+from corpus.gen.compose.kit import compose
 
 JULIA = "/opt/julia-1.10.4/share/julia"
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import T0, _pre, _rank_task, _task, _write, compose
+from corpus.gen.compose.kit import T0, _pre, _rank_task, _task, _write, compose
 
 
 def _watchdog(rng: random.Random, r: int, seq: int, tmo: int, stamp: str) -> str:

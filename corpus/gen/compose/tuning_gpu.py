@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from corpus.gen.capture import label  # noqa: E402
+from corpus.gen.capture import label
 
-ROOT = Path(__file__).resolve().parent.parent  # the set's directory; build.py sets it
+ROOT = Path(__file__).resolve().parents[2]  # the set's directory; build() sets it
 
 
 def case_dir(case_id: str) -> Path:
@@ -636,11 +634,16 @@ MAKERS = {"cuda_oom": m_cuda_oom, "cuda_error": m_cuda_error,
           "nccl_error": m_nccl, "gpu_hardware": m_hw}
 
 
-def build(root: Path, c: dict) -> dict:
-    """One case of a set file: `synth: tuning_single` (params cls, i) or `tuning_cascade` (i)."""
+def build(root: Path, d: Path, c: dict) -> dict:
+    """One case of a set file: `synth: tuning_single` (params cls, i) or `tuning_cascade` (i);
+    its id is the one the seed makes, and `d` its directory."""
     global ROOT
     ROOT = root
     p = c["params"]
     if c["synth"] == "tuning_single":
-        return single_case(p["i"], p["cls"], MAKERS[p["cls"]])
-    return cascade_case(p["i"])
+        lab = single_case(p["i"], p["cls"], MAKERS[p["cls"]])
+    else:
+        lab = cascade_case(p["i"])
+    if lab["id"] != c["id"]:
+        raise ValueError(f"synthetic case {c['id']} builds {lab['id']}")
+    return lab

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.synthetic import (
+from corpus.gen.compose.kit import (
     SITE,
     T0,
     _case,
