@@ -1,7 +1,8 @@
 """The report: one verdict.json rendered as plain text and HTML (Jinja2 templates, data files
-under gpualert_slurm/data/, overridden file by file from /etc/gpualert/templates/), its subject,
-and the multipart mail message. `gpualert show` and the job epilog use the same functions, so a
-terminal shows exactly what the mail said.
+under gpualert_slurm/data/templates/, overridden file by file from /etc/gpualert/templates/,
+loaded by core/templates.py; docs/TEMPLATES.md), its subject, and the multipart mail message.
+`gpualert show` and the job epilog use the same functions, so a terminal shows exactly what the
+mail said.
 """
 
 from __future__ import annotations
@@ -14,28 +15,13 @@ from email.utils import formatdate, make_msgid
 from functools import lru_cache
 from typing import Any
 
+from gpualert_slurm.core.templates import get_template
+
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
-SITE_TEMPLATES = "/etc/gpualert/templates"
 LAST_LINES = 30
 # Header text may come from the user (job name, comment, paths): every control character,
 # including Unicode line breaks, becomes a space before it reaches a header.
 _CTRL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
-
-
-def template_dirs() -> list[str]:
-    site = os.environ.get("GPUALERT_TEMPLATES", SITE_TEMPLATES)
-    return [d for d in (site, DATA_DIR) if os.path.isdir(d)]
-
-
-@lru_cache(maxsize=4)
-def _env(dirs: tuple[str, ...]) -> Any:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(list(dirs)),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
-                                            default_for_string=False),
-        undefined=jinja2.ChainableUndefined, trim_blocks=False, keep_trailing_newline=True)
 
 
 @lru_cache(maxsize=1)
@@ -208,11 +194,14 @@ def _recovery_lines(v: dict[str, Any]) -> list[str]:
         return []
 
 
-def render(v: dict[str, Any], fmt: str = "text", cids: tuple[str, ...] = ()) -> str:
+def render(v: dict[str, Any], fmt: str = "text", cids: tuple[str, ...] = (),
+           kind: str = "report") -> str:
     """The report of one job as 'text' or 'html'; `cids`: the inline pictures the message
-    carries (inline_images), which the HTML part then shows."""
-    name = {"text": "report.txt.j2", "html": "report.html.j2"}[fmt]
-    return _env(tuple(template_dirs())).get_template(name).render(r=context(v, tuple(cids)))
+    carries (inline_images), which the HTML part then shows; `kind`: "report", or "fallback"
+    for the least report the job epilog sends when its analysis failed (docs/TEMPLATES.md)."""
+    ext = {"text": "txt", "html": "html"}[fmt]
+    name = {"report": "report", "fallback": "fallback"}[kind]
+    return get_template(f"{name}.{ext}.j2").render(r=context(v, tuple(cids)))
 
 
 def inline_images(v: dict[str, Any]) -> list[tuple[str, bytes, str]]:
@@ -225,7 +214,7 @@ def inline_images(v: dict[str, Any]) -> list[tuple[str, bytes, str]]:
 
 def render_array(a: dict[str, Any], fmt: str = "text") -> str:
     name = {"text": "array.txt.j2", "html": "array.html.j2"}[fmt]
-    return _env(tuple(template_dirs())).get_template(name).render(a=a)
+    return get_template(name).render(a=a)
 
 
 def build_message(subject_text: str, text: str, html: str, *, sender: str,
