@@ -162,40 +162,45 @@ def _job_options(cfg: Config, rec: dict[str, Any]) -> Any:
         return parse_options(None)
 
 
+def alert_text(kind: str, job_id: str, attempt: int, ranks: list[str],
+               beats: dict[str, dict[str, Any]], hang_s: float,
+               site: str | None = None) -> tuple[str, str, str]:
+    """(subject, text, html) of a "hung" or "straggler" alert: templates hang.* and
+    straggler.* (docs/TEMPLATES.md); the tails in `beats` are termsafe-escaped already."""
+    from gpualert_slurm.core.templates import render
+
+    who = ", ".join(f"rank {r}" for r in ranks[:MAX_ALERT_RANKS])
+    if len(ranks) > MAX_ALERT_RANKS:
+        who += f" and {len(ranks) - MAX_ALERT_RANKS} more"
+    if kind == "hung":
+        subject = f"[gpualert] HUNG job {job_id}: no output from any rank for {hang_s:g} s"
+    else:
+        subject = f"[gpualert] STRAGGLER in job {job_id}: {who} silent for {hang_s:g} s"
+    variables = {
+        "job_id": job_id, "attempt": attempt, "hang_s": hang_s, "who": who,
+        "silent": list(ranks[:MAX_ALERT_RANKS]),
+        "beats": [{"rank": k, "silence_s": b["silence_s"], "file": b["file"],
+                   "tail": list(b.get("tail") or [])}
+                  for k, b in sorted(beats.items())[:MAX_ALERT_RANKS]]}
+    name = "hang" if kind == "hung" else "straggler"
+    return (subject, render(f"{name}.txt.j2", site, **variables),
+            render(f"{name}.html.j2", site, **variables))
+
+
 def _alert(cfg: Config, job: slurm.JobState, opts: Any, kind: str, ranks: list[str],
            beats: dict[str, dict[str, Any]], hang_s: float, attempt: int) -> str:
     from gpualert_slurm import notify
     from gpualert_slurm.report import build_message
 
     job_id = str(job.job_id)
-    who = ", ".join(f"rank {r}" for r in ranks[:MAX_ALERT_RANKS])
-    if len(ranks) > MAX_ALERT_RANKS:
-        who += f" and {len(ranks) - MAX_ALERT_RANKS} more"
-    if kind == "hung":
-        subject = f"[gpualert] HUNG job {job_id}: no output from any rank for {hang_s:g} s"
-        head = (f"Job {job_id} (attempt {attempt}) is still running but none of its ranks has "
-                f"written anything for at least {hang_s:g} s (hang={hang_s:g}s).")
-    else:
-        subject = f"[gpualert] STRAGGLER in job {job_id}: {who} silent for {hang_s:g} s"
-        head = (f"Job {job_id} (attempt {attempt}) is running; {who} wrote nothing for at least "
-                f"{hang_s:g} s while other ranks go on: the straggler is {who}.")
-    parts = [head, ""]
-    for k, b in sorted(beats.items())[:MAX_ALERT_RANKS]:
-        parts.append(f"--- {k} (silent {b['silence_s']:.0f} s): {b['file']}")
-        parts += [f"    {ln}" for ln in b.get("tail") or []]
-    text = "\n".join(parts) + "\n"
+    subject, text, html = alert_text(kind, job_id, attempt, ranks, beats, hang_s,
+                                     cfg.report.templates)
     env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": job.user}
     rcpts = list(notify.resolve_recipients(opts, env, cfg))
-    msg = build_message(subject, text, "<pre>" + _html(text) + "</pre>", sender=cfg.mail.sender,
+    msg = build_message(subject, text, html, sender=cfg.mail.sender,
                         recipients=rcpts, job_id=job_id)
     d = notify.submit(msg, cfg=cfg, job_id=job_id, timeout_s=cfg.notify.total_timeout_s)
     return f"{getattr(d, 'status', '?')}: {getattr(d, 'reason', None) or 'ok'}"
-
-
-def _html(text: str) -> str:
-    import html
-
-    return html.escape(text)
 
 
 STATE_DIR = ".gpualert"
