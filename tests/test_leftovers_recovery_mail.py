@@ -13,9 +13,10 @@ import clusterlib as cl
 import pytest
 
 from gpualert_slurm.core.config import parse_config
-from gpualert_slurm.recovery import on_verdict, report_lines
+from gpualert_slurm.recovery import on_verdict
 from gpualert_slurm.recovery import policy as rpolicy
 from gpualert_slurm.report import render
+from gpualert_slurm.report.recovery_lines import report_lines
 
 WORKLOAD_WHY = "a retry of the same program fails the same way"
 

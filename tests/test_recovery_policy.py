@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from gpualert_slurm.core.config import ConfigError, RecoveryConfig, parse_config
+from gpualert_slurm.core.config import ConfigError, RecoveryConfig, check_rule_names, parse_config
 from gpualert_slurm.recovery import checkpoint_newest
 from gpualert_slurm.recovery.actions import drain_reason, merged_exclusion
 from gpualert_slurm.recovery.attribution import attribute
 from gpualert_slurm.recovery.audit import AuditLog, breaker_open, decision_state, open_breakers
-from gpualert_slurm.recovery.policy import JobFacts, check_rule_names, decide, signature
+from gpualert_slurm.recovery.policy import JobFacts, decide, signature
 
 NOW = 1_800_000_000.0
 
@@ -379,7 +379,7 @@ def test_heartbeats_from_log_mtimes(tmp_path: Path) -> None:
 
 
 def test_report_lines_say_what_was_and_would_be_done() -> None:
-    from gpualert_slurm.recovery import report_lines
+    from gpualert_slurm.report.recovery_lines import report_lines
 
     done = report_lines({"taken": [{"action": "drain_node", "target": "n2", "outcome": "done"},
                                    {"action": "requeue", "target": "9", "outcome": "done"}],

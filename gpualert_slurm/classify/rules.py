@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from re import _parser as sre_parse  # type: ignore[attr-defined]  # literal extraction
 from typing import TYPE_CHECKING
 
+from gpualert_slurm.core.classes import ClassesError, ClassInfo, parse_classes
+
 if TYPE_CHECKING:  # pathlib's import (urllib.parse, ipaddress) is a few ms of every classify
     from pathlib import Path
 
@@ -35,13 +37,6 @@ FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
 
 class RuleError(ValueError):
     """A rule or class file is invalid; the message names the file, rule and field."""
-
-
-@dataclass(frozen=True)
-class ClassInfo:
-    id: str
-    domain: str
-    hint: str
 
 
 class Patterns(Sequence):
@@ -260,15 +255,10 @@ def _load_yaml(path: str, text: str) -> dict:
 
 
 def _parse_classes(path: str, data: dict) -> dict[str, ClassInfo]:
-    classes: dict[str, ClassInfo] = {}
-    raw = data.get("classes")
-    if not isinstance(raw, dict):
-        raise RuleError(f"{path}: field 'classes' must be a mapping of class id -> domain/hint")
-    for cid, body in raw.items():
-        if not isinstance(body, dict) or not isinstance(body.get("hint"), str):
-            raise RuleError(f"{path}: class {cid!r}: field 'hint' must be a string")
-        classes[str(cid)] = ClassInfo(str(cid), str(body.get("domain", "unknown")), body["hint"])
-    return classes
+    try:
+        return parse_classes(path, data)
+    except ClassesError as e:
+        raise RuleError(str(e)) from None
 
 
 def _parse_rules(path: str, data: dict, classes: dict[str, ClassInfo]) -> list[Rule]:

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpualert_slurm.core.classes import class_domains
 from gpualert_slurm.core.options import ADDR_RE, Options, parse_duration, parse_size
 
 DEFAULT_PATH = "/etc/gpualert/gpualert.yaml"
@@ -427,8 +428,6 @@ def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
                 rule["shadow"] = c.boolean(f"{key}.shadow", s["shadow"])
             out.append((name, rule))
         kw["rules"] = tuple(out)
-        from gpualert_slurm.recovery.policy import check_rule_names, class_domains
-
         bad = check_rule_names(RecoveryConfig(rules=kw["rules"]))
         if bad:
             doms = sorted({f"domain:{d}" for d in class_domains().values()})
@@ -436,6 +435,20 @@ def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
                         f"classes: {', '.join(sorted(class_domains()))}) or one of "
                         f"{', '.join(doms)}", bad[0])
     return RecoveryConfig(**kw)
+
+
+def check_rule_names(cfg: RecoveryConfig) -> list[str]:
+    """Recovery overrides naming no known class or domain (for `gpualert doctor` and the
+    tests)."""
+    classes = class_domains()
+    domains = set(classes.values())
+    bad = []
+    for name, _ in cfg.rules:
+        dom = name.removeprefix("domain:")
+        if (name.startswith("domain:") and dom not in domains) or (
+                not name.startswith("domain:") and name not in classes):
+            bad.append(name)
+    return bad
 
 
 def _report_config(c: _Checker, value: Any) -> ReportConfig:

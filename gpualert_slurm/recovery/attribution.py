@@ -11,7 +11,7 @@ import signal
 import subprocess
 from typing import Any
 
-from gpualert_slurm.recovery.policy import class_domains
+from gpualert_slurm.core.classes import class_domains
 
 AMENDABLE = ("class", "domain", "root_node", "root_rank", "evidence", "detail", "hint")
 MAX_OUTPUT = 1024 * 1024

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
+from gpualert_slurm.core.classes import class_domains
 from gpualert_slurm.core.config import RecoveryConfig
 
 REQUEUE_ACTIONS = ("requeue", "exclude_node", "hold")
@@ -91,15 +92,6 @@ def builtin_policy() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-@functools.cache
-def class_domains() -> dict[str, str]:
-    import yaml
-
-    text = resources.files("gpualert_slurm.classify").joinpath("classes.yaml").read_text()
-    classes = yaml.safe_load(text)["classes"]
-    return {k: (v or {}).get("domain", "unknown") for k, v in classes.items()}
-
-
 def rules_table(cfg: RecoveryConfig) -> dict[str, Rule]:
     """The built-in rules with the admin's overrides merged in, key by key."""
     raw: dict[str, dict[str, Any]] = {k: dict(v) for k, v in builtin_policy()["rules"].items()}
@@ -107,19 +99,6 @@ def rules_table(cfg: RecoveryConfig) -> dict[str, Rule]:
         raw.setdefault(name, {}).update(over)
     return {name: Rule(name, tuple(r.get("do") or ()), int(r.get("retries", 0)),
                        bool(r.get("shadow", False))) for name, r in raw.items()}
-
-
-def check_rule_names(cfg: RecoveryConfig) -> list[str]:
-    """Overrides naming no known class or domain (for `gpualert doctor` and the tests)."""
-    classes = class_domains()
-    domains = set(classes.values())
-    bad = []
-    for name, _ in cfg.rules:
-        dom = name.removeprefix("domain:")
-        if (name.startswith("domain:") and dom not in domains) or (
-                not name.startswith("domain:") and name not in classes):
-            bad.append(name)
-    return bad
 
 
 def not_retried(cfg: RecoveryConfig, d: Decision) -> str | None:

@@ -186,7 +186,7 @@ def _recovery_lines(v: dict[str, Any]) -> list[str]:
     """What recovery did, does or would do, and why (verdict.json's "recovery"): the job
     epilog decides before it mails, so the mail has the decision and `gpualert show` the
     outcome of its actions."""
-    from gpualert_slurm.recovery import report_lines
+    from gpualert_slurm.report.recovery_lines import report_lines
 
     try:
         return report_lines(v.get("recovery"))

@@ -1,0 +1,61 @@
+"""What recovery did, does or would do for a run, and why, in sentences for the report
+(verdict.json's "recovery", written by recovery; read here, so that the report stands below
+recovery and recovery's watch may use the report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def report_lines(summary: dict[str, Any] | None) -> list[str]:
+    """What recovery did, does or would have done for this run, and why, in sentences for the
+    report (verdict.json's "recovery"; the report's templates render these lines). The job
+    epilog decides before it mails and acts after: a "planned" summary says what follows."""
+    if not summary:
+        return []
+    outcome = summary.get("outcome")
+    if outcome == "error":
+        return [f"Recovery failed ({summary.get('error')}); Slurm's normal handling applies."]
+    if outcome in ("undecided", "abandoned") and not summary.get("rule"):
+        return [f"Recovery had not decided when this was written ({summary.get('why')}); "
+                "`gpualert show` has the decision once it is made."]
+    lines = []
+    excl = [p for p in summary.get("planned") or summary.get("would") or []
+            if p.get("action") == "requeue"]
+    held = " (held)" if excl and excl[0].get("hold") else ""
+    for t in summary.get("taken") or []:
+        what = {"drain_node": f"drained node {t.get('target')}",
+                "requeue": f"requeued the job{held}",
+                "cancel": "cancelled the job", "check": "checked the job"}.get(
+                    str(t.get("action")), str(t.get("action")))
+        lines.append(f"gpualert {what}: {t.get('outcome')}.")
+    if outcome == "planned":
+        for p in summary.get("planned") or []:
+            what = {"drain_node": f"drains node {p.get('target')}",
+                    "requeue": f"requeues the job{held}", "cancel": "cancels the job"}.get(
+                        str(p.get("action")), f"does {p.get('action')} {p.get('target')}")
+            lines.append(f"gpualert {what} now (right after this report).")
+    for w in summary.get("would") or []:
+        lines.append(f"In action mode gpualert would {w.get('action').replace('_', ' ')} "
+                     f"{w.get('target')}.")
+    for n in summary.get("not_taken") or []:
+        tgt = f" {n['target']}" if n.get("target") else ""
+        if summary.get("would") and n.get("why", "").startswith(("monitor mode", "rule ",
+                                                                 "the user")):
+            continue
+        if n.get("action") == "requeue":
+            lines.append(f"Not requeued: {n.get('why')}.")
+            continue
+        if n.get("provenance"):  # the fact it needs did not come from Slurm or root
+            lines.append(f"Not acted on: {n.get('action', '').replace('_', ' ')}{tgt}: "
+                         f"{n.get('why')}.")
+            continue
+        lines.append(f"Not done: {n.get('action', '').replace('_', ' ')}{tgt}: {n.get('why')}.")
+    if summary.get("not_retried"):
+        lines.append(f"Not requeued: {summary['not_retried']}.")
+    if summary.get("would"):
+        why = next((n["why"] for n in summary.get("not_taken") or []), "")
+        lines.append(f"Nothing was done: {why}.")
+    if summary.get("retries_left") is not None and not summary.get("not_retried"):
+        lines.append(f"Retries left for this job: {summary['retries_left']}.")
+    return lines
