@@ -10,17 +10,21 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from functools import lru_cache
 from typing import Any
 
 from gpualert_slurm.core.templates import get_template
+from gpualert_slurm.core.verdict import Verdict
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 LAST_LINES = 30
 # Header text may come from the user (job name, comment, paths): every control character,
 # including Unicode line breaks, becomes a space before it reaches a header.
+# The verdict: a core.verdict.Verdict, or a verdict-shaped mapping (Verdict.of checks it as
+# verdict.json is checked).
 _CTRL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
 
 
@@ -70,81 +74,76 @@ def _short(path: Any, base: str) -> str:
     return p[len(base) + 1:] if base and p.startswith(base + "/") else p
 
 
-def job_label(v: dict[str, Any]) -> str:
+def job_label(v: Verdict | Mapping[str, Any]) -> str:
     """'123', or '120_3' for an array task (the parent array id first)."""
-    arr = v.get("array") or {}
-    if arr.get("job_id") and arr.get("task_id") is not None:
-        return f"{arr['job_id']}_{arr['task_id']}"
-    return str(v.get("job_id"))
+    return Verdict.of(v).label
 
 
-def status_word(v: dict[str, Any]) -> str:
-    if v.get("silent_failure"):
+def status_word(v: Verdict | Mapping[str, Any]) -> str:
+    v = Verdict.of(v)
+    if v.silent_failure:
         return "FAILED (exit 0, silent failure)"
-    if v.get("failed"):
+    if v.failed:
         return "FAILED"
-    return (v.get("job") or {}).get("slurm_state") or "COMPLETED"
+    return v.job.slurm_state or "COMPLETED"
 
 
-def subject(v: dict[str, Any]) -> str:
+def subject(v: Verdict | Mapping[str, Any]) -> str:
     """'[gpualert] FAILED job 123 (train-llama): CUDA out of memory on n2, rank 5'."""
-    verdict = v.get("verdict") or {}
-    job = v.get("job") or {}
-    cls = verdict.get("class") or "unknown"
-    s = f"[gpualert] {status_word(v)} job {job_label(v)}"
-    name = header_text(job.get("name"), 60)
+    v = Verdict.of(v)
+    c = v.cause
+    cls = c.klass
+    s = f"[gpualert] {status_word(v)} job {v.label}"
+    name = header_text(v.job.name, 60)
     if name:
         s += f" ({name})"
-    if v.get("failed") or v.get("silent_failure"):
+    if v.failed_or_silent:
         s += f": {labels().get(cls, cls)}"
-        if verdict.get("root_node"):
-            s += f" on {header_text(verdict['root_node'], 40)}"
-        if verdict.get("root_rank") is not None:
-            s += f", rank {verdict['root_rank']}"
+        if c.root_node:
+            s += f" on {header_text(c.root_node, 40)}"
+        if c.root_rank is not None:
+            s += f", rank {c.root_rank}"
     return header_text(s, 200)
 
 
-def context(v: dict[str, Any], cids: tuple[str, ...] = ()) -> dict[str, Any]:
+def context(v: Verdict | Mapping[str, Any], cids: tuple[str, ...] = ()) -> dict[str, Any]:
     """What the templates see: verdict.json plus the derived, display-ready fields; `cids`:
     the Content-IDs of the inline pictures the mail carries (report/timeline.py)."""
     from gpualert_slurm.report import ranks, timeline
 
-    verdict = v.get("verdict") or {}
-    job = v.get("job") or {}
-    base = v.get("attempt_path") or ""
-    cls = verdict.get("class") or "unknown"
-    exit_s = f"{job.get('exit_code', '?')}"
-    if job.get("signal"):
-        exit_s += f", signal {job['signal']}"
-    gpus = job.get("gpus") or {}
-    gpus_s = ", ".join(f"{n}: {g}" for n, g in sorted(gpus.items()) if g) or "none seen"
+    v = Verdict.of(v)
+    c = v.cause
+    job = v.job
+    base = v.attempt_path or ""
+    cls = c.klass
+    exit_s = "?" if "exit_code" in job.omitted else f"{job.exit_code}"
+    if job.signal:
+        exit_s += f", signal {job.signal}"
+    gpus_s = ", ".join(f"{n}: {g}" for n, g in sorted(job.gpus.items()) if g) or "none seen"
     facts = [
-        ("User", job.get("user") or "?"),
-        ("Job", f"{job_label(v)}"
-         + (f" ({header_text(job['name'], 200)})" if job.get("name") else "")),
-        ("Nodes", job.get("nodelist") or ", ".join(job.get("nodes") or []) or "?"),
+        ("User", job.user or "?"),
+        ("Job", f"{v.label}" + (f" ({header_text(job.name, 200)})" if job.name else "")),
+        ("Nodes", job.nodelist or ", ".join(job.nodes) or "?"),
         ("GPUs", gpus_s),
-        ("Partition", job.get("partition") or "?"),
-        ("Start", _when(job.get("start_time"))),
-        ("End", _when(job.get("end_time"))),
-        ("Run time", _duration(job.get("run_time_s"))),
+        ("Partition", job.partition or "?"),
+        ("Start", _when(job.start_time)),
+        ("End", _when(job.end_time)),
+        ("Run time", _duration(job.run_time_s)),
         ("Exit code", exit_s),
-        ("Slurm state",
-         f"{job.get('slurm_state') or '?'} (reason {job.get('slurm_reason') or '?'})"),
-        ("Work dir", job.get("work_dir") or "?"),
+        ("Slurm state", f"{job.slurm_state or '?'} (reason {job.slurm_reason or '?'})"),
+        ("Work dir", job.work_dir or "?"),
     ]
-    if v.get("attempt"):
-        facts.append(("Attempt", str(v["attempt"])))
+    if v.attempt:
+        facts.append(("Attempt", str(v.attempt)))
     # each line says where it came from ("printed by the job", "kernel log of n2", "Slurm:
     # NODE_FAIL": provenance.label); a verdict of an older version has no such label
-    evidence = [dict(e, short=_short(e.get("file"), base),
-                     source=str((e.get("provenance") or {}).get("label") or ""))
-                for e in verdict.get("evidence") or []]
-    cascades = [dict(c, short=_short(c.get("file"), base)) for c in verdict.get("cascades") or []]
-    last = v.get("last_lines")
+    evidence = [dict(e.to_json(), short=_short(e.file, base), source=e.source)
+                for e in c.evidence]
+    cascades = [dict(x.to_json(), short=_short(x.file, base)) for x in c.cascades]
+    last = v.last_lines
     if last:
         last = dict(last, short=_short(last.get("file"), base))
-    man = v.get("artifacts")
+    man = v.artifacts
     if man:
         # a many-rank job: the first task logs by name, the rest on one line
         shown, more = ranks.attachment_groups(man.get("attached", []))
@@ -157,18 +156,18 @@ def context(v: dict[str, Any], cids: tuple[str, ...] = ()) -> dict[str, Any]:
     return {
         "headline": subject(v).removeprefix("[gpualert] "),
         "status_word": status_word(v),
-        "failed": bool(v.get("failed") or v.get("silent_failure")),
-        "silent": bool(v.get("silent_failure")),
-        "job_id": v.get("job_id"),
+        "failed": v.failed_or_silent,
+        "silent": v.silent_failure,
+        "job_id": v.job_id,
         "cls": cls,
         "label": labels().get(cls, cls),
-        "domain": verdict.get("domain") or "unknown",
-        "confidence": float(verdict.get("confidence") or 0.0),
-        "hint": verdict.get("hint") or "",
-        "detail": verdict.get("detail") or "",
-        "root_rank": verdict.get("root_rank"),
-        "root_node": verdict.get("root_node"),
-        "root_step": verdict.get("root_step"),
+        "domain": c.domain or "unknown",
+        "confidence": float(c.confidence or 0.0),
+        "hint": c.hint or "",
+        "detail": c.detail or "",
+        "root_rank": c.root_rank,
+        "root_node": c.root_node,
+        "root_step": c.root_step,
         "evidence": evidence,
         "cascades": cascades,
         "rank_groups": ranks.rank_groups(v, labels()),
@@ -176,20 +175,20 @@ def context(v: dict[str, Any], cids: tuple[str, ...] = ()) -> dict[str, Any]:
         "facts": facts,
         "last_lines": last,
         "manifest": man,
-        "notes": ranks.group_node_notes(list(v.get("notes") or [])),
+        "notes": ranks.group_node_notes(list(v.notes)),
         "recovery": _recovery_lines(v),
-        "logs_dir": v.get("logs_dir") or os.path.join(base, "tasks"),
+        "logs_dir": v.logs_dir or os.path.join(base, "tasks"),
     }
 
 
-def _recovery_lines(v: dict[str, Any]) -> list[str]:
+def _recovery_lines(v: Verdict) -> list[str]:
     """What recovery did, does or would do, and why (verdict.json's "recovery"): the job
     epilog decides before it mails, so the mail has the decision and `gpualert show` the
     outcome of its actions."""
     from gpualert_slurm.report.recovery_lines import report_lines
 
     try:
-        return report_lines(v.get("recovery"))
+        return report_lines(v.recovery)
     except (AttributeError, TypeError, KeyError):  # a record of another version: not shown
         return []
 
@@ -204,7 +203,7 @@ def render(v: dict[str, Any], fmt: str = "text", cids: tuple[str, ...] = (),
     return get_template(f"{name}.{ext}.j2").render(r=context(v, tuple(cids)))
 
 
-def inline_images(v: dict[str, Any]) -> list[tuple[str, bytes, str]]:
+def inline_images(v: Verdict | Mapping[str, Any]) -> list[tuple[str, bytes, str]]:
     """(Content-ID, data, mime) of the pictures for the HTML part: the timeline of a
     multi-node failure; [] otherwise or when it cannot be drawn."""
     from gpualert_slurm.report import timeline
