@@ -37,7 +37,7 @@ from gpualert_slurm.core.spool import (
 __all__ = ["VERSION", "FILE", "MAX_BYTES", "VerdictError", "Provenance", "Evidence", "Cause",
            "JobInfo", "ArrayRef", "Verdict", "read_at", "read_run", "write_at"]
 
-VERSION = 1  # the schema version the job epilog writes (hooks.epilog.VERDICT_VERSION)
+VERSION = 1  # the schema version the job epilog writes (hooks.jobspool.VERDICT_VERSION)
 FILE = "verdict.json"
 MAX_BYTES = MAX_RECORD_BYTES  # a bigger verdict.json is refused before it is parsed
 ORIGINS = ("slurm", "root", "job")  # provenance.label: who a fact comes from
@@ -499,10 +499,10 @@ class Verdict(_Record):
             attempt_path=_str(d.get("attempt_path"), w + "attempt_path"),
             logs_dir=_str(d.get("logs_dir"), w + "logs_dir"),
             array=None if arr is None else ArrayRef.from_json(arr, w + "array"),
-            job=JobInfo() if job is None else JobInfo.from_json(job, w + "job"),
+            job=JobInfo.from_json({} if job is None else job, w + "job"),
             options=_obj(d.get("options"), w + "options"),
             failed=failed, silent_failure=silent,
-            cause=Cause() if cause is None else Cause.from_json(cause, w + "verdict"),
+            cause=Cause.from_json({} if cause is None else cause, w + "verdict"),
             classifier_error=_str(d.get("classifier_error"), w + "classifier_error"),
             tasks=_objs(d.get("tasks"), w + "tasks"),
             nodes=_node_summaries(d.get("nodes"), w + "nodes"),
