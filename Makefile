@@ -22,11 +22,13 @@ demo: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 # dockerd: the container cluster's tests (-m docker) build their images and start it themselves.
 test: install dockerd
 	scripts/install-test-deps.sh
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	scripts/run-pytest.sh
 
 unit: install
