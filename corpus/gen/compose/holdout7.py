@@ -12,12 +12,19 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
+from corpus.gen.compose.kit import (
+    ASYNC,
+    DSA,
+    SITE,
+    T0,
+    _pre,
+    _task,
+    _tb,
+    _user_frames,
+    _write,
+    compose,
+)
 
-ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-         "stacktrace below might be incorrect.\nFor debugging consider passing "
-         "CUDA_LAUNCH_BLOCKING=1")
-DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
 HF = f"{SITE}/transformers"
 MOD = f"{SITE}/torch/nn/modules/module.py"
 
@@ -484,28 +491,8 @@ def srun_job(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str
 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `h7_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
-    rng = random.Random(cid)
-    tr = c.get("transform")
-    end = T0 + rng.randrange(0, 10**6)
-    kernel, root_rank, state = None, None, c.get("slurm_state")
-    if tmpl == "h7_single":
-        text, code, sig = single(rng, p)
-        _write(d, "run.0.log", text, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, code, sig, end)]
-    elif tmpl == "h7_hw":
-        kern, text = hw(rng, p)
-        (d / "kernel.log").write_text(kern)
-        kernel = str((d / "kernel.log").relative_to(root))
-        _write(d, "run.0.log", text, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, 1, None, end)]
-    elif tmpl == "h7_torchrun":
-        tasks, root_rank, state = torchrun(rng, p, d, root, cid, tr)
-    elif tmpl == "h7_srun":
-        tasks, root_rank, state = srun_job(rng, p, d, root, cid, tr)
-    else:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    lab = synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)
-    if state == "NODE_FAIL" and p.get("kind") == "node_lost_batch":
+    lab = compose(root, d, c, single={"h7_single": single}, logged={"h7_hw": hw},
+                  multi={"h7_torchrun": torchrun, "h7_srun": srun_job})
+    if lab["slurm_state"] == "NODE_FAIL" and c["params"].get("kind") == "node_lost_batch":
         lab["slurm_reason"] = "NodeDown"
     return lab

@@ -12,12 +12,19 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
-
-ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-         "stacktrace below might be incorrect.\nFor debugging consider passing "
-         "CUDA_LAUNCH_BLOCKING=1")
-DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+from corpus.gen.compose.kit import (
+    ASYNC,
+    DSA,
+    SITE,
+    T0,
+    _pre,
+    _task,
+    _tb,
+    _user_frames,
+    _write,
+    after_preamble,
+    compose,
+)
 
 
 def _trt_stamp(rng: random.Random) -> str:
@@ -483,35 +490,10 @@ def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
 # ---------------------------------------------------------------- build
 
 def build(root: Path, d: Path, c: dict) -> dict:
-    """Compose one `h8_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
-    rng = random.Random(cid)
-    tr = c.get("transform")
-    end = T0 + rng.randrange(0, 10**6)
-    kernel, root_rank, state = None, None, c.get("slurm_state")
-    multi = {"h8_assert_srun": assert_srun, "h8_nccl_multi": nccl_multi, "h8_node": node_lost}
-    if tmpl in ("h8_single", "h8_ct"):
-        if tmpl == "h8_single":
-            body, pre = single(rng, p)
-        else:
-            body, pre = ct(rng, p), False
-        text = (_pre(rng, c.get("name", "job"), rng.randrange(2, 8)) if pre else "") + body
-        _write(d, "run.0.log", text, tr, cid)
-        code = 1
-        if p.get("kind") == "deepspeed":
-            code = 250  # the launcher's own exit after a child's -6
-        tasks = [_task(root, d, "run.0.log", 0, code, None, end)]
-    elif tmpl in ("h8_hw", "h8_storage"):
-        kern, job = (hw if tmpl == "h8_hw" else storage)(rng, p)
-        text = (_pre(rng, "train", rng.randrange(3, 8)) if tmpl == "h8_hw" else "") + job
-        if kern:
-            (d / "kernel.log").write_text(kern)
-            kernel = str((d / "kernel.log").relative_to(root))
-        _write(d, "run.0.log", text, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, 1, None, end)]
-    elif tmpl in multi:
-        tasks, root_rank, *rest = multi[tmpl](rng, p, d, root, cid, tr)
-        state = rest[0] if rest and rest[0] else state
-    else:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)
+    """Compose one `h8_*` case into `d`; return its label (the DeepSpeed launcher exits 250
+    after a child's SIGABRT)."""
+    return compose(root, d, c, single={"h8_single": single,
+                                       "h8_ct": lambda r, p: (ct(r, p), False)},
+                   logged={"h8_hw": after_preamble(hw), "h8_storage": storage},
+                   multi={"h8_assert_srun": assert_srun, "h8_nccl_multi": nccl_multi,
+                          "h8_node": node_lost}, codes={"deepspeed": (250, None)})

@@ -12,12 +12,19 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import SITE, T0, _pre, _task, _tb, _user_frames, _write, synthetic_label
-
-ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-         "stacktrace below might be incorrect.\nFor debugging consider passing "
-         "CUDA_LAUNCH_BLOCKING=1")
-DSA = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+from corpus.gen.compose.kit import (
+    ASYNC,
+    DSA,
+    SITE,
+    T0,
+    _pre,
+    _task,
+    _tb,
+    _user_frames,
+    _write,
+    after_preamble,
+    compose,
+)
 
 
 def _kstamp(rng: random.Random) -> str:
@@ -357,28 +364,6 @@ def node_lost(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: st
 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `h9_*` case into `d`; return its label."""
-    cid, p, tmpl = c["id"], c.get("params") or {}, c["synth"]
-    rng = random.Random(cid)
-    tr = c.get("transform")
-    end = T0 + rng.randrange(0, 10**6)
-    kernel, root_rank, state = None, c.get("root_rank"), c.get("slurm_state")
-    if tmpl == "h9_single":
-        body, pre = single(rng, p)
-        text = (_pre(rng, c.get("name", "job"), rng.randrange(2, 8)) if pre else "") + body
-        _write(d, "run.0.log", text, tr, cid)
-        code = -6 if p.get("kind") == "fsdp2_watchdog" else 1
-        tasks = [_task(root, d, "run.0.log", 0, None if code < 0 else code,
-                       -code if code < 0 else None, end)]
-    elif tmpl in ("h9_hw", "h9_storage"):
-        kern, job = (hw if tmpl == "h9_hw" else storage)(rng, p)
-        text = (_pre(rng, "train", rng.randrange(3, 8)) if tmpl == "h9_hw" else "") + job
-        if kern:
-            (d / "kernel.log").write_text(kern)
-            kernel = str((d / "kernel.log").relative_to(root))
-        _write(d, "run.0.log", text, tr, cid)
-        tasks = [_task(root, d, "run.0.log", 0, 1, None, end)]
-    elif tmpl == "h9_node":
-        tasks, root_rank, state = node_lost(rng, p, d, root, cid, tr)
-    else:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)
+    return compose(root, d, c, single={"h9_single": single},
+                   logged={"h9_hw": after_preamble(hw), "h9_storage": storage},
+                   multi={"h9_node": node_lost}, aborted=("fsdp2_watchdog",))

@@ -165,34 +165,56 @@ def _case(c: dict) -> tuple[str, dict, str, random.Random, str | None]:
 
 def compose(root: Path, d: Path, c: dict, single: dict | None = None,
             logged: dict | None = None, multi: dict | None = None, plain: tuple = (),
-            aborted: tuple = ()) -> dict:
-    """Compose one case of a set's composer (synthetic4, synthetic_ho5, …) into `d`; its label.
+            aborted: tuple = (), codes: dict | None = None, steps: tuple = (2, 8),
+            end_last: bool = False) -> dict:
+    """Compose one case of a set's templates into `d`; its label.
 
-    The case's end time is drawn first, then the template's text. A template is one of
-    - `single[tmpl](rng, p)`: the message of one task, after the job's preamble unless the
-      case's `kind` is in `plain` (a log that is the library's own output from its first line);
-      the task exits 1, or is killed by SIGABRT where the kind is in `aborted`;
+    The case's end time is drawn first (last with `end_last`), then the template's text. A
+    template is one of
+    - `single[tmpl](rng, p)`: the message of one task, after the job's preamble (of
+      `rng.randrange(*steps)` steps) unless the case's `kind` is in `plain` (a log that is the
+      library's own output from its first line). It returns the body; or (body, bool: whether
+      the preamble goes before it); or (body, the kernel's lines or None); or (whole text, exit
+      code, signal). The task exits 1, or `codes[kind]` (exit code, signal), or is killed by
+      SIGABRT where the kind is in `aborted`;
     - `logged[tmpl](rng, p)`: (the kernel's lines or None, one task's whole log);
     - `multi[tmpl](rng, p, d, root, cid, tr)`: writes its logs itself, returns (tasks, root
       rank) or (tasks, root rank, Slurm state)."""
     cid, p, tmpl, rng, tr = _case(c)
-    end = T0 + rng.randrange(0, 10**6)
-    kernel, root_rank, state = None, None, c.get("slurm_state")
+    end = 0.0 if end_last else T0 + rng.randrange(0, 10**6)
+    kernel, root_rank, state, kind = None, None, c.get("slurm_state"), p.get("kind")
+    code, sig = (None, 6) if kind in aborted else (codes or {}).get(kind, (1, None))
     if single and tmpl in single:
-        body = single[tmpl](rng, p)
-        pre = "" if p.get("kind") in plain else _pre(rng, c.get("name", "job"), rng.randrange(2, 8))
-        sig = 6 if p.get("kind") in aborted else None
-        tasks = _one_task(root, d, pre + body, tr, cid, end, None if sig else 1, sig)
+        body, kern, pre = single[tmpl](rng, p), None, kind not in plain
+        if isinstance(body, tuple) and len(body) == 3:
+            (body, code, sig), pre = body, False
+        elif isinstance(body, tuple) and isinstance(body[1], bool):
+            body, pre = body
+        elif isinstance(body, tuple):
+            body, kern = body
+        text = (_pre(rng, c.get("name", "job"), rng.randrange(*steps)) if pre else "") + body
+        kernel = _kernel_log(root, d, kern) if kern else None
     elif logged and tmpl in logged:
         kern, text = logged[tmpl](rng, p)
         kernel = _kernel_log(root, d, kern) if kern else None
-        tasks = _one_task(root, d, text, tr, cid, end)
     elif multi and tmpl in multi:
         tasks, root_rank, *rest = multi[tmpl](rng, p, d, root, cid, tr)
         state = rest[0] if rest and rest[0] else state
     else:
         raise ValueError(f"unknown synthetic template {tmpl!r}")
+    end = T0 + rng.randrange(0, 10**6) if end_last else end
+    if not (multi and tmpl in multi):
+        tasks = _one_task(root, d, text, tr, cid, end, code, sig)
     return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, kernel, tr)
+
+
+def after_preamble(fn, name: str = "train", steps: tuple = (3, 8)):
+    """A `logged` template of `fn(rng, p)` -> (kernel lines or None, the job's text): the job's
+    preamble goes before the text."""
+    def logged(rng: random.Random, p: dict) -> tuple[str | None, str]:
+        kern, job = fn(rng, p)
+        return kern, _pre(rng, name, rng.randrange(*steps)) + job
+    return logged
 
 
 def synthetic_label(c: dict, cid: str, tmpl: str, p: dict, tasks: list, root_rank, state,

@@ -11,18 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import (
-    ASYNC,
-    DSA,
-    SITE,
-    T0,
-    _case,
-    _one_task,
-    _pre,
-    _tb,
-    _user_frames,
-    synthetic_label,
-)
+from corpus.gen.compose.kit import ASYNC, DSA, SITE, _tb, _user_frames, compose
 
 
 def _vllm_stamp(rng: random.Random) -> str:
@@ -187,10 +176,4 @@ PLAIN = ("vllm_kv_needed",)  # a log that is the library's own output from its f
 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `f5_*` case into `d`; return its label."""
-    cid, p, tmpl, rng, tr = _case(c)
-    if tmpl not in TEMPLATES:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    body = TEMPLATES[tmpl](rng, p)
-    pre = "" if p.get("kind") in PLAIN else _pre(rng, c.get("name", "job"), rng.randrange(2, 7))
-    tasks = _one_task(root, d, pre + body, tr, cid, T0 + rng.randrange(0, 10**6))
-    return synthetic_label(c, cid, tmpl, p, tasks, None, c.get("slurm_state"), None, tr)
+    return compose(root, d, c, single=TEMPLATES, plain=PLAIN, steps=(2, 7), end_last=True)

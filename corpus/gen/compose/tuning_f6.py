@@ -11,18 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import (
-    ASYNC,
-    SITE,
-    T0,
-    _case,
-    _kernel_log,
-    _one_task,
-    _pre,
-    _tb,
-    _user_frames,
-    synthetic_label,
-)
+from corpus.gen.compose.kit import ASYNC, SITE, _tb, _user_frames, compose
 
 
 def _nccl_prefix(rng: random.Random) -> str:
@@ -140,11 +129,4 @@ TEMPLATES = {"f6_nccl_shm": nccl_shm, "f6_cuda_oom": cuda_oom, "f6_cuda_error": 
 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `f6_*` case into `d`; return its label."""
-    cid, p, tmpl, rng, tr = _case(c)
-    if tmpl not in TEMPLATES:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    body, kern = TEMPLATES[tmpl](rng, p)
-    pre = _pre(rng, c.get("name", "job"), rng.randrange(2, 7))
-    kernel = _kernel_log(root, d, kern) if kern else None
-    tasks = _one_task(root, d, pre + body, tr, cid, T0 + rng.randrange(0, 10**6))
-    return synthetic_label(c, cid, tmpl, p, tasks, None, c.get("slurm_state"), kernel, tr)
+    return compose(root, d, c, single=TEMPLATES, steps=(2, 7), end_last=True)

@@ -12,14 +12,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import (
-    SITE,
-    _pre,
-    _rank_task,
-    _tb,
-    _user_frames,
-    compose,
-)
+from corpus.gen.compose.kit import SITE, _pre, _rank_task, _tb, _user_frames, compose
 
 # CUDA's enums (driver_types.h cudaError, cuda.h CUresult): kind -> (code, runtime name or
 # driver name, cudaGetErrorString's words)

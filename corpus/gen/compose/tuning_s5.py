@@ -13,17 +13,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import (
-    SITE,
-    T0,
-    _case,
-    _lost_task,
-    _node_failure,
-    _task,
-    _tb,
-    _write,
-    synthetic_label,
-)
+from corpus.gen.compose.kit import SITE, T0, _lost_task, _node_failure, _task, _tb, _write, compose
 
 STDERR_TAIL = {  # the remote job's stderr that submitit puts in its message, per state
     "TIMEOUT": "slurmstepd: error: *** JOB {jid} ON {node} CANCELLED AT {stamp} DUE TO TIME "
@@ -95,9 +85,5 @@ def node_lost_unplaced(rng: random.Random, p: dict, d: Path, root: Path, cid: st
 
 def build(root: Path, d: Path, c: dict) -> dict:
     """Compose one `s5_*` case into `d`; return its label."""
-    cid, p, tmpl, rng, tr = _case(c)
-    fn = {"s5_submitit": submitit, "s5_node_lost_unplaced": node_lost_unplaced}.get(tmpl)
-    if fn is None:
-        raise ValueError(f"unknown synthetic template {tmpl!r}")
-    tasks, root_rank, state = fn(rng, p, d, root, cid, tr)
-    return synthetic_label(c, cid, tmpl, p, tasks, root_rank, state, tr=tr)
+    return compose(root, d, c, multi={"s5_submitit": submitit,
+                                      "s5_node_lost_unplaced": node_lost_unplaced}, end_last=True)
