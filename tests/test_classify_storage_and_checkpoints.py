@@ -296,7 +296,7 @@ def test_object_store_not_found_and_denied(tmp_path: Path, exc: str, cls: str) -
 
 # ---- torch weights_only: a refused global and an unreadable file are both a checkpoint that
 # cannot be loaded (f7m- relabelled the refusal checkpoint_corrupt; its detail says the file is
-# intact, tests/test_classify_h7_mix.py) ----
+# intact, tests/test_classify_loader_timeouts_and_checkpoint_loads.py) ----
 
 TORCH_LOAD = (f"{SITE}/torch/serialization.py", "load",
               "raise pickle.UnpicklingError(_get_wo_message(str(e))) from None")
