@@ -1,5 +1,5 @@
-"""The grep path of the scanner (scan._scan_range_native) against the Python path: the same
-events, line numbers, line order, line and segment counts, on crafted logs that stress each
+"""The grep path of the scanner (scan.grep._scan_range_native) against the Python path: the
+same events, line numbers, line order, line and segment counts, on crafted logs that stress each
 part (lines holding only gate words, short unique lines, CRLF, progress bars, NUL and binary
 bytes, long lines, case, markup, Windows paths, repeated lines, partial reading), and the
 fallback to Python when grep cannot be used."""
@@ -15,6 +15,9 @@ import pytest
 
 from gpualert_slurm.classify import scan
 from gpualert_slurm.classify.rules import load_rules
+from gpualert_slurm.classify.scan import grep as scan_grep
+from gpualert_slurm.classify.scan import python as scan_python
+from gpualert_slurm.classify.scan import reading as scan_reading
 
 FIX = Path(__file__).parent / "fixtures" / "classify"
 GATES = ["error", "timeout", "nccl", "memory", "failed", "abort", "denied", "exhausted",
@@ -27,7 +30,7 @@ OOM_TB = (b'Traceback (most recent call last):\n  File "train.py", line 3, in <m
 def _grep_only(monkeypatch):
     """NATIVE on means grep from a range's start here (the grep path under test); the
     Python-first path (scan.PYTHON_FIRST, the default) is compared in _both."""
-    monkeypatch.setattr(scan, "PYTHON_FIRST", False)
+    monkeypatch.setattr(scan_reading, "PYTHON_FIRST", False)
 
 
 def _sig(res: scan.ScanResult) -> tuple:
@@ -43,30 +46,30 @@ def _both(monkeypatch, path: Path, **kw) -> scan.ScanResult:
     # engines are compared, not the time budget: on a loaded machine (load 8 on 2 cores) the
     # Python path ran past the budget's head share and read the file partially, grep did not
     kw.setdefault("budget_s", 3600.0)
-    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
-    monkeypatch.setattr(scan, "NATIVE", False)
+    monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan_reading, "NATIVE", False)
     py = scan.scan_file(str(path), rules, **kw)
     assert py.engine == "python"
-    monkeypatch.setattr(scan, "NATIVE", True)
-    monkeypatch.setattr(scan, "WORKERS", 1)
+    monkeypatch.setattr(scan_reading, "NATIVE", True)
+    monkeypatch.setattr(scan_grep, "WORKERS", 1)
     gr = scan.scan_file(str(path), rules, **kw)
     assert gr.engine == "grep", gr.engine
     assert _sig(gr) == _sig(py)
-    monkeypatch.setattr(scan, "SPLIT_MIN", 0)
+    monkeypatch.setattr(scan_grep, "SPLIT_MIN", 0)
     for workers in (2, 3):
-        monkeypatch.setattr(scan, "WORKERS", workers)
+        monkeypatch.setattr(scan_grep, "WORKERS", workers)
         cut = scan.scan_file(str(path), rules, **kw)
         assert cut.engine == "grep", cut.engine
         assert _sig(cut) == _sig(py), workers
     # Python first, handing over to grep at the first chunk (0 shapes), at none (the shapes
     # bound out of reach), and where the log's own lines make it (the shipped bound)
-    monkeypatch.setattr(scan, "PYTHON_FIRST", True)
+    monkeypatch.setattr(scan_reading, "PYTHON_FIRST", True)
     for shapes in (0, 1 << 30, scan.HANDOVER_SHAPES):
-        monkeypatch.setattr(scan, "HANDOVER_SHAPES", shapes)
+        monkeypatch.setattr(scan_python, "HANDOVER_SHAPES", shapes)
         hy = scan.scan_file(str(path), rules, **kw)
         assert hy.engine == ("grep" if shapes == 0 else hy.engine), hy.engine
         assert _sig(hy) == _sig(py), shapes
-    monkeypatch.setattr(scan, "PYTHON_FIRST", False)
+    monkeypatch.setattr(scan_reading, "PYTHON_FIRST", False)
     return gr
 
 
@@ -179,9 +182,9 @@ def test_partial_reading_is_the_same(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_time_budget_is_a_bound_on_the_grep_path(tmp_path, monkeypatch, workers):
-    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
-    monkeypatch.setattr(scan, "WORKERS", workers)
-    monkeypatch.setattr(scan, "SPLIT_MIN", 0)  # three greps: the pieces after the first dropped
+    monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan_grep, "WORKERS", workers)
+    monkeypatch.setattr(scan_grep, "SPLIT_MIN", 0)  # three greps: the pieces after the 1st dropped
     log = tmp_path / "slow.log"
     log.write_bytes(b"ModuleNotFoundError: No module named 'early'\n"
                     + _gated(200_000, random.Random(3)) + OOM_TB)
@@ -203,9 +206,9 @@ def test_without_a_working_grep_the_python_path_says_so(tmp_path, monkeypatch, g
     log = tmp_path / "x.log"
     log.write_bytes(b"step 1\n" * 1000 + OOM_TB)
     rules = load_rules(site=False)
-    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
     want = _sig(scan.scan_file(str(log), rules))
-    monkeypatch.setattr(scan, "GREP", grep)
+    monkeypatch.setattr(scan_grep, "GREP", grep)
     res = scan.scan_file(str(log), rules)
     assert res.engine.startswith("python (grep failed:"), res.engine
     assert _sig(res) == want
@@ -268,10 +271,10 @@ def test_a_newline_in_a_rule_pattern_goes_to_grep_as_any_byte(tmp_path, monkeypa
     log.write_bytes(b"".join(b"step %d loss=0.%04d\n" % (i, i) for i in range(60_000))
                     + b"zqallocAsync retry 3: out of memory\nzqpool exhausted\n"
                     + b"zqarena 0x7f failed\n" + OOM_TB)
-    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
-    monkeypatch.setattr(scan, "NATIVE", False)
+    monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan_reading, "NATIVE", False)
     py = scan.scan_file(str(log), rules)
-    monkeypatch.setattr(scan, "NATIVE", True)
+    monkeypatch.setattr(scan_reading, "NATIVE", True)
     gr = scan.scan_file(str(log), rules)
     assert gr.engine == "grep", gr.engine
     assert [e.rule.id for e in gr.events].count("zq_alloc") == 3
@@ -293,16 +296,16 @@ def test_python_first_hands_over_to_grep_mid_file(tmp_path, monkeypatch):
                     + b"[rank1]: NCCL WARN Timeout waiting\n" * 5 + OOM_TB)
     assert log.stat().st_size > 3 * scan.CHUNK
     grids: list[int] = []
-    native = scan._scan_range_native
+    native = scan.grep._scan_range_native
 
     def spy(*a, **kw):  # the real grep path; records where the handover put it
         grids.append(kw.get("grid", a[9] if len(a) > 9 else 0))
         return native(*a, **kw)
 
     res = _both(monkeypatch, log)
-    monkeypatch.setattr(scan, "_scan_range_native", spy)
-    monkeypatch.setattr(scan, "PYTHON_FIRST", True)
-    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan_reading, "_scan_range_native", spy)
+    monkeypatch.setattr(scan_reading, "PYTHON_FIRST", True)
+    monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
     hy = scan.scan_file(str(log), load_rules(site=False), budget_s=3600.0)
     assert hy.engine == "grep" and len(grids) == 1
     assert grids[0] >= scan.CHUNK and grids[0] % scan.CHUNK != 0  # mid-file, at a line start
@@ -334,8 +337,8 @@ def test_python_first_keeps_a_shape_quiet_beside_a_rule_reading_digits(tmp_path,
     log.write_bytes(b"".join(b"%s step %d loss=0.%04d\n" % (line[:25], i, i % 9999)
                              for i in range(60_000))
                     + b"step 60001 loss=nan(0x7ff8)\n" + OOM_TB)
-    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
-    monkeypatch.setattr(scan, "NATIVE", False)
+    monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan_reading, "NATIVE", False)
     calls = 0
     match = scan._Matcher.match
 
@@ -349,7 +352,7 @@ def test_python_first_keeps_a_shape_quiet_beside_a_rule_reading_digits(tmp_path,
     assert calls < 100, calls
     assert [(e.line, e.rule.cls) for e in py.events][:1] == [(60_001, "nan_divergence")]
     monkeypatch.setattr(scan._Matcher, "match", match)
-    monkeypatch.setattr(scan, "NATIVE", True)
+    monkeypatch.setattr(scan_reading, "NATIVE", True)
     assert _sig(scan.scan_file(str(log), rules, budget_s=3600.0)) == _sig(py)
 
 
@@ -382,12 +385,12 @@ def test_python_first_hands_over_to_a_failing_grep_and_says_so(tmp_path, monkeyp
     log = tmp_path / "ids.log"
     log.write_bytes(b"step 1 loss=0.5\n" * 50_000 + _gated(40_000, random.Random(6)) + OOM_TB)
     rules = load_rules(site=False)
-    monkeypatch.setattr(scan, "NATIVE_MIN", 0)
-    monkeypatch.setattr(scan, "NATIVE", False)
+    monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
+    monkeypatch.setattr(scan_reading, "NATIVE", False)
     want = _sig(scan.scan_file(str(log), rules, budget_s=3600.0))
-    monkeypatch.setattr(scan, "NATIVE", True)
-    monkeypatch.setattr(scan, "PYTHON_FIRST", True)
-    monkeypatch.setattr(scan, "GREP", "false")
+    monkeypatch.setattr(scan_reading, "NATIVE", True)
+    monkeypatch.setattr(scan_reading, "PYTHON_FIRST", True)
+    monkeypatch.setattr(scan_grep, "GREP", "false")
     res = scan.scan_file(str(log), rules, budget_s=3600.0)
     assert res.engine.startswith("python (grep failed:"), res.engine
     assert _sig(res) == want
