@@ -42,6 +42,7 @@ from typing import Any
 
 from gpualert_slurm.core.config import Config, ConfigError, load_config
 from gpualert_slurm.core.options import OptionError, options_from_env
+from gpualert_slurm.core.verdict import Cause
 from gpualert_slurm.notify.core import safe_header, submit
 from gpualert_slurm.notify.recipients import check_addresses
 
@@ -66,21 +67,20 @@ def _read_stdin(timeout: float = 1.0) -> str:
         return ""
 
 
-def _verdict(cfg: Config, job_id: str) -> dict[str, Any] | None:
-    """The job's verdict (its latest attempt's), or None while there is none. Only a
-    verdict.json root wrote about this job and that attempt counts (spool.read_run_verdict):
+def _verdict(cfg: Config, job_id: str) -> Cause | None:
+    """The job's cause (its latest attempt's verdict), or None while there is none. Only a
+    verdict.json root wrote about this job and that attempt counts (core.verdict.read_run):
     a user's own file in an attempt-N directory they made is not enrichment."""
-    from gpualert_slurm.core.spool import job_dir, latest_attempt, read_run_verdict
+    from gpualert_slurm.core.spool import job_dir, latest_attempt
+    from gpualert_slurm.core.verdict import read_run
 
     try:
-        data = read_run_verdict(cfg.spool, job_id, latest_attempt(job_dir(cfg.spool, job_id)))
+        return read_run(cfg.spool, job_id, latest_attempt(job_dir(cfg.spool, job_id))).cause
     except (OSError, ValueError):
         return None
-    inner = data.get("verdict")
-    return inner if isinstance(inner, dict) else data
 
 
-def wait_verdict(cfg: Config, job_id: str, wait_s: float) -> dict[str, Any] | None:
+def wait_verdict(cfg: Config, job_id: str, wait_s: float) -> Cause | None:
     end = time.monotonic() + wait_s
     while True:
         v = _verdict(cfg, job_id)
@@ -89,24 +89,28 @@ def wait_verdict(cfg: Config, job_id: str, wait_s: float) -> dict[str, Any] | No
         time.sleep(min(POLL_S, max(0.0, end - time.monotonic())))
 
 
-def verdict_lines(v: Mapping[str, Any], job_id: str) -> list[str]:
-    cls = v.get("class") or v.get("cls") or "unknown"
-    lines = ["", "-- gpualert --", f"Cause: {cls}"]
-    if v.get("hint"):
-        lines.append(f"Hint: {v['hint']}")
-    if v.get("detail"):
-        lines.append(f"Detail: {v['detail']}")
-    root = [f"rank {v['root_rank']}" if v.get("root_rank") is not None else "",
-            f"node {v['root_node']}" if v.get("root_node") else ""]
+def _cause(v: Cause | Mapping[str, Any]) -> Cause:
+    return v if isinstance(v, Cause) else Cause.from_json(dict(v))
+
+
+def verdict_lines(v: Cause | Mapping[str, Any], job_id: str) -> list[str]:
+    v = _cause(v)
+    lines = ["", "-- gpualert --", f"Cause: {v.klass}"]
+    if v.hint:
+        lines.append(f"Hint: {v.hint}")
+    if v.detail:
+        lines.append(f"Detail: {v.detail}")
+    root = [f"rank {v.root_rank}" if v.root_rank is not None else "",
+            f"node {v.root_node}" if v.root_node else ""]
     if any(root):
         lines.append("First failure: " + ", ".join(r for r in root if r))
-    evidence = v.get("evidence") or []
-    if isinstance(evidence, list) and evidence:
+    if v.evidence:
         lines.append("Evidence:")
-        for e in evidence[:5]:
-            if isinstance(e, dict):
-                lines.append(f"  {e.get('file', '?')}:{e.get('line', '?')}: "
-                             f"{str(e.get('text', ''))[:300]}")
+        for e in v.evidence[:5]:
+            # a key the item lacks reads '?' (file, line) or '' (text), as it always did
+            f = "?" if "file" in e.omitted else e.file
+            n = "?" if "line" in e.omitted else e.line
+            lines.append(f"  {f}:{n}: {'' if 'text' in e.omitted else str(e.text)[:300]}")
     lines.append(f"Full report: `gpualert show {job_id}` (and the gpualert mail, if enabled)")
     return lines
 
@@ -120,14 +124,14 @@ def _job_facts(env: Mapping[str, str]) -> list[str]:
 
 
 def build_message(subject: str, body: str, rcpts: list[str], cfg: Config,
-                  env: Mapping[str, str], verdict: Mapping[str, Any] | None,
+                  env: Mapping[str, str], verdict: Cause | Mapping[str, Any] | None,
                   job_id: str) -> email.message.EmailMessage:
     msg = email.message.EmailMessage()
     subj = safe_header(subject, 900)
     if verdict is not None:
-        cls = verdict.get("class") or verdict.get("cls")
-        if cls:
-            subj = safe_header(f"{subj} [gpualert: {cls}]", 900)
+        verdict = _cause(verdict)
+        if verdict.cls:
+            subj = safe_header(f"{subj} [gpualert: {verdict.cls}]", 900)
     msg["Subject"] = subj
     msg["From"] = cfg.mail.sender
     msg["To"] = ", ".join(rcpts)
@@ -229,7 +233,7 @@ def _recipients(users: list[str], cfg: Config) -> tuple[list[str], list[str]]:
 
 
 def _send_own(subject: str, users: list[str], env: Mapping[str, str], cfg: Config, body: str,
-              verdict: Mapping[str, Any] | None, job_id: str, start: float) -> tuple[int, str]:
+              verdict: Cause | None, job_id: str, start: float) -> tuple[int, str]:
     """gpualert sends Slurm's mail (enriched with `verdict`, if any) through its outbox."""
     allowed, notes = _recipients(users, cfg)
     if not allowed:
