@@ -1,0 +1,235 @@
+"""How a log ends, read for the steps that decide from it: Slurm's or a kill's end line and the
+silence before it, a collective set up and then nothing, work that went on after an error, a
+run of skipped steps, work abandoned after a logged error, and where a log stops."""
+
+from __future__ import annotations
+
+import re
+
+from gpualert_slurm.classify.context import _Ctx
+from gpualert_slurm.classify.incident import (
+    FRAME_WINDOW,
+    INCIDENT_WINDOW,
+    SCHEDULER,
+    _incident,
+    _logged_traceback,
+    _stack_under,
+)
+from gpualert_slurm.classify.logread import _raw_lines, _tail_lines
+from gpualert_slurm.classify.scan import Event, ScanResult, line_view
+
+CUT_TAIL = 3  # a traceback frame within this many lines of a log's end: the log was cut
+SKIP_RUN = 2  # a log ending in this many skipped-NaN lines in a row: the loop never recovered
+END_TAIL = 5  # an exception within this many lines of a log's end were the program's last words
+ABANDON_RULE = "work_abandoned"  # rules.yaml: a logged error saying the work stops
+STOP_RULE = "work_stopped"  # rules.yaml: any line saying the work stopped (crashed, exiting)
+
+
+LOG_HANG_S = 3600.0  # from a log alone: silence before Slurm's end line that counts as a hang
+
+
+# Slurm's end line's time ("CANCELLED AT 2022-05-08T13:04:44"); a log line's own time: an ISO
+# date and time ("2022-05-06 17:39:13", "[2023-06-07 22:24:46,260]") or glog's "I0506 17:39:13"
+_SLURM_AT = re.compile(r"CANCELLED AT (\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
+_ISO_TIME = re.compile(r"\b(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)\b")
+_GLOG_TIME = re.compile(r"^\s*[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.\d+ ")
+
+
+def _line_time(raw: str, year: int) -> float | None:
+    """A log line's own time (seconds, naive clock), or None."""
+    import calendar
+
+    m = _ISO_TIME.search(raw[:80])
+    if m:
+        y, mo, d, hh, mm, ss = map(int, m.groups())
+    elif (m := _GLOG_TIME.match(raw)):
+        y, (mo, d, hh, mm, ss) = year, map(int, m.groups())
+    else:
+        return None
+    try:
+        return float(calendar.timegm((y, mo, d, hh, mm, ss, 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+
+
+_END_CLASSES = frozenset({"time_limit", "cancelled", "killed"})  # how a stuck job is ended
+SETUP_GAP = 5  # lines from a collective's set-up line to the end line: nothing happened between
+QUIET_TAIL = 2  # untimed lines between the last timed line and the end line: output went on
+
+
+def _end_time(c: _Ctx) -> tuple[Event, str] | None:
+    """The line that says how the job was ended, and the text that carries its time: Slurm's
+    time-limit or cancel line ("CANCELLED AT <time>"), else the first kill / stop line (a
+    launcher's, torchrun's "Received 15 death signal", a timestamped "Killed") with a time
+    stamp of its own."""
+    lim = c.sched_event
+    if lim is not None and lim.cls in ("time_limit", "cancelled") and lim.line:
+        m = _SLURM_AT.search(lim.text)
+        if m is not None:
+            return lim, "{}-{}-{} {}:{}:{}".format(*m.groups())
+    for e in c.all_events:
+        if e.cls in _END_CLASSES and e.role in ("root", "cascade", "confirmation") and e.line \
+                and _line_time(e.text, 2000) is not None:
+            return e, e.text
+    return None
+
+
+def _log_silence(c: _Ctx) -> tuple[float, str, Event] | None:
+    """f10k-: with no heartbeat, a log alone: the line that ended the job carries its time
+    (_end_time); the log's last line with a time of its own before it (the same file, with at
+    most QUIET_TAIL untimed lines between: no output went on untimed) came long before -
+    longer than the hang threshold (LOG_HANG_S when the job gave none) and ten times the log's
+    own spacing of timed lines. (silence, the last timed line, the end line)."""
+    got = _end_time(c)
+    if got is None:
+        return None
+    lim, when = got
+    try:
+        raws = [r for r in _raw_lines(lim.file, max(0, lim.line - 400), lim.line - 1)]
+    except OSError:
+        return None
+    # year-less stamps (glog's) take the year of a dated line of the log
+    year = next((int(m.group(1)) for r in [when, *raws] if (m := _ISO_TIME.search(r[:80]))),
+                2000)
+    end = _line_time(when, year)
+    stamps: list[tuple[float, str]] = []
+    untimed = 0
+    for raw in raws:
+        t = _line_time(raw, year)
+        if t is not None:
+            stamps.append((t, raw.strip()))
+            untimed = 0
+        elif raw.strip():
+            untimed += 1
+    if end is None or not stamps or untimed > QUIET_TAIL:
+        return None
+    gap = end - stamps[-1][0]
+    steps = sorted(b[0] - a[0] for a, b in zip(stamps, stamps[1:], strict=False) if b[0] > a[0])
+    cadence = steps[len(steps) // 2] if steps else 0.0
+    if gap < (c.job.hang_threshold_s or LOG_HANG_S) or gap < 10 * cadence:
+        return None
+    return gap, stamps[-1][1], lim
+
+
+def _stuck_after_setup(c: _Ctx) -> tuple[Event, Event] | None:
+    """f10k-: a log whose last words before how the job was ended (Slurm's time limit or
+    cancel, a kill, the launcher stopping its workers) are a collective being set up (rule
+    collective_setup: NCCL's init, an all-reduce being built), with no error between: it hung
+    there. (the set-up line, the end line)."""
+    for f in c.findings:
+        evs = f.events
+        at = max((i for i, e in enumerate(evs) if e.rule.id == "collective_setup"), default=None)
+        if at is None:
+            continue
+        after = [e for e in evs[at + 1:] if e.role != "marker" and e.role != "context"]
+        if not after or any(e.cls not in _END_CLASSES for e in after):
+            continue
+        setup, end = evs[at], after[0]
+        if setup.line is not None and end.line is not None and end.line - setup.line <= SETUP_GAP:
+            return setup, end
+    return None
+
+
+# f10k-: output that shows the program still working: a progress bar (tqdm's "37%|###  | 37/100
+# [...]"), a Python warnings-module line ("x.py:12: RuntimeWarning: ..."), a training-loop count
+_WORK_LINE = re.compile(r"\d+%\|[^|]*\|\s*\d+/\d+|^\S+\.py:\d+: \w*Warning: "
+                        r"|(?i:\b(?:epoch|step|iter(?:ation)?|batch)\b\s*[:=]?\s*\d+)")
+
+
+def _went_on(inc: Event, lim: Event) -> bool:
+    """The program printed signs of work between the cause and Slurm's line (the same rank's
+    lines; Slurm's line glued onto a progress bar counts): it had survived that error (conda's
+    "CommandNotFoundError" before the script ran python anyway, a warning logged as an
+    error) and was still running when Slurm ended it."""
+    if inc.line is None or lim.line is None or lim.line <= inc.line:
+        return False
+    glued = lim.text.split("slurmstepd", 1)[0] if "slurmstepd" in lim.text else ""
+    if glued and _WORK_LINE.search(glued):
+        return True
+    try:
+        for raw in _raw_lines(inc.file, inc.line, lim.line - 1):
+            view = line_view(raw)
+            if view.rank == inc.rank_label and view.task == inc.task_label \
+                    and _WORK_LINE.search(view.body):
+                return True
+    except OSError:
+        return False
+    return False
+
+
+def _lines_after(e: Event, scan: ScanResult) -> int:
+    """Lines of the log after event e's line (by line, not by segment: a CRLF or a `\\r`
+    progress bar makes more segments than lines)."""
+    if e.line is not None and scan.lines >= e.line:
+        return scan.lines - e.line
+    return scan.segments - 1 - e.order
+
+
+def _handled_run(events: list[Event], scan: ScanResult) -> list[Event]:
+    """The run of handled failures (a silent marker: "loss is nan, skipping batch") that
+    ends a log: at least SKIP_RUN of them on consecutive lines (later ones of the same shape
+    extend it: the scanner keeps a repeated shape's first lines and its last), the last within
+    CUT_TAIL lines of the end; [] when the loop went on after them."""
+    run: list[Event] = []
+    for e in events:
+        if e.rule.silent and e.role == "marker":
+            go_on = run and (e.line == run[-1].line + 1 or len(run) >= SKIP_RUN)
+            run = run + [e] if go_on else [e]
+        elif e.role in ("root", "marker") and e.rule.id != STOP_RULE and run \
+                and e.order > run[-1].order:  # a "stopping" line ends a run, it is no step
+            run = []
+    if len(run) >= SKIP_RUN and _lines_after(run[-1], scan) < CUT_TAIL:
+        return run
+    return []
+
+
+def _abandoned(events: list[Event], scan: ScanResult) -> tuple[Event, Event] | None:
+    """(the exception, the line saying the work stopped) when a log ends in an exception
+    that a line said ended the work: a logged error ("ERROR epoch 3 failed, giving up") and
+    its traceback, or any line saying the work stopped ("evaluation crashed; exiting",
+    "worker failed, stopping") next to a printed traceback. The line within FRAME_WINDOW
+    lines before the exception or INCIDENT_WINDOW after it, and the later of the two within
+    END_TAIL lines of the log's end (no progress after it: a traceback logged and then work
+    that went on is survived)."""
+    marks = [e for e in events if e.rule.id in (ABANDON_RULE, STOP_RULE)]
+    if not marks:
+        return None
+    for m in reversed(marks):
+        # the exception it introduced (or the one it followed)
+        after = [e for e in events if m.order < e.order <= m.order + FRAME_WINDOW]
+        # (or farther, when only the exception's printed stack lies between: JavaScript,
+        # the JVM and Rust print their frames under the message)
+        before = [e for e in events if e.role == "root" and m.order > e.order and (
+            m.order - e.order <= INCIDENT_WINDOW
+            or (m.order - e.order <= FRAME_WINDOW and _stack_under(e, m) > 0))]
+        inc, _ = _incident(after)
+        if inc is None and before:
+            inc, _ = _incident(before)
+        if inc is None or inc.cls in SCHEDULER:
+            continue
+        if m.rule.id == STOP_RULE and not _logged_traceback(events, inc):
+            continue
+        if _lines_after(max(inc, m, key=lambda e: e.order), scan) < END_TAIL:
+            return inc, m
+    return None
+
+
+# a clock time in a log line (ISO date and time, glog's "I0506 17:39:13", a bare HH:MM:SS)
+_CLOCK = re.compile(r"(?:\d{4}-\d\d-\d\d[ T]|\b[IWEF]\d{4} )?\b(\d\d?:\d\d:\d\d)\b")
+
+
+def _where_it_stops(c: _Ctx) -> str:
+    """Where the first task log stops, in words: "the log stops at 12:03 after 'Epoch 0 step
+    0' (line 10)"; "" when there is no readable log."""
+    for t, s in zip(c.tasks, c.scans, strict=True):
+        if s is None:
+            continue
+        tail = _tail_lines(t.path, 6)
+        if not tail:
+            return "the log is empty"
+        n, last, _ = tail[-1]
+        clock = next((m.group(1) for _, _, x in reversed(tail) if (m := _CLOCK.search(x))),
+                     None)
+        at = f" at {clock}" if clock else ""
+        return f"the log stops{at} after {last[:120]!r} (line {n}); no error line"
+    return ""
