@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpualert_slurm.core.config import ConfigError, RecoveryConfig, check_rule_names, parse_config
+from gpualert_slurm.core.verdict import Verdict
 from gpualert_slurm.recovery import checkpoint_newest
 from gpualert_slurm.recovery.actions import drain_reason, merged_exclusion
 from gpualert_slurm.recovery.attribution import attribute
@@ -304,8 +305,8 @@ def _script(tmp_path: Path, body: str) -> tuple[str, ...]:
     return (str(p),)
 
 
-V = {"job_id": "7", "verdict": {"class": "nccl_error", "domain": "infrastructure",
-                                "root_node": "n1"}}
+V = Verdict.of({"job_id": "7", "verdict": {"class": "nccl_error", "domain": "infrastructure",
+                                           "root_node": "n1"}})
 
 
 @pytest.mark.parametrize(("body", "status"), [
@@ -315,6 +316,9 @@ V = {"job_id": "7", "verdict": {"class": "nccl_error", "domain": "infrastructure
     ("echo 'not json'\n", "garbage"),
     ('echo \'{"verdict": {"class": "no_such_class"}}\'\n', "garbage"),
     ("echo '[1,2]'\n", "garbage"),
+    # a known class with a field of the wrong type: checked as verdict.json's "verdict" is
+    ('echo \'{"verdict": {"class": "gpu_hardware", "root_rank": "one"}}\'\n', "garbage"),
+    ('echo \'{"verdict": {"class": "gpu_hardware", "evidence": [7]}}\'\n', "garbage"),
 ])
 def test_attribution_failures_leave_the_verdict(tmp_path: Path, body: str, status: str) -> None:
     t = time.monotonic()
@@ -329,8 +333,8 @@ def test_attribution_amends(tmp_path: Path) -> None:
             "print(json.dumps(v))'\n")
     out, info = attribute(_script(tmp_path, body), V, timeout_s=5)
     assert info["status"] == "amended"
-    assert out["verdict"]["class"] == "gpu_hardware" and out["verdict"]["root_node"] == "n3"
-    assert out["verdict"]["domain"] == "infrastructure"
+    assert out.cause.cls == "gpu_hardware" and out.cause.root_node == "n3"
+    assert out.cause.domain == "infrastructure"
     same, info2 = attribute(("/bin/cat",), V, timeout_s=5)
     assert info2["status"] == "confirmed" and same == V
 

@@ -17,32 +17,32 @@ from __future__ import annotations
 import glob
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from gpualert_slurm.core import slurm
 from gpualert_slurm.core.config import Config
+from gpualert_slurm.core.verdict import Verdict
 
 SLURM_CALL_S = 5.0
 LOCK_WHY = "the audit lock did not come"
 
 
-def _claimed(verdict: dict[str, Any], nodes: list[str]) -> list[str]:
+def _claimed(verdict: Verdict, nodes: list[str]) -> list[str]:
     """The nodes the verdict blames, whatever its evidence's origin: the root rank's node,
     else the node whose log holds the first evidence, else the job's only node. (A claim:
     the job's own text and files say so.)"""
-    v = verdict.get("verdict") or {}
-    root = v.get("root_node")
-    if root:
-        return [str(root)]
-    ev = (v.get("evidence") or [{}])[0]
-    efile = ev.get("file") if isinstance(ev, dict) else None
-    for t in verdict.get("tasks") or []:
+    c = verdict.cause
+    if c.root_node:
+        return [c.root_node]
+    efile = c.evidence[0].file if c.evidence else None
+    for t in verdict.tasks:
         if efile and t.get("file") == efile and t.get("node"):
             return [str(t["node"])]
     return list(nodes) if len(nodes) == 1 else []
 
 
-def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: float
+def _suspects(verdict: Verdict, cls: str, nodes: list[str], deadline: float
               ) -> tuple[list[str], dict[str, str], dict[str, str], list[str]]:
     """(claimed, proven, refuted, notes) for the nodes Slurm says ran this attempt (`nodes`):
     what the verdict blames; node -> the Slurm or root fact that backs the class there (for
@@ -51,7 +51,7 @@ def _suspects(verdict: dict[str, Any], cls: str, nodes: list[str], deadline: flo
     from gpualert_slurm.core import provenance
 
     notes: list[str] = []
-    trusted = verdict.get("trusted") or {}
+    trusted = verdict.trusted or {}
     claimed = _claimed(verdict, nodes)
     proven: dict[str, str] = {}
     refuted: dict[str, str] = {}
@@ -173,35 +173,36 @@ def _summary(dec: dict[str, Any], outcome: str | None, results: list[dict[str, A
     }
 
 
-def on_verdict(cfg: Config, verdict: dict[str, Any], log: Any = None,
+def on_verdict(cfg: Config, verdict: Verdict | Mapping[str, Any], log: Any = None,
                deadline: float | None = None, act: bool = True) -> dict[str, Any] | None:
-    """Decide (and in action mode act) on one run's verdict; the summary for the report, or
-    None for a run that did not fail. act=False: decide and record only; the summary's
-    outcome is then "planned" when actions wait for a later act=True call, or "undecided"
-    when the decision lock did not come in time (nothing recorded: the later call decides).
-    Never raises."""
+    """Decide (and in action mode act) on one run's verdict (a Verdict, or a verdict-shaped
+    mapping: the hang watcher's); the summary for the report, or None for a run that did not
+    fail. act=False: decide and record only; the summary's outcome is then "planned" when
+    actions wait for a later act=True call, or "undecided" when the decision lock did not come
+    in time (nothing recorded: the later call decides). Never raises."""
     try:
-        return _on_verdict(cfg, verdict, log, deadline, act)
+        return _on_verdict(cfg, Verdict.of(verdict), log, deadline, act)
     except Exception as e:  # fail open: the epilog and Slurm go on as if gpualert were absent
         if log is not None:
-            log.error(f"job {verdict.get('job_id')}: recovery failed: {e!r}")
+            job_id = verdict.job_id if isinstance(verdict, Verdict) else verdict.get("job_id")
+            log.error(f"job {job_id}: recovery failed: {e!r}")
         return {"outcome": "error", "error": repr(e)[:300]}
 
 
-def _facts(cfg: Config, verdict: dict[str, Any], deadline: float) -> dict[str, Any]:
+def _facts(cfg: Config, verdict: Verdict, deadline: float) -> dict[str, Any]:
     """What the decision needs beyond the audit log: the site's attribution, the suspects,
     the partition's size, the checkpoint's progress (outside the lock: they take time)."""
     from gpualert_slurm.recovery import attribution
 
     rc = cfg.recovery
-    job = verdict.get("job") or {}
-    opts = verdict.get("options") or {}
+    job = verdict.job
+    opts = verdict.options or {}
     att_timeout = max(0.1, min(rc.attribution_timeout_s, deadline - time.monotonic() - 1))
     v2, att = attribution.attribute(rc.attribution, verdict, att_timeout)
-    cls = str((v2.get("verdict") or {}).get("class") or "unknown")
+    cls = v2.cause.klass
     # Slurm's word only (docs/SECURITY.md): the job epilog put what Slurm said in "trusted";
     # a verdict without it (made up by the hang watcher) names no node that may be touched.
-    sl = (verdict.get("trusted") or {}).get("slurm") or {}
+    sl = (verdict.trusted or {}).get("slurm") or {}
     nodes = [str(n) for n in sl.get("nodes") or []]
     partition = str(sl.get("partition") or "").split(",")[0]
     suspects, proven, refuted, notes = _suspects(v2, cls, nodes, deadline)
@@ -210,26 +211,26 @@ def _facts(cfg: Config, verdict: dict[str, Any], deadline: float) -> dict[str, A
             "suspects": suspects, "proven": proven, "refuted": refuted,
             "node_set": node_set, "drained_now": drained_now, "user": str(sl.get("user") or ""),
             "notes": notes, "partition_size": len(node_set),
-            "checkpoint_newest": checkpoint_newest(opts.get("checkpoint"), job.get("work_dir"),
-                                                   deadline, str(job.get("user") or ""), cfg)}
+            "checkpoint_newest": checkpoint_newest(opts.get("checkpoint"), job.work_dir,
+                                                   deadline, str(job.user or ""), cfg)}
 
 
-def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
+def _on_verdict(cfg: Config, verdict: Verdict, log: Any,
                 deadline: float | None, act: bool = True) -> dict[str, Any] | None:
     from gpualert_slurm.recovery import actions, policy
     from gpualert_slurm.recovery.audit import AuditLog, audit_path, breaker_open, decision_state
 
-    if not (verdict.get("failed") or verdict.get("silent_failure")):
+    if not verdict.failed_or_silent:
         return None
     rc = cfg.recovery
     t0 = time.monotonic()
     deadline = min(deadline if deadline is not None else t0 + rc.timeout_s, t0 + rc.timeout_s)
-    job = verdict.get("job") or {}
-    opts = verdict.get("options") or {}
-    job_id = str(verdict.get("job_id"))
-    attempt = int(verdict.get("attempt") or 0)
+    job = verdict.job
+    opts = verdict.options or {}
+    job_id = str(verdict.job_id)
+    attempt = verdict.attempt
     audit = AuditLog(audit_path(cfg))
-    dec_id = str(verdict.get("decision_id") or f"{job_id}.{attempt}")
+    dec_id = verdict.decision_id or f"{job_id}.{attempt}"
     # Decided already (by act=False before the report, or an interrupted run): the facts
     # (the site's attribution command among them) are not gathered again.
     known = act and decision_state(audit.read(), dec_id)[0] is not None
@@ -254,7 +255,7 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
             if f is None:  # seen before the lock, gone from the log's tail since: rare
                 f = _facts(cfg, verdict, deadline)
             v2, partition, nodes = f["verdict"], f["partition"], f["nodes"]
-            suspects, notes, vv = f["suspects"], f["notes"], f["verdict"].get("verdict") or {}
+            suspects, notes, vv = f["suspects"], f["notes"], f["verdict"].cause
             facts = policy.JobFacts(
                 job_id=job_id, attempt=attempt, partition=partition, nodes=tuple(nodes),
                 suspects=tuple(suspects), recover=opts.get("recover"),
@@ -266,9 +267,8 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 drained_now=f["drained_now"])
             d = policy.decide(rc, v2, facts, records)
             d.id = dec_id
-            ev = (vv.get("evidence") or [{}])[0]
-            evidence = str(ev.get("text") or vv.get("detail") or "")[:300] \
-                if isinstance(ev, dict) else str(ev)[:300]
+            first = vv.evidence[0].text if vv.evidence else None
+            evidence = str(first or vv.detail or "")[:300]
             # nothing to do (monitor mode, shadow, a workload class...): the decision and its
             # outcome in one write, one fsync, while the lock is held
             done_now = [] if d.planned else [{
@@ -276,12 +276,12 @@ def _on_verdict(cfg: Config, verdict: dict[str, Any], log: Any,
                 "outcome": "recorded", "decided_s": time.monotonic() - t0}]
             old = audit.append({
                 "event": "decision", **d.to_json(), "partition": partition, "nodes": nodes,
-                "user": f["user"] or job.get("user"),
+                "user": f["user"] or job.user,
                 # suspects: the nodes Slurm or root facts blame, else the verdict's claim;
                 # claimed: what the job's own text and files said (explanation only)
                 "suspects": d.trusted_suspects or suspects, "claimed": suspects,
                 "evidence": evidence,
-                "failed_at": job.get("end_time"), "checkpoint": opts.get("checkpoint"),
+                "failed_at": job.end_time, "checkpoint": opts.get("checkpoint"),
                 "attribution": f["attribution"], "notes": [*d.notes, *notes],
                 "user_recover": opts.get("recover"),
                 "not_retried": policy.not_retried(rc, d)}, *done_now)
@@ -343,10 +343,10 @@ def resume_unfinished(cfg: Config, log: Any = None, min_age_s: float | None = No
     the bound): each is carried on from its audit record and Slurm's current state, so what
     was done is not done again, and nothing in the user's directory is read. Also make, late
     (within 10 minutes), the decisions a burst left undone (the audit lock did not come
-    within the epilog's bound), from the verdict.json root wrote (spool.read_run_verdict).
+    within the epilog's bound), from the verdict.json root wrote (core.verdict.read_run).
     `gpualert
     watch` calls this every pass."""
-    from gpualert_slurm.core.spool import read_run_verdict
+    from gpualert_slurm.core.verdict import read_run
     from gpualert_slurm.recovery.audit import AuditLog, audit_path
 
     audit = AuditLog(audit_path(cfg))
@@ -378,7 +378,7 @@ def resume_unfinished(cfg: Config, log: Any = None, min_age_s: float | None = No
         if r.get("id") != f"{r.get('job')}.{r.get('attempt')}":
             continue  # a hang decision: its verdict was made up by the watcher, not kept
         try:
-            verdict = read_run_verdict(cfg.spool, str(r["job"]), int(r["attempt"]))
+            verdict = read_run(cfg.spool, str(r["job"]), int(r["attempt"]))
         except (OSError, ValueError, TypeError) as e:
             audit.append({"event": "outcome", "id": r["id"], "job": r.get("job"),
                           "attempt": r.get("attempt"), "outcome": "abandoned",

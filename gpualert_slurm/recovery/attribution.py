@@ -12,14 +12,16 @@ import subprocess
 from typing import Any
 
 from gpualert_slurm.core.classes import class_domains
+from gpualert_slurm.core.verdict import Cause, Verdict, VerdictError
 
 AMENDABLE = ("class", "domain", "root_node", "root_rank", "evidence", "detail", "hint")
 MAX_OUTPUT = 1024 * 1024
 
 
-def attribute(argv: tuple[str, ...], verdict: dict[str, Any], timeout_s: float
-              ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the verdict to decide on, what happened: {"status", "detail", "changed"})."""
+def attribute(argv: tuple[str, ...], verdict: Verdict, timeout_s: float
+              ) -> tuple[Verdict, dict[str, Any]]:
+    """(the verdict to decide on, what happened: {"status", "detail", "changed"}). The command
+    sees verdict.json's record; what it answers is checked as verdict.json's "verdict" is."""
     if not argv:
         return verdict, {"status": "none"}
     try:
@@ -28,7 +30,8 @@ def attribute(argv: tuple[str, ...], verdict: dict[str, Any], timeout_s: float
     except OSError as e:
         return verdict, {"status": "failed", "detail": f"cannot run {argv[0]}: {e}"}
     try:
-        out, err = proc.communicate(json.dumps(verdict, default=str).encode(), timeout=timeout_s)
+        out, err = proc.communicate(json.dumps(verdict.to_json(), default=str).encode(),
+                                    timeout=timeout_s)
     except subprocess.TimeoutExpired:
         # its whole process group: a shell script's children must not outlive the bound
         try:
@@ -56,7 +59,7 @@ def attribute(argv: tuple[str, ...], verdict: dict[str, Any], timeout_s: float
     if not isinstance(new, dict) or new.get("class") not in class_domains():
         return verdict, {"status": "garbage", "detail": "output has no verdict.class naming a "
                          f"known class: {out[:120]!r}"}
-    old = verdict.get("verdict") or {}
+    old = verdict.cause.to_json()
     merged = dict(old)
     changed = {}
     for k in AMENDABLE:
@@ -65,5 +68,9 @@ def attribute(argv: tuple[str, ...], verdict: dict[str, Any], timeout_s: float
             changed[k] = [old.get(k), new[k]]
     if "class" in changed and "domain" not in new:
         merged["domain"] = class_domains()[merged["class"]]
+    try:
+        cause = Cause.from_json(merged, "the attribution's verdict")
+    except VerdictError as e:
+        return verdict, {"status": "garbage", "detail": str(e)[:300]}
     status = "amended" if changed else "confirmed"
-    return {**verdict, "verdict": merged}, {"status": status, "changed": changed}
+    return verdict.replace(cause=cause), {"status": status, "changed": changed}

@@ -8,12 +8,14 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
 from gpualert_slurm.core.classes import class_domains
 from gpualert_slurm.core.config import RecoveryConfig
+from gpualert_slurm.core.verdict import Verdict
 
 REQUEUE_ACTIONS = ("requeue", "exclude_node", "hold")
 
@@ -124,16 +126,14 @@ _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d{4,}\b|\d{4}-\d\d-\d\d[T ][\d:.]+|pi
                        re.IGNORECASE)
 
 
-def signature(verdict: dict[str, Any], nodes: tuple[str, ...] = ()) -> str:
+def signature(verdict: Verdict | Mapping[str, Any], nodes: tuple[str, ...] = ()) -> str:
     """What makes two failures "the same": the class and its first evidence line without the
     parts that differ every time (addresses, pids, times, long numbers, the "node: " prefix of
     kernel lines). Xid 79 stays 79."""
-    v = verdict.get("verdict") or {}
-    cls = str(v.get("class") or "unknown")
-    ev = v.get("evidence") or []
-    text = ""
-    if ev and isinstance(ev[0], dict):
-        text = str(ev[0].get("text") or "")
+    v = Verdict.of(verdict).cause
+    cls = v.klass
+    ev = v.evidence
+    text = str(ev[0].text or "") if ev else ""
     text = _VOLATILE.sub("#", text)
     for n in nodes:
         text = text.removeprefix(f"{n}: ")
@@ -185,15 +185,15 @@ def drained_by_user(history: list[dict[str, Any]], user: str, nodes: tuple[str, 
     return {n for n in nodes if last.get(n) == user}
 
 
-def decide(cfg: RecoveryConfig, verdict: dict[str, Any], facts: JobFacts,
+def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: JobFacts,
            history: list[dict[str, Any]]) -> Decision:
     """What to do about one failed run. `history`: the audit log's records (any order).
     Drains, escalations, suspect-node statistics and the breaker go only by facts.proven
     (Slurm's or root's word about a node Slurm says ran this attempt); what the job printed
     may requeue the job itself, excluding only nodes Slurm says it ran on (docs/SECURITY.md)."""
-    v = verdict.get("verdict") or {}
-    cls = str(v.get("class") or "unknown")
-    domain = str(v.get("domain") or class_domains().get(cls, "unknown"))
+    verdict = Verdict.of(verdict)
+    cls = verdict.cause.klass
+    domain = str(verdict.cause.domain or class_domains().get(cls, "unknown"))
     sig = signature(verdict, facts.nodes)
     rule = find_rule(cfg, cls, domain)
     mode = cfg.mode_for(facts.partition)
