@@ -2,8 +2,9 @@
 then loads one JSON file instead of parsing the YAML and building the literal tables again.
 
 Key: a BLAKE2b hash of every input the built rule set depends on: the names and bytes of the
-files it is built from (classes.yaml, rules.yaml, each site rules.d file, in order: an edited,
-added or removed site rule gives another key, so it takes effect at once), precedence.yaml
+files it is built from (classes.yaml, each shipped rules/*.yaml family file, each site rules.d
+file, in order: an edited, added or removed rule file gives another key, so it takes effect at
+once), precedence.yaml
 (whose parsed steps are kept too, see shipped_yaml), the source of rules.py and of this module
 (the code that builds and stores it), the package version and the exact Python version (re's
 compiled programs are kept for the large literal regexes, and they are the interpreter's own).

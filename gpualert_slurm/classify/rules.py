@@ -386,7 +386,15 @@ def _site_files() -> list[str]:
 _DEFAULT: RuleSet | None = None
 _HERE = os.path.dirname(os.path.abspath(__file__))
 CLASSES_FILE = "gpualert_slurm/classify/classes.yaml"
-RULES_FILE = "gpualert_slurm/classify/rules.yaml"
+# the shipped rules: one file per failure family, read in file-name order as one list (like a
+# rules.d; a rule's place decides ties among equal priorities), named in errors as
+# RULES_DIR/<file>
+RULES_DIR = "gpualert_slurm/classify/rules"
+
+
+def shipped_rule_files() -> list[str]:
+    """The shipped rule files (classify/rules/*.yaml), in the order they are read."""
+    return sorted(n for n in os.listdir(os.path.join(_HERE, "rules")) if n.endswith(".yaml"))
 
 
 def shipped_bytes(name: str) -> bytes:
@@ -397,8 +405,9 @@ def shipped_bytes(name: str) -> bytes:
 
 def _rule_files(site: bool, extra_files: list[Path] | None) -> list[tuple[str, bytes]]:
     """(name shown in errors, bytes) of each file the rule set is built from, in order: the
-    class table, the shipped rules, the site rules, the extra files."""
-    out = [(CLASSES_FILE, shipped_bytes("classes.yaml")), (RULES_FILE, shipped_bytes("rules.yaml"))]
+    class table, the shipped rule files (RULES_DIR/*.yaml), the site rules, the extra files."""
+    out = [(CLASSES_FILE, shipped_bytes("classes.yaml"))]
+    out += [(f"{RULES_DIR}/{n}", shipped_bytes(f"rules/{n}")) for n in shipped_rule_files()]
     for f in (_site_files() if site else []) + [str(x) for x in extra_files or []]:
         try:
             with open(f, "rb") as fh:
@@ -450,14 +459,22 @@ def load_rules(
 
 def build_rules(files: list[tuple[str, bytes]]) -> RuleSet:
     """The rule set of these files (_rule_files' order): parsed, validated, indexed."""
-    (cpath, cdata), (rpath, rdata), *rest = files
+    (cpath, cdata), *rest = files
     classes = _parse_classes(cpath, _load_yaml(cpath, _text(cpath, cdata)))
-    shipped = _load_yaml(rpath, _text(rpath, rdata))
-    gates = [str(g).lower() for g in shipped.get("prefilter", [])]
-    by_id: dict[str, Rule] = {r.id: r for r in _parse_rules(rpath, shipped, classes)}
+    gates: list[str] = []
+    by_id: dict[str, Rule] = {}
     for name, data in rest:
-        for r in _parse_rules(name, _load_yaml(name, _text(name, data)), classes):
-            by_id[r.id] = r  # a site rule with a shipped id replaces it
+        doc = _load_yaml(name, _text(name, data))
+        if not name.startswith(RULES_DIR + "/"):  # a site or extra file
+            for r in _parse_rules(name, doc, classes):
+                by_id[r.id] = r  # a site rule with a shipped id replaces it
+            continue
+        gates += [str(g).lower() for g in doc.get("prefilter", [])]
+        for r in _parse_rules(name, doc, classes):
+            if r.id in by_id:  # one list: an id is shipped once
+                raise RuleError(f"{name}: rule {r.id!r}: field 'id': duplicate id (also in "
+                                f"{by_id[r.id].origin})")
+            by_id[r.id] = r
     rs = RuleSet(classes, list(by_id.values()))
     for r in rs.rules:
         if r.requires is not None and r.requires not in by_id:

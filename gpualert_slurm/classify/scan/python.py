@@ -296,7 +296,7 @@ class _Matcher:
         if hits:
             view = line_view(cleaned, cleaned=True)
             body = view.body.lstrip()
-            # the highest priority wins (on a tie, the rule listed first in rules.yaml)
+            # the highest priority wins (on a tie, the rule read first: rules/*.yaml)
             for r in sorted(hits, key=self.rank):
                 if best is not None:
                     break
