@@ -6,7 +6,7 @@ in the same directory, renamed), so node_exporter never reads half of it.
 
 Only root's records count: a verdict.json is read as root reads a user's directory (fd-relative,
 no link followed, non-blocking, size-capped, root's file about this job and attempt:
-spool.read_run_verdict); the job's own files are never read. Node labels come from Slurm's facts
+core.verdict.read_run); the job's own files are never read. Node labels come from Slurm's facts
 (the verdict's "trusted" block: the nodes Slurm says ran the attempt), and a node counts as
 having a hardware verdict only where root's facts from that node back it (a driver Xid line in
 Slurm's window, NVML counters that moved: provenance.backing), never from what the job printed.
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualert_slurm.core.config import Config, ConfigError, load_config
+from gpualert_slurm.core.verdict import Verdict
 
 DEFAULT_OUTPUT = "/var/lib/prometheus/node-exporter/gpualert.prom"
 AUDIT_MAX_BYTES = 256 * 1024**2  # read whole (counters), up to this; root's own file
@@ -77,16 +78,15 @@ def _backing() -> Any:
     return backing
 
 
-def count_verdict(scan: Scan, v: dict[str, Any], outbox_ids: set[str]) -> None:
-    """Add one attempt's verdict.json (root's) to the scan."""
+def count_verdict(scan: Scan, v: Verdict, outbox_ids: set[str]) -> None:
+    """Add one attempt's verdict.json (root's, checked by core.verdict) to the scan."""
     scan.verdicts += 1
-    inner = v.get("verdict") if isinstance(v.get("verdict"), dict) else {}
-    cls = str(inner.get("class") or "unknown")
-    trusted = v.get("trusted") if isinstance(v.get("trusted"), dict) else {}
-    sl = trusted.get("slurm") if isinstance(trusted.get("slurm"), dict) else {}
+    cls = v.cause.klass
+    trusted = v.trusted or {}
+    sl = trusted.get("slurm") or {}
     partition = str(sl.get("partition") or "unknown")
     nodes = [str(n) for n in sl.get("nodes") or [] if isinstance(n, str)]
-    if v.get("failed") or v.get("silent_failure"):
+    if v.failed_or_silent:
         scan.failures[(cls, partition)] += 1
         for n in nodes:
             scan.failures_by_node[(cls, n)] += 1
@@ -95,8 +95,8 @@ def count_verdict(scan: Scan, v: dict[str, Any], outbox_ids: set[str]) -> None:
         for n in nodes:
             if backing is not None and backing(trusted, n, cls) is not None:
                 scan.hardware[n] += 1
-    rep = v.get("report")
-    if isinstance(rep, dict):
+    rep = v.report
+    if rep is not None:
         status = REPORT_STATUS.get(str(rep.get("status")), "failed")
         if status == "waiting":
             # sent later by `gpualert flush` once its outbox entry is gone (not quarantined:
@@ -109,7 +109,8 @@ def count_verdict(scan: Scan, v: dict[str, Any], outbox_ids: set[str]) -> None:
 
 
 def scan_spool(cfg: Config, scan: Scan, outbox_ids: set[str], deadline: float) -> None:
-    from gpualert_slurm.core.spool import SpoolError, list_attempts, read_run_verdict
+    from gpualert_slurm.core.spool import SpoolError, list_attempts
+    from gpualert_slurm.core.verdict import read_run
 
     try:
         ids = _job_ids(cfg.spool)
@@ -125,7 +126,7 @@ def scan_spool(cfg: Config, scan: Scan, outbox_ids: set[str], deadline: float) -
         # attempt 0's verdict lies in the job dir itself, whatever else is there
         for attempt in sorted({0, *list_attempts(os.path.join(cfg.spool, jobid))}):
             try:
-                v = read_run_verdict(cfg.spool, jobid, attempt)
+                v = read_run(cfg.spool, jobid, attempt)
             except FileNotFoundError:
                 continue  # running, or not monitored to the end: no verdict yet
             except (OSError, SpoolError, ValueError):

@@ -7,10 +7,8 @@ the job's user reads their own directory plainly (they own it)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import Any
 
 from gpualert_slurm.core.config import ConfigError, load_config
 from gpualert_slurm.core.spool import (
@@ -19,15 +17,15 @@ from gpualert_slurm.core.spool import (
     job_dir,
     latest_attempt,
     open_dir,
-    read_json_nofollow,
 )
+from gpualert_slurm.core.verdict import Verdict, read_at
 
 
 class ShowError(RuntimeError):
     """str() says what is wrong and what to do."""
 
 
-def load_verdict(spool: str, jobid: str, attempt: int | None = None) -> dict[str, Any]:
+def load_verdict(spool: str, jobid: str, attempt: int | None = None) -> Verdict:
     if not jobid.isdigit():
         raise ShowError(f"gpualert show: bad job id {jobid!r}: expected a number such as 1234 "
                         "(for an array task, its own job id: see `sacct -j ARRAY -o JobIDRaw`)")
@@ -43,7 +41,7 @@ def load_verdict(spool: str, jobid: str, attempt: int | None = None) -> dict[str
             afd = open_dir(sub, fd) if sub else fd
             try:
                 # The epilog writes verdict.json as root: a file of anyone else is not ours.
-                return read_json_nofollow("verdict.json", afd, owners=(0,))
+                return read_at(afd, owners=(0,))
             finally:
                 if afd != fd:
                     os.close(afd)
@@ -78,7 +76,7 @@ def main(argv: list[str]) -> int:
         print(e, file=sys.stderr)
         return 1
     if a.json:
-        print(json.dumps(v, indent=1, sort_keys=True))
+        print(v.dumps())
         return 0
     from gpualert_slurm.report import render
 
