@@ -33,6 +33,7 @@ import yaml
 
 from gpualert_slurm.core import slurm
 from gpualert_slurm.core import spool as sp
+from gpualert_slurm.core.verdict import read_run
 
 GPUALERT = "/opt/gpualert/venv/bin/gpualert"
 SECRET = "SECRET-OF-ROOTS-JOB-7f3a9"
@@ -650,14 +651,14 @@ def test_read_run_verdict_wants_roots_file_about_this_run() -> None:
             sp.write_json_atomic(fd, "verdict.json", good)
         finally:
             os.close(fd)
-        assert sp.read_run_verdict(str(spool), 88400001, 0)["verdict"] == {"class": "x"}
+        assert read_run(str(spool), 88400001, 0).cause.to_json() == {"class": "x"}
         as_user("mkdir attempt-1 && cp verdict.json attempt-1/verdict.json", jd)
         with pytest.raises(sp.SpoolError, match="owned by uid"):  # the user's own file
-            sp.read_run_verdict(str(spool), 88400001, 1)
+            read_run(str(spool), 88400001, 1)
         as_user("rm attempt-1/verdict.json", jd)
         os.rename(jd / "verdict.json", jd / "attempt-1" / "verdict.json")  # root's, moved
         with pytest.raises(sp.SpoolError, match="another run"):
-            sp.read_run_verdict(str(spool), 88400001, 1)
+            read_run(str(spool), 88400001, 1)
 
 
 def test_remove_tree_any_depth_bounded_fds(tmp_path: Path) -> None:

@@ -489,22 +489,6 @@ def read_job_bytes(spool: str, jobid: str | int, name: str, attempt: int = 0,
             os.close(fd)
 
 
-def read_run_verdict(spool: str, jobid: str | int, attempt: int) -> dict[str, Any]:
-    """The verdict.json the job epilog (root) wrote for jobid's attempt, and only if it says
-    it is about that job and attempt (a root file the user moved between their attempt
-    dirs is not taken for another one). OSError/SpoolError else."""
-    v = read_job_file(spool, jobid, "verdict.json", attempt)
-    try:
-        ok = isinstance(v, dict) and str(v.get("job_id")) == str(jobid) \
-            and int(v.get("attempt") or 0) == int(attempt)
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise SpoolError(f"verdict.json of {jobid} attempt {attempt} is about another run: "
-                         "refused")
-    return v
-
-
 EXIT_FIELDS = ("node", "step", "rank", "pid", "exit_code", "signal", "core_dumped", "end_time",
                "status")
 
