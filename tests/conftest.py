@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -62,3 +63,28 @@ def smtp_server(tmp_path: Path) -> Iterator[Any]:
         yield sink
     finally:
         sink.stop()
+
+
+# ---- the recovery cluster's tests (tests/recoverylib.py) -----------------------------------
+
+@pytest.fixture
+def rc(recovery_cluster: clusterlib.ClusterFacts) -> clusterlib.ClusterFacts:
+    """The recovery cluster (a module using it imports recoverylib.recovery_cluster), all
+    nodes usable: a test before may have drained one."""
+    from recoverylib import resume_node, wait_node_usable
+
+    for n in recovery_cluster.nodes:
+        resume_node(n)
+        wait_node_usable(n)
+    return recovery_cluster
+
+
+@pytest.fixture
+def audit(rc: clusterlib.ClusterFacts, request: pytest.FixtureRequest) -> Path:
+    """A fresh audit log of this test's own."""
+    d = rc.root / "audit"
+    d.mkdir(exist_ok=True)
+    mod = request.module.__name__.removeprefix("test_")
+    p = d / f"{mod}-{request.node.name[:70]}-{os.getpid()}.jsonl"
+    p.unlink(missing_ok=True)
+    return p

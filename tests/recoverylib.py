@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,26 @@ def kernel_xid(xid: int = 79) -> str:
     with open("/dev/kmsg", "w") as f:
         f.write(f"<3>{line}\n")
     return line
+
+
+# ---- what the recovery cluster's tests share ------------------------------------------------
+
+GPUALERT = "/opt/gpualert/venv/bin/gpualert"
+
+
+def job_script(body: str, opts: str = "mail=gpatest@localhost") -> str:
+    return f"#!/bin/bash\n#SBATCH --gpualert={opts}\n#SBATCH -o slurm-%j.out\n{body}\n"
+
+
+def cancel(*jobs: int) -> None:
+    for j in jobs:
+        with contextlib.suppress(slurm.SlurmError):
+            if not slurm.job_state(j).final:
+                slurm.cancel(j)
+
+
+def gpualert(*args: str, cfg: clusterlib.ClusterFacts) -> subprocess.CompletedProcess[str]:
+    """`gpualert ARGS` as root with the recovery cluster's config."""
+    return subprocess.run([GPUALERT, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GPUALERT_CONFIG": str(cfg.gpualert_config)},
+                          stdin=subprocess.DEVNULL)

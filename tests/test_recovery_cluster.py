@@ -20,14 +20,17 @@ from pathlib import Path
 import clusterlib as cl
 import pytest
 from recoverylib import (
+    GPUALERT,
     audit_records,
+    cancel,
+    gpualert,
+    job_script,
     kernel_xid,
     node_reason,
     recovery_cluster,  # noqa: F401  (the fixture)
     resume_node,
     start_now_when_pending,
     wait_decision,
-    wait_node_usable,
     write_config,
 )
 
@@ -36,45 +39,9 @@ from gpualert_slurm.core import slurm
 from gpualert_slurm.core.config import load_config
 
 pytestmark = pytest.mark.cluster
-GPUALERT = "/opt/gpualert/venv/bin/gpualert"
 XID = "NVRM: Xid (PCI:0000:3b:00): {xid}, pid=4242, GPU has fallen off the bus."
 NCCL = ("n1:123:456 [0] NCCL WARN NET/IB : Got completion from peer with error 12\n"
         "RuntimeError: NCCL communicator was aborted on rank 0. ncclRemoteError: network")
-
-
-@pytest.fixture
-def rc(recovery_cluster: cl.ClusterFacts) -> cl.ClusterFacts:  # noqa: F811
-    """The recovery cluster, all nodes usable, and a fresh audit log for this test."""
-    for n in recovery_cluster.nodes:
-        resume_node(n)
-        wait_node_usable(n)
-    return recovery_cluster
-
-
-@pytest.fixture
-def audit(rc: cl.ClusterFacts, request: pytest.FixtureRequest) -> Path:
-    d = rc.root / "audit"
-    d.mkdir(exist_ok=True)
-    p = d / f"{request.node.name[:80]}-{os.getpid()}.jsonl"
-    p.unlink(missing_ok=True)
-    return p
-
-
-def job_script(body: str, opts: str = "mail=gpatest@localhost") -> str:
-    return f"#!/bin/bash\n#SBATCH --gpualert={opts}\n#SBATCH -o slurm-%j.out\n{body}\n"
-
-
-def cancel(*jobs: int) -> None:
-    for j in jobs:
-        with contextlib.suppress(slurm.SlurmError):
-            if not slurm.job_state(j).final:
-                slurm.cancel(j)
-
-
-def gpualert(*args: str, cfg: cl.ClusterFacts) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GPUALERT, *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "GPUALERT_CONFIG": str(cfg.gpualert_config)},
-                          stdin=subprocess.DEVNULL)
 
 
 def results(audit: Path, did: str) -> list[dict]:

@@ -24,54 +24,21 @@ import pytest
 from recoverylib import (
     XID_LINE,
     audit_records,
+    cancel,
+    gpualert,
+    job_script,
     kernel_xid,
     node_reason,
     recovery_cluster,  # noqa: F401  (the fixture)
     resume_node,
     wait_decision,
-    wait_node_usable,
     write_config,
 )
 
 from gpualert_slurm.core import slurm
 
 pytestmark = pytest.mark.cluster
-GPUALERT = "/opt/gpualert/venv/bin/gpualert"
 XID = XID_LINE.format(xid=79)
-
-
-@pytest.fixture
-def rc(recovery_cluster: cl.ClusterFacts) -> cl.ClusterFacts:  # noqa: F811
-    for n in recovery_cluster.nodes:
-        resume_node(n)
-        wait_node_usable(n)
-    return recovery_cluster
-
-
-@pytest.fixture
-def audit(rc: cl.ClusterFacts, request: pytest.FixtureRequest) -> Path:
-    d = rc.root / "audit"
-    d.mkdir(exist_ok=True)
-    p = d / f"trust-{request.node.name[:70]}-{os.getpid()}.jsonl"
-    p.unlink(missing_ok=True)
-    return p
-
-
-def job_script(body: str, opts: str = "mail=gpatest@localhost") -> str:
-    return f"#!/bin/bash\n#SBATCH --gpualert={opts}\n#SBATCH -o slurm-%j.out\n{body}\n"
-
-
-def cancel(*jobs: int) -> None:
-    for j in jobs:
-        with contextlib.suppress(slurm.SlurmError):
-            if not slurm.job_state(j).final:
-                slurm.cancel(j)
-
-
-def gpualert(*args: str, cfg: cl.ClusterFacts) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GPUALERT, *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "GPUALERT_CONFIG": str(cfg.gpualert_config)},
-                          stdin=subprocess.DEVNULL)
 
 
 def verdict_of(rc: cl.ClusterFacts, job: int) -> dict[str, Any]:
