@@ -178,7 +178,6 @@ def alert_text(kind: str, job_id: str, attempt: int, ranks: list[str],
         subject = f"[gpualert] STRAGGLER in job {job_id}: {who} silent for {hang_s:g} s"
     variables = {
         "job_id": job_id, "attempt": attempt, "hang_s": hang_s, "who": who,
-        "silent": list(ranks[:MAX_ALERT_RANKS]),
         "beats": [{"rank": k, "silence_s": b["silence_s"], "file": b["file"],
                    "tail": list(b.get("tail") or [])}
                   for k, b in sorted(beats.items())[:MAX_ALERT_RANKS]]}
