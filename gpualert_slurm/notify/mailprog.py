@@ -93,26 +93,21 @@ def _cause(v: Cause | Mapping[str, Any]) -> Cause:
     return v if isinstance(v, Cause) else Cause.from_json(dict(v))
 
 
-def verdict_lines(v: Cause | Mapping[str, Any], job_id: str) -> list[str]:
+def verdict_text(v: Cause | Mapping[str, Any], job_id: str, site: str | None = None) -> str:
+    """The verdict block added to Slurm's mail (template mailprog.txt.j2, docs/TEMPLATES.md):
+    '-- gpualert --', the cause, hint, detail, first failure, up to 5 evidence lines and where
+    the full report is; no newline at either end."""
+    from gpualert_slurm.core.templates import render
+
     v = _cause(v)
-    lines = ["", "-- gpualert --", f"Cause: {v.klass}"]
-    if v.hint:
-        lines.append(f"Hint: {v.hint}")
-    if v.detail:
-        lines.append(f"Detail: {v.detail}")
-    root = [f"rank {v.root_rank}" if v.root_rank is not None else "",
-            f"node {v.root_node}" if v.root_node else ""]
-    if any(root):
-        lines.append("First failure: " + ", ".join(r for r in root if r))
-    if v.evidence:
-        lines.append("Evidence:")
-        for e in v.evidence[:5]:
-            # a key the item lacks reads '?' (file, line) or '' (text), as it always did
-            f = "?" if "file" in e.omitted else e.file
-            n = "?" if "line" in e.omitted else e.line
-            lines.append(f"  {f}:{n}: {'' if 'text' in e.omitted else str(e.text)[:300]}")
-    lines.append(f"Full report: `gpualert show {job_id}` (and the gpualert mail, if enabled)")
-    return lines
+    # a key an evidence item lacks reads '?' (file, line) or '' (text), as it always did
+    evidence = [{"file": str("?" if "file" in e.omitted else e.file),
+                 "line": str("?" if "line" in e.omitted else e.line),
+                 "text": "" if "text" in e.omitted else str(e.text)[:300]}
+                for e in v.evidence[:5]]
+    return render("mailprog.txt.j2", site, job_id=job_id, cls=v.klass, hint=v.hint,
+                  detail=v.detail, root_rank=v.root_rank, root_node=v.root_node,
+                  evidence=evidence)
 
 
 def _job_facts(env: Mapping[str, str]) -> list[str]:
@@ -140,7 +135,7 @@ def build_message(subject: str, body: str, rcpts: list[str], cfg: Config,
         msg["X-Gpualert-Job"] = safe_header(job_id, 40)
     text = body.rstrip("\n") or "\n".join([subj, "", *_job_facts(env)])
     if verdict is not None:
-        text += "\n" + "\n".join(verdict_lines(verdict, job_id))
+        text += "\n\n" + verdict_text(verdict, job_id, cfg.report.templates)
     msg.set_content(text + "\n")
     return msg
 
@@ -264,7 +259,7 @@ def _run_chained(subject: str, users: list[str], env: Mapping[str, str], cfg: Co
     text = None
     if verdict is not None:
         text = (body.rstrip("\n") + "\n" if body.strip() else "") + \
-            "\n".join(verdict_lines(verdict, job_id)).lstrip("\n") + "\n"
+            verdict_text(verdict, job_id, cfg.report.templates) + "\n"
     elif body:
         text = body
     left = MAILPROG_BOUND_S - (time.monotonic() - start)
