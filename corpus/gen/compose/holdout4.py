@@ -23,8 +23,12 @@ from corpus.gen.compose.kit import (
     _tb,
     _user_frames,
     _write,
+    catalogue,
     compose,
+    render,
 )
+
+CATALOGUE = catalogue(__name__)
 
 ERR_DOC = "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html"
 
@@ -96,32 +100,14 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
 
 def cuda_error(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "accelerator":  # torch >= 2.8
-        msg = ("torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
-               f"Search for `cudaErrorIllegalAddress' in {ERR_DOC} for more information.\n"
-               f"{ASYNC}\n{DSA}")
-        return _tb(rng, _user_frames(rng) + [
-            (f"{SITE}/torch/optim/adamw.py", "_multi_tensor_adamw",
-             "torch._foreach_lerp_(device_exp_avgs, device_grads, 1 - beta1)")], msg)
-    if kind == "cublas_exec":
-        msg = ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling "
-               "`cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16F, lda, b, "
-               "CUDA_R_16F, ldb, &fbeta, c, CUDA_R_16F, ldc, CUDA_R_32F, "
-               "CUBLAS_GEMM_DEFAULT_TENSOR_OP)`")
-        return _tb(rng, _user_frames(rng) + [
-            (f"{SITE}/torch/nn/modules/linear.py", "forward",
-             "return F.linear(input, self.weight, self.bias)")], msg)
+    if kind in CATALOGUE["cuda_error"]:  # the message texts: catalogue/holdout4.yaml
+        return render(CATALOGUE["cuda_error"][kind], {**globals(), **locals()})
     if kind == "cuda_c":  # a CUDA C program's checkCudaErrors helper (cuda-samples style)
         lines = [f"stencil3d: grid {rng.choice([256, 512])}^3, {rng.randrange(50, 400)} steps"]
         lines += [f"step {s * 10:4d}  residual {10.0 ** -(s / 3):.3e}" for s in range(5)]
         lines.append("CUDA error at stencil.cu:211 code=700(cudaErrorIllegalAddress) "
                      "\"cudaDeviceSynchronize()\" ")
         return "\n".join(lines) + "\n"
-    if kind == "resources":
-        msg = f"RuntimeError: CUDA error: too many resources requested for launch\n{ASYNC}\n{DSA}"
-        return _tb(rng, _user_frames(rng) + [
-            (f"{SITE}/my_ext/ops.py", "fused_rmsnorm",
-             "return _C.fused_rmsnorm_fwd(x, weight, eps)")], msg)
     raise ValueError(kind)
 
 
@@ -151,15 +137,8 @@ def device_assert(rng: random.Random, p: dict) -> str:
 
 def cuda_setup(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "insufficient_driver":
-        msg = ("RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime "
-               f"version\n{ASYNC}\n{DSA}")
-        return _tb(rng, _user_frames(rng)[:2] + [
-            (f"{SITE}/torch/cuda/__init__.py", "_lazy_init", "torch._C._cuda_init()")], msg)
-    if kind == "device_query":  # the CUDA samples' deviceQuery on a node without a device
-        return ("./deviceQuery Starting...\n\n CUDA Device Query (Runtime API) version (CUDART "
-                "static linking)\n\ncudaGetDeviceCount returned 100\n-> no CUDA-capable device is "
-                "detected\nResult = FAIL\n")
+    if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/holdout4.yaml
+        return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
     raise ValueError(kind)
 
 

@@ -27,8 +27,12 @@ from corpus.gen.compose.kit import (
     _tb,
     _user_frames,
     _write,
+    catalogue,
     compose,
+    render,
 )
+
+CATALOGUE = catalogue(__name__)
 
 C10D = "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
 
@@ -75,28 +79,8 @@ def _torchrun_summary(rng: random.Random, script: str, root: int, code: int, oth
 
 def cuda_oom(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "vllm":  # vLLM's engine start: the KV cache gets no blocks (GPU memory exhausted)
-        model = rng.choice(["meta-llama/Llama-3.1-70B-Instruct", "Qwen/Qwen2.5-32B-Instruct"])
-        head = (f"INFO {_stamp(rng)[5:]} [config.py:{rng.randrange(400, 900)}] This model "
-                f"supports multiple tasks: {{'generate', 'embed'}}. Defaulting to 'generate'.\n"
-                f"INFO {_stamp(rng)[5:]} [model_runner.py:{rng.randrange(900, 1100)}] Loading "
-                f"model weights took {rng.uniform(30, 70):.4f} GB\n"
-                f"INFO {_stamp(rng)[5:]} [worker.py:{rng.randrange(200, 300)}] Memory profiling "
-                f"takes {rng.uniform(2, 9):.2f} seconds\n"
-                f"INFO {_stamp(rng)[5:]} [worker.py:{rng.randrange(200, 300)}] the current vLLM "
-                f"instance can use total_gpu_memory (79.14GiB) x gpu_memory_utilization (0.90) "
-                f"= 71.22GiB\nINFO {_stamp(rng)[5:]} [worker.py:{rng.randrange(200, 300)}] model "
-                f"weights take {rng.uniform(68, 71):.2f}GiB; non_torch_memory takes 0.31GiB; "
-                f"PyTorch activation peak memory takes 4.88GiB; the rest of the memory reserved "
-                f"for KV Cache is -{rng.uniform(1, 3):.2f}GiB.\n")
-        frames = [("/home/u/serve/bench_offline.py", "<module>",
-                   f'llm = LLM(model="{model}", tensor_parallel_size=1)'),
-                  (f"{SITE}/vllm/engine/llm_engine.py", "_initialize_kv_caches",
-                   "self.model_executor.initialize_cache(num_gpu_blocks, num_cpu_blocks)"),
-                  (f"{SITE}/vllm/worker/worker.py", "initialize_cache",
-                   "raise_if_cache_size_invalid(num_gpu_blocks,")]
-        return head + _tb(rng, frames, "ValueError: No available memory for the cache blocks. "
-                          "Try increasing `gpu_memory_utilization` when initializing the engine.")
+    if kind in CATALOGUE["cuda_oom"]:  # the message texts: catalogue/holdout5.yaml
+        return render(CATALOGUE["cuda_oom"][kind], {**globals(), **locals()})
     if kind == "tf_eager":  # TF eager op on the GPU whose BFC allocator is exhausted
         n = rng.choice([4294967296, 2147483648])
         warn = (f"{_glog(rng, 'W', 'bfc_allocator.cc:' + str(rng.randrange(420, 500)))} "
@@ -318,6 +302,8 @@ def hw(rng: random.Random, p: dict) -> tuple[str | None, str]:
 
 def devmm(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
+    if kind in CATALOGUE["devmm"]:  # the message texts: catalogue/holdout5.yaml
+        return render(CATALOGUE["devmm"][kind], {**globals(), **locals()})
     if kind == "conv_type":
         frames = _user_frames(rng)[:2] + [
             (f"{SITE}/torch/nn/modules/conv.py", "_conv_forward",
@@ -330,18 +316,6 @@ def devmm(rng: random.Random, p: dict) -> str:
                                            "return self.obs[idx], self.act[idx]")]
         return _tb(rng, frames, "RuntimeError: indices should be either on cpu or on the same "
                    "device as the indexed tensor (cpu)")
-    if kind == "tf_resource":  # a jit-compiled step reading a variable placed on the GPU
-        frames = [("/home/u/tf_rl/agent.py", "<module>", "agent.fit(replay, epochs=20)"),
-                  (f"{SITE}/keras/src/utils/traceback_utils.py", "error_handler",
-                   "raise e.with_traceback(filtered_tb) from None")]
-        return _tb(rng, frames, "tensorflow.python.framework.errors_impl.InvalidArgumentError: "
-                   "Graph execution error:\n\nTrying to access resource q_net/dense_1/kernel/0 "
-                   f"(defined @ {SITE}/keras/src/backend/tensorflow/core.py:38) located in "
-                   "device /job:localhost/replica:0/task:0/device:GPU:0 from device "
-                   "/job:localhost/replica:0/task:0/device:CPU:0\n Cf. https://www.tensorflow.org/"
-                   "xla/known_issues#tfvariable_on_a_different_device\n\t [[{{node "
-                   "StatefulPartitionedCall}}]] [Op:__inference_one_step_on_iterator_"
-                   f"{rng.randrange(1000, 9999)}]")
     raise ValueError(kind)
 
 
@@ -349,26 +323,13 @@ def devmm(rng: random.Random, p: dict) -> str:
 
 def cuda_setup(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
+    if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/holdout5.yaml
+        return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
     if kind == "busy":  # compute mode EXCLUSIVE_PROCESS, another process holds the GPU
         frames = _user_frames(rng)[:2] + [
             (f"{SITE}/torch/cuda/__init__.py", "_lazy_init", "torch._C._cuda_init()")]
         return _tb(rng, frames, "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or "
                    f"unavailable\n{ASYNC}\n{DSA}")
-    if kind == "driver_mismatch":  # a driver upgraded under a running node (kernel module old)
-        return ("+ nvidia-smi\nFailed to initialize NVML: Driver/library version mismatch\n"
-                f"NVML library version: 5{rng.randrange(35, 70)}.{rng.randrange(10, 200)}\n"
-                f"{SITE}/torch/cuda/__init__.py:{rng.randrange(600, 900)}: UserWarning: CUDA "
-                "initialization: Unexpected error from cudaGetDeviceCount(). Did you run some "
-                "cuda functions before calling NumCudaDevices() that might have already set an "
-                "error? Error 803: system has unsupported display driver / cuda driver "
-                "combination (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:109.)\n"
-                "  return torch._C._cuda_getDeviceCount() > 0\n"
-                + _tb(rng, _user_frames(rng)[:2] + [
-                    (f"{SITE}/torch/cuda/__init__.py", "_lazy_init", "torch._C._cuda_init()")],
-                    "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some "
-                    "cuda functions before calling NumCudaDevices() that might have already set "
-                    "an error? Error 803: system has unsupported display driver / cuda driver "
-                    "combination"))
     raise ValueError(kind)
 
 

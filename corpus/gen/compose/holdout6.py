@@ -28,8 +28,12 @@ from corpus.gen.compose.kit import (
     _tb,
     _user_frames,
     _write,
+    catalogue,
     compose,
+    render,
 )
+
+CATALOGUE = catalogue(__name__)
 
 
 def _bus(rng: random.Random) -> str:
@@ -44,63 +48,14 @@ def _kstamp(rng: random.Random) -> str:
 
 def cuda_oom(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "cupy":  # CuPy's memory pool (cupy/cuda/memory.pyx OutOfMemoryError)
-        need = rng.choice([4294967296, 2147483648, 8589934592])
-        so_far = rng.choice([30064771072, 34359738368, 38654705664])
-        frames = [("/home/u/rapids_feats/build_graph.py", "<module>", "adj = knn_graph(emb, k=64)"),
-                  ("/home/u/rapids_feats/build_graph.py", "knn_graph",
-                   "d = cp.matmul(x, x.T)"),
-                  ("cupy/_core/core.pyx", "cupy._core.core._ndarray_base.__matmul__", ""),
-                  ("cupy/cuda/memory.pyx", "cupy.cuda.memory._try_malloc", "")]
-        return ("computing pairwise similarities for 1.8M embeddings on cuda:0\n"
-                + _tb(rng, frames, f"cupy.cuda.memory.OutOfMemoryError: Out of memory allocating "
-                      f"{need:,} bytes (allocated so far: {so_far:,} bytes)."))
-    if kind == "ort":  # ONNX Runtime's CUDA EP arena (bfc_arena.cc AllocateRawInternal)
-        size = rng.choice([939524096, 1610612736, 3221225472])
-        stamp = f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)} 0{rng.randrange(0, 9)}:" \
-                f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}.{rng.randrange(10**8, 10**9)}"
-        frames = [("/home/u/serve/batch_infer.py", "<module>", "preds = run(sess, batch)"),
-                  ("/home/u/serve/batch_infer.py", "run",
-                   "return sess.run(None, {\"pixel_values\": x})"),
-                  (f"{SITE}/onnxruntime/capi/onnxruntime_inference_collection.py", "run",
-                   "return self._sess.run(output_names, input_feed, run_options)")]
-        return ("loaded vit_b16.onnx, providers ['CUDAExecutionProvider', 'CPUExecutionProvider'], "
-                "device cuda:0, batch 256\n"
-                f"{stamp} [W:onnxruntime:, session_state.cc:1166 VerifyEachNodeIsAssignedToAnEp] "
-                "Some nodes were not assigned to the preferred execution providers which may or "
-                "may not have an negative impact on performance.\n"
-                f"{stamp} [E:onnxruntime:, sequential_executor.cc:516 ExecuteKernel] Non-zero "
-                "status code returned while running MatMul node. Name:'/vit/encoder/layer.11/"
-                "attention/MatMul' Status Message: /onnxruntime_src/onnxruntime/core/framework/"
-                "bfc_arena.cc:376 void* onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, "
-                "onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) Failed to allocate "
-                f"memory for requested buffer of size {size}\n\n"
-                + _tb(rng, frames, "onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException: "
-                      "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned "
-                      "while running MatMul node. Name:'/vit/encoder/layer.11/attention/MatMul' "
-                      "Status Message: /onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:"
-                      "376 void* onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, "
-                      "onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) Failed to "
-                      f"allocate memory for requested buffer of size {size}"))
+    if kind in CATALOGUE["cuda_oom"]:  # the message texts: catalogue/holdout6.yaml
+        return render(CATALOGUE["cuda_oom"][kind], {**globals(), **locals()})
     if kind == "cublas_alloc":  # cuBLAS cannot even create its handle: the GPU is full
         frames = _user_frames(rng) + [
             (f"{SITE}/torch/nn/modules/linear.py", "forward",
              "return F.linear(input, self.weight, self.bias)")]
         return _tb(rng, frames, "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when "
                    "calling `cublasCreate(handle)`")
-    if kind == "jax_gpu":  # XLA's BFC allocator on GPU_0, then the runtime error
-        n = rng.choice([17179869184, 12884901888])
-        head = (f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)} 1{rng.randrange(0, 9)}:"
-                f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}.{rng.randrange(10**5, 10**6)}: "
-                f"W external/xla/xla/tsl/framework/bfc_allocator.cc:{rng.randrange(490, 520)}] "
-                f"Allocator (GPU_0_bfc) ran out of memory trying to allocate "
-                f"{n / 2**30:.2f}GiB (rounded to {n})requested by op \n")
-        frames = [("/home/u/flax_lm/train.py", "<module>",
-                   "state, metrics = train_step(state, batch)"),
-                  ("/home/u/flax_lm/train.py", "train_step",
-                   "grads = jax.grad(loss_fn)(state.params)")]
-        return head + _tb(rng, frames, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: "
-                          f"Out of memory while trying to allocate {n} bytes.")
     raise ValueError(kind)
 
 
@@ -151,26 +106,8 @@ def oom_srun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str
 
 def cuda_error(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "cupy_illegal":
-        frames = [("/home/u/sim/run_md.py", "<module>", "forces = compute_forces(pos, nbr)"),
-                  ("/home/u/sim/kernels.py", "compute_forces",
-                   "return out.get()"),
-                  ("cupy/_core/core.pyx", "cupy._core.core._ndarray_base.get", ""),
-                  ("cupy_backends/cuda/api/runtime.pyx",
-                   "cupy_backends.cuda.api.runtime.check_status", "")]
-        return ("step 0 energy -5123.88\nstep 100 energy -5130.02\n"
-                + _tb(rng, frames, "cupy_backends.cuda.api.runtime.CUDARuntimeError: "
-                      "cudaErrorIllegalAddress: an illegal memory access was encountered"))
-    if kind == "numba_700":
-        frames = [("/home/u/lbm/solver.py", "<module>", "f = stream_collide(f_dev, 5000)"),
-                  ("/home/u/lbm/solver.py", "stream_collide", "return f_dev.copy_to_host()"),
-                  (f"{SITE}/numba/cuda/cudadrv/devicearray.py", "copy_to_host",
-                   "_driver.device_to_host(hostary, self, self.alloc_size,"),
-                  (f"{SITE}/numba/cuda/cudadrv/driver.py", "_check_ctypes_error",
-                   "raise CudaAPIError(retcode, msg)")]
-        return ("lattice 1024x1024, 5000 steps, block (32, 8)\n"
-                + _tb(rng, frames, "numba.cuda.cudadrv.driver.CudaAPIError: [700] Call to "
-                      "cuMemcpyDtoH results in UNKNOWN_CUDA_ERROR"))
+    if kind in CATALOGUE["cuda_error"]:  # the message texts: catalogue/holdout6.yaml
+        return render(CATALOGUE["cuda_error"][kind], {**globals(), **locals()})
     if kind == "misaligned":  # a custom fused op reading half2 from an odd offset
         frames = _user_frames(rng) + [
             ("/home/u/llm-ft/ops/fused_rope.py", "forward",
@@ -255,6 +192,8 @@ def nccl(rng: random.Random, p: dict) -> str:
     pid = rng.randrange(1000, 99999)
     ver = rng.choice(["2.19.3", "2.21.5", "2.23.4"])
     c10d = "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
+    if kind in CATALOGUE["nccl"]:  # the message texts: catalogue/holdout6.yaml
+        return render(CATALOGUE["nccl"][kind], {**globals(), **locals()})
     if kind == "shm_extend":  # /dev/shm of the container too small for NCCL's SHM transport
         tag = "".join(rng.choice("abcdefghiJKLMNpqrs0123456789") for _ in range(6))
         shm = f"/dev/shm/nccl-{tag}"
@@ -270,19 +209,6 @@ def nccl(rng: random.Random, p: dict) -> str:
                                   "library call failed or device error. \nLast error:\nError: "
                                   f"failed to extend {shm} to {size} bytes, error: No space left "
                                   "on device (28)"))
-    if kind == "horovod":  # Horovod's background thread reports the failed collective
-        frames = [("/home/u/hvd_resnet/train.py", "<module>", "train(epoch)"),
-                  ("/home/u/hvd_resnet/train.py", "train", "optimizer.step()"),
-                  (f"{SITE}/horovod/torch/optimizer.py", "step", "self.synchronize()"),
-                  (f"{SITE}/horovod/torch/optimizer.py", "synchronize",
-                   "output = synchronize(handle)"),
-                  (f"{SITE}/horovod/torch/mpi_ops.py", "synchronize",
-                   "raise HorovodInternalError(e)")]
-        return (f"[1,0]<stdout>:Epoch 3 [12800/50000]\tLoss: 1.{rng.randrange(1000, 9999)}\n"
-                f"{host}:{pid}:{pid + 31} [0] NCCL INFO Call to connect returned Connection "
-                f"refused, retrying\n"
-                + _tb(rng, frames, "horovod.common.exceptions.HorovodInternalError: ncclAllReduce "
-                      "failed: unhandled system error (run with NCCL_DEBUG=INFO for details)"))
     raise ValueError(kind)
 
 
@@ -377,6 +303,8 @@ def hw(rng: random.Random, p: dict) -> tuple[str | None, str]:
 
 def devmm(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
+    if kind in CATALOGUE["devmm"]:  # the message texts: catalogue/holdout6.yaml
+        return render(CATALOGUE["devmm"][kind], {**globals(), **locals()})
     if kind == "addmm":  # torch 2.x TensorIterator wording naming the argument and the kernel
         frames = _user_frames(rng) + [(f"{SITE}/torch/nn/modules/linear.py", "forward",
                                        "return F.linear(input, self.weight, self.bias)")]
@@ -388,19 +316,6 @@ def devmm(rng: random.Random, p: dict) -> str:
                                            "support = torch.mm(x, self.weight)")]
         return _tb(rng, frames, "RuntimeError: Expected object of device type cuda but got device "
                    "type cpu for argument #2 'mat2' in call to _th_mm")
-    if kind == "device_map":  # accelerate's device_map="auto" split a model over two GPUs
-        frames = [("/home/u/rerank/score.py", "<module>",
-                   "scores = head(model(**enc).last_hidden_state[:, 0])"),
-                  (f"{SITE}/torch/nn/modules/module.py", "_call_impl",
-                   "return forward_call(*args, **kwargs)"),
-                  (f"{SITE}/torch/nn/modules/linear.py", "forward",
-                   "return F.linear(input, self.weight, self.bias)")]
-        return ("Loading checkpoint shards: 100%|##########| 4/4 [00:11<00:00,  2.86s/it]\n"
-                "model placed with device_map='auto': {'embed_tokens': 0, 'layers.0-15': 0, "
-                "'layers.16-31': 1, 'norm': 1}\n"
-                + _tb(rng, frames, "RuntimeError: Expected all tensors to be on the same device, "
-                      "but found at least two devices, cuda:1 and cuda:0! (when checking argument "
-                      "for argument mat1 in method wrapper_CUDA_addmm)"))
     raise ValueError(kind)
 
 

@@ -22,8 +22,12 @@ from corpus.gen.compose.kit import (
     _tb,
     _user_frames,
     _write,
+    catalogue,
     compose,
+    render,
 )
+
+CATALOGUE = catalogue(__name__)
 
 HF = f"{SITE}/transformers"
 MOD = f"{SITE}/torch/nn/modules/module.py"
@@ -76,6 +80,8 @@ def single(rng: random.Random, p: dict) -> tuple[str, int | None, int | None]:
     """(log text, exit code, signal) of a one-process failure."""
     kind = p["kind"]
     dev = rng.randrange(8)
+    if kind in CATALOGUE["single"]:  # the message texts: catalogue/holdout7.yaml
+        return render(CATALOGUE["single"][kind], {**globals(), **locals()})
     if kind == "oom_trainer":
         frames = _hf_frames() + [
             (f"{HF}/models/llama/modeling_llama.py", "forward", "logits = self.lm_head("
@@ -104,20 +110,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, int | None, int | None]:
                   (f"{HF}/generation/utils.py", "_beam_search",
                    "model_outputs = self(**model_inputs, return_dict=True)")]
         return pre + _tb(rng, frames, _oom(rng, dev, rng.uniform(0.4, 1.2))), 1, None
-    if kind == "oom_jax":
-        n = rng.choice([6442450944, 10737418240, 4294967296])
-        head = (f"2026-0{rng.randrange(1, 10)}-1{rng.randrange(0, 9)} 0{rng.randrange(0, 9)}:"
-                f"{rng.randrange(10, 59)}:{rng.randrange(10, 59)}.{rng.randrange(100000, 999999)}:"
-                " W external/xla/xla/tsl/framework/bfc_allocator.cc:501] Allocator (GPU_0_bfc) ran "
-                f"out of memory trying to allocate {n / 2**30:.2f}GiB (rounded to {n})requested "
-                "by op \n")
-        frames = [("/home/ts/vit_jax/train.py", "<module>", "app.run(main)"),
-                  ("/home/ts/vit_jax/train.py", "train_and_evaluate",
-                   "state, metrics = p_train_step(state, batch)")]
-        return ("jax devices: [CudaDevice(id=0), CudaDevice(id=1), CudaDevice(id=2), "
-                "CudaDevice(id=3)]\nglobal batch 4096, per-device 1024, image 384px\n" + head
-                + _tb(rng, frames, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: "
-                      f"Out of memory while trying to allocate {n} bytes.")), 1, None
     if kind == "oom_deepspeed":
         frames = [("/home/mk/ds/train.py", "<module>", "main()"),
                   ("/home/mk/ds/train.py", "main", "model_engine.backward(loss)"),
@@ -224,19 +216,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, int | None, int | None]:
                 + _tb(rng, frames, "RuntimeError: Expected all tensors to be on the same device, "
                       "but got target is on cpu, different from other tensors on cuda:0 (when "
                       "checking argument in method wrapper_CUDA_nll_loss_forward)")), 1, None
-    if kind == "devmm_embedding":
-        frames = [("/home/mk/rag/embed_corpus.py", "<module>", "vecs = encode(model, batch)"),
-                  ("/home/mk/rag/embed_corpus.py", "encode", "out = model(**enc)"),
-                  (MOD, "_call_impl", "return forward_call(*args, **kwargs)"),
-                  (f"{HF}/models/bert/modeling_bert.py", "forward",
-                   "inputs_embeds = self.word_embeddings(input_ids)"),
-                  (f"{SITE}/torch/nn/functional.py", "embedding",
-                   "return torch.embedding(weight, input, padding_idx, scale_grad_by_freq, "
-                   "sparse)")]
-        return ("model on cuda:0, encoding 2,114,000 passages, batch 512\n"
-                + _tb(rng, frames, "RuntimeError: Expected all tensors to be on the same device, "
-                      "but found at least two devices, cuda:0 and cpu! (when checking argument "
-                      "for argument index in method wrapper_CUDA__index_select)")), 1, None
     if kind == "driver_old":
         frames = _user_frames(rng)[:2] + [
             ("/workspace/proj/train.py", "main", "model = model.to(device)"),
@@ -267,16 +246,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, int | None, int | None]:
                                "626] . unexpected pos 2752561600 vs 2752561488")
                 + "\nDuring handling of the above exception, another exception occurred:\n\n"
                 + _tb(rng, frames[:5], "OSError: [Errno 122] Disk quota exceeded")), 1, None
-    if kind == "stale":
-        frames = [("/home/mk/asr/train.py", "<module>", "main()"),
-                  ("/home/mk/asr/data.py", "__getitem__",
-                   "wav, sr = soundfile.read(self.files[idx])"),
-                  (f"{SITE}/soundfile.py", "read", "with SoundFile(file, 'r', samplerate, "
-                   "channels,"),
-                  (f"{SITE}/soundfile.py", "_open", "_error_check(_snd.sf_error(file_ptr),")]
-        return ("epoch 4: 12% 1810/15080\n"
-                + _tb(rng, frames, "OSError: [Errno 116] Stale file handle: '/nfs/datasets/"
-                      "librispeech/train-960/4014/186179/4014-186179-0031.flac'")), 1, None
     raise ValueError(kind)
 
 

@@ -23,8 +23,12 @@ from corpus.gen.compose.kit import (
     _user_frames,
     _write,
     after_preamble,
+    catalogue,
     compose,
+    render,
 )
+
+CATALOGUE = catalogue(__name__)
 
 
 def _trt_stamp(rng: random.Random) -> str:
@@ -54,20 +58,8 @@ def _vllm_info(rng: random.Random, msg: str, sec: int) -> str:
 def single(rng: random.Random, p: dict) -> tuple[str, bool]:
     """The job's text for `kind`, and whether the usual training preamble goes before it."""
     kind = p["kind"]
-    if kind == "enroot_nvml":  # pyxis/enroot: the NVIDIA hook cannot talk to the driver
-        node = f"gpu-n{rng.randrange(10, 60)}"
-        return ("pyxis: importing docker image: nvcr.io#nvidia/pytorch:24.05-py3\n"
-                "pyxis: imported docker image: nvcr.io#nvidia/pytorch:24.05-py3\n"
-                "slurmstepd: error: pyxis: container start failed with error code: 1\n"
-                "slurmstepd: error: pyxis: printing enroot log file:\n"
-                "slurmstepd: error: pyxis:     nvidia-container-cli: initialization error: nvml "
-                "error: driver not loaded\n"
-                "slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited "
-                "with return code 1\n"
-                "slurmstepd: error: pyxis: couldn't start container\n"
-                "slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with "
-                "rc=-1\nslurmstepd: error: Failed to invoke spank plugin stack\n"
-                f"srun: error: {node}: task 0: Exited with exit code 1\n"), False
+    if kind in CATALOGUE["single"]:  # the message texts: catalogue/holdout8.yaml
+        return render(CATALOGUE["single"][kind], {**globals(), **locals()})
     if kind == "busy":  # the GPU is in EXCLUSIVE_PROCESS mode and another process holds it
         frames = _user_frames(rng)[:2] + [("/home/u/llm-ft/train.py", "setup",
                                            "model = model.to(f\"cuda:{local_rank}\")")]
@@ -158,17 +150,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
                 f"{st} [TRT] [E] 1: [cudaResources.cpp::~ScopedCudaStream::47] Error Code 1: Cuda "
                 "Runtime (an illegal memory access was encountered)\n"
                 "inference failed on batch 17: execute_async_v3 returned False\n"), False
-    if kind == "paddle_700":
-        return (_tb(rng, [("/work/PaddleDetection/tools/train.py", "<module>", "run(FLAGS, cfg)"),
-                          ("/work/PaddleDetection/ppdet/engine/trainer.py", "train",
-                           "loss.backward()")],
-                    "OSError: (External) CUDA error(700), an illegal memory access was "
-                    "encountered. \n  [Hint: 'cudaErrorIllegalAddress'. The device encountered a "
-                    "load or store instruction on an invalid memory address. This leaves the "
-                    "process in an inconsistentstate and any further CUDA work will return the "
-                    "same error. To continue using CUDA, the process must be terminated and "
-                    "relaunched. ] (at /paddle/paddle/phi/backends/gpu/cuda/cuda_info.cc:272)\n"),
-                True)
     if kind == "samples_719":  # a CUDA C solver's checkCudaErrors after a faulting kernel
         return ("lattice 512^3, 4000 sweeps\n"
                 + "".join(f"sweep {i * 500:5d}  E/N = {-1.9 + i * 0.003:.5f}\n" for i in range(5))
@@ -212,16 +193,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
                    "NCCL_DEBUG=WARN for details), NCCL version 2.20.5\nncclInvalidUsage: This "
                    "usually reflects invalid usage of NCCL library.\nLast error:\nDuplicate GPU "
                    "detected : rank 1 and rank 0 both on CUDA device 1b000"), True
-    if kind == "jax_devices":  # arguments committed to two different GPUs
-        frames = [("/home/u/jax-lm/train.py", "<module>", "state, metrics = train_step(state, "
-                   "batch)"),
-                  (f"{SITE}/jax/_src/traceback_util.py", "reraise_with_filtered_traceback",
-                   "return fun(*args, **kwargs)")]
-        return _tb(rng, frames, "ValueError: Received incompatible devices for jitted computation. "
-                   "Got argument state.params['decoder']['w_in'] of train_step with shape "
-                   "float32[1024,4096] and device ids [0] on platform GPU and argument batch['x'] "
-                   "of train_step with shape int32[64,1024] and device ids [1] on platform "
-                   "GPU"), True
     if kind == "torchmetrics":  # a metric left on the CPU fed CUDA tensors
         frames = _user_frames(rng)[:2] + [
             ("/home/u/seg/eval.py", "validate", "acc.update(preds, target)"),
@@ -232,17 +203,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
                    "class not being on the same device as input. Instead of `metric=MulticlassAcc"
                    "uracy(...)` try to do `metric=MulticlassAccuracy(...).to(device)` where device "
                    "corresponds to the device of the input."), True
-    if kind == "generate_cpu_ids":  # input ids left on the CPU, the model on cuda:0
-        frames = [("/home/u/peft-eval/generate.py", "<module>",
-                   "out = model.generate(input_ids=ids, max_new_tokens=128)"),
-                  (f"{SITE}/torch/nn/modules/sparse.py", "forward", "return F.embedding(")]
-        return (f"{SITE}/transformers/generation/utils.py:1900: UserWarning: You are calling "
-                ".generate() with the `input_ids` being on a device type different than your "
-                "model's device. `input_ids` is on cpu, whereas the model is on cuda. You may "
-                "experience unexpected behaviors or slower generation.\n  warnings.warn(\n"
-                + _tb(rng, frames, "RuntimeError: Expected all tensors to be on the same device, "
-                      "but found at least two devices, cuda:0 and cpu! (when checking argument for "
-                      "argument index in method wrapper_CUDA__index_select)"), False)
     raise ValueError(kind)
 
 

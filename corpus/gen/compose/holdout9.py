@@ -23,8 +23,12 @@ from corpus.gen.compose.kit import (
     _user_frames,
     _write,
     after_preamble,
+    catalogue,
     compose,
+    render,
 )
+
+CATALOGUE = catalogue(__name__)
 
 
 def _kstamp(rng: random.Random) -> str:
@@ -58,70 +62,8 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
     """The job's text for `kind`, and whether the usual training preamble goes before it."""
     kind = p["kind"]
     uf = _user_frames(rng)
-    if kind == "cupy_oom":
-        n = rng.choice([2147483648, 4294967296, 8589934592])
-        return _tb(rng, uf[:2] + [("/home/u/sim/features.py", "pairwise", "d = cp.empty((n, n), "
-                                   "dtype=cp.float32)"),
-                                  ("cupy/_creation/basic.py", "empty", "return cupy.ndarray(shape,"
-                                   " dtype, order=order)"),
-                                  ("cupy/_core/core.pyx", "cupy._core.core.ndarray.__new__", ""),
-                                  ("cupy/cuda/memory.pyx", "cupy.cuda.memory.alloc", "")],
-                   f"cupy.cuda.memory.OutOfMemoryError: Out of memory allocating {n:,} bytes "
-                   f"(allocated so far: {rng.randrange(10**9, 7 * 10**10):,} bytes)."), True
-    if kind == "rmm_oom":
-        return ("cuDF: reading 48 parquet files into GPU memory\n"
-                + _tb(rng, [("/home/u/etl/featurize.py", "<module>", "df = cudf.read_parquet("
-                             "paths)"),
-                            (f"{SITE}/cudf/io/parquet.py", "read_parquet", "return _parquet_to_"
-                             "frame("),
-                            ("parquet.pyx", "cudf._lib.parquet.read_parquet", "")],
-                      "MemoryError: std::bad_alloc: out_of_memory: CUDA error at: /opt/conda/"
-                      "include/rmm/mr/device/cuda_memory_resource.hpp:60: "
-                      "cudaErrorMemoryAllocation out of memory")), False
-    if kind == "bnb_oom":
-        gib = rng.choice([1.95, 3.91, 7.81])
-        return _tb(rng, uf + [(f"{SITE}/bitsandbytes/nn/modules.py", "forward",
-                               "out = bnb.matmul_4bit(x, self.weight.t(), bias=bias, "
-                               "quant_state=self.weight.quant_state)"),
-                              (f"{SITE}/bitsandbytes/functional.py", "dequantize_4bit",
-                               "out = torch.empty(quant_state.shape, dtype=quant_state.dtype, "
-                               "device=A.device)")],
-                   f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {gib:.2f} "
-                   f"GiB. GPU 0 has a total capacity of 23.65 GiB of which {gib / 3:.2f} GiB is "
-                   "free. Including non-PyTorch memory, this process has 23.10 GiB memory in "
-                   "use. Of the allocated memory 21.87 GiB is allocated by PyTorch, and 812.40 "
-                   "MiB is reserved by PyTorch but unallocated. If reserved but unallocated "
-                   "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                   "to avoid fragmentation."), True
-    if kind == "numba_illegal":
-        return ("numba: launching histogram kernel on 65536 blocks x 256 threads\n"
-                + _tb(rng, [("/home/u/sim/hist.py", "<module>", "counts = d_counts.copy_to_"
-                             "host()"),
-                            (f"{SITE}/numba/cuda/cudadrv/devicearray.py", "copy_to_host",
-                             "_driver.device_to_host(hostary, self, self.alloc_size,"),
-                            (f"{SITE}/numba/cuda/cudadrv/driver.py", "device_to_host",
-                             "fn(host_pointer(dst), device_pointer(src), size, *varargs)"),
-                            (f"{SITE}/numba/cuda/cudadrv/driver.py", "safe_cuda_api_call",
-                             "self._check_ctypes_error(fname, retcode)")],
-                      "numba.cuda.cudadrv.driver.CudaAPIError: [700] Call to cuMemcpyDtoH "
-                      "results in CUDA_ERROR_ILLEGAL_ADDRESS")), False
-    if kind == "cupy_illegal":
-        return _tb(rng, uf[:2] + [("/home/u/sim/kernels.py", "scatter_add", "_kern((blocks,), "
-                                   "(256,), (idx, vals, out, n))"),
-                                  ("cupy/_core/raw.pyx", "cupy._core.raw.RawKernel.__call__", ""),
-                                  ("cupy_backends/cuda/api/driver.pyx",
-                                   "cupy_backends.cuda.api.driver.check_status", "")],
-                   "cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_ILLEGAL_ADDRESS: "
-                   "an illegal memory access was encountered"), True
-    if kind == "flash_illegal":
-        return _tb(rng, uf + [(f"{SITE}/flash_attn/flash_attn_interface.py", "forward",
-                               "out, softmax_lse, S_dmask, rng_state = _flash_attn_varlen_"
-                               "forward("),
-                              (f"{SITE}/flash_attn/flash_attn_interface.py",
-                               "_flash_attn_varlen_forward", "out, softmax_lse, S_dmask, "
-                               "rng_state = flash_attn_cuda.varlen_fwd(")],
-                   f"RuntimeError: CUDA error: an illegal memory access was encountered\n{ASYNC}"
-                   f"\n{DSA}\n"), True
+    if kind in CATALOGUE["single"]:  # the message texts: catalogue/holdout9.yaml
+        return render(CATALOGUE["single"][kind], {**globals(), **locals()})
     if kind == "pyg_assert":
         asserts = "".join(
             "/pytorch/aten/src/ATen/native/cuda/ScatterGatherKernel.cu:144: operator(): block: "
@@ -158,23 +100,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
                 + asserts + "\n" + _spawn_block(1, frames, "RuntimeError: CUDA error: "
                                                 f"device-side assert triggered\n{ASYNC}\n{DSA}\n",
                                                 rng, "/home/u/seg/train.py")), False
-    if kind == "nccl_ib":
-        host = f"gpu-n{rng.randrange(10, 60)}"
-        return (f"{host}:{rng.randrange(1000, 9999)}:{rng.randrange(1000, 9999)} [3] "
-                "transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
-                "10.12.0.31<42571> with status=12 opcode=0 len=0 vendor err 129 (Recv) "
-                "localGid ::ffff:10.12.0.17 remoteGidsfe80::ba3f:d2ff:fe14:6a20 hca mlx5_2\n"
-                + _tb(rng, uf + [(f"{SITE}/torch/distributed/fsdp/_fully_shard/_fsdp_collectives"
-                                  ".py", "foreach_reduce", "dist.reduce_scatter_tensor("),
-                                 (f"{SITE}/torch/distributed/distributed_c10d.py",
-                                  "reduce_scatter_tensor", "work = group._reduce_scatter_base("
-                                  "output, input, opts)")],
-                      "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
-                      "distributed/c10d/ProcessGroupNCCL.cpp:3356, remote process exited or "
-                      "there was a network error, NCCL version 2.21.5\nncclRemoteError: A call "
-                      "failed possibly due to a network error or a remote process exiting "
-                      "prematurely.\nLast error:\nNET/IB : Got completion from peer 10.12.0.31"
-                      "<42571> with status=12 opcode=0 len=0 vendor err 129 (Recv)")), True
     if kind == "nccl_spawn":
         frames = [("/home/u/gnn/train.py", "worker", "dist.all_reduce(grad_buf)"),
                   (f"{SITE}/torch/distributed/distributed_c10d.py", "all_reduce",
@@ -185,72 +110,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
                             "version 2.20.5\nncclUnhandledCudaError: Call to CUDA function failed."
                             "\nLast error:\nCuda failure 'an illegal memory access was "
                             "encountered'", rng), True
-    if kind == "nccl_invalid":  # NCCL_SOCKET_IFNAME names an interface this node lacks
-        host = f"gpu-n{rng.randrange(10, 60)}"
-        pid = rng.randrange(1000, 99999)
-        return (f"{host}:{pid}:{pid} [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0\n"
-                f"{host}:{pid}:{pid} [0] NCCL WARN Bootstrap : no socket interface found\n"
-                f"{host}:{pid}:{pid} [0] NCCL INFO init.cc:1890 -> 3\n"
-                + _tb(rng, uf[:2] + [("/home/u/llm/parallel.py", "init_tp_group",
-                                      "dist.barrier(group=tp_group)"),
-                                     (f"{SITE}/torch/distributed/distributed_c10d.py", "barrier",
-                                      "work = group.barrier(opts=opts)")],
-                      "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
-                      "distributed/c10d/ProcessGroupNCCL.cpp:2027, internal error - please report"
-                      " this issue to the NCCL developers, NCCL version 2.21.5\n"
-                      "ncclInternalError: Internal check failed.\nLast error:\nBootstrap : no "
-                      "socket interface found")), True
-    if kind == "fsdp2_watchdog":
-        seq = rng.randrange(20000, 90000)
-        r = rng.randrange(1, 8)
-        return (f"[rank{r}]:[E1130 10:{rng.randrange(10, 59)}:{rng.randrange(10, 59)}."
-                f"{rng.randrange(100000, 999999)} ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog "
-                f"caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType="
-                "_REDUCE_SCATTER_BASE, NumelIn=268435456, NumelOut=33554432, Timeout(ms)=600000) "
-                "ran for 600042 milliseconds before timing out.\n"
-                f"[rank{r}]:[E1130 10:31:07.004112 ProcessGroupNCCL.cpp:2168] [PG ID 0 PG GUID "
-                f"0(default_pg) Rank {r}] failure detected by watchdog at work sequence id: "
-                f"{seq} PG status: last enqueued work: {seq}, last completed work: {seq - 1}\n"
-                f"[rank{r}]:[E1130 10:31:07.004390 ProcessGroupNCCL.cpp:646] Some NCCL "
-                "operations have failed or timed out. Due to the asynchronous nature of CUDA "
-                "kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
-                f"[rank{r}]:[E1130 10:31:07.004451 ProcessGroupNCCL.cpp:652] To avoid data "
-                "inconsistency, we are taking the entire process down.\n"), True
-    if kind == "cupy_driver":
-        return ("import cupy: ok\n"
-                + _tb(rng, [("/home/u/sim/run.py", "<module>", "x = cp.arange(10)"),
-                            ("cupy/_creation/ranges.py", "arange", "ret = cupy.empty((size,), "
-                             "dtype=dtype)"),
-                            ("cupy/cuda/device.pyx", "cupy.cuda.device.Device.__enter__", ""),
-                            ("cupy_backends/cuda/api/runtime.pyx",
-                             "cupy_backends.cuda.api.runtime.check_status", "")],
-                      "cupy_backends.cuda.api.runtime.CUDARuntimeError: cudaErrorInsufficient"
-                      "Driver: CUDA driver version is insufficient for CUDA runtime version")
-                ), False
-    if kind == "pyg_devices":
-        return _tb(rng, uf + [(f"{SITE}/torch_geometric/nn/conv/gcn_conv.py", "forward",
-                               "edge_index, edge_weight = gcn_norm(  # yapf: disable"),
-                              (f"{SITE}/torch_geometric/nn/conv/gcn_conv.py", "gcn_norm",
-                               "deg = scatter(edge_weight, idx_col, dim=0, dim_size=num_nodes, "
-                               "reduce='sum')")],
-                   "RuntimeError: Expected all tensors to be on the same device, but found at "
-                   "least two devices, cuda:0 and cpu! (when checking argument for argument index "
-                   "in method wrapper_CUDA_scatter_add_)"), True
-    if kind == "fabric_devices":
-        return ("Fabric: 1 x cuda, precision bf16-mixed\n"
-                + _tb(rng, [("/home/u/fab/train.py", "<module>", "main(fabric)"),
-                            ("/home/u/fab/train.py", "main", "loss = model(x, y)"),
-                            ("/home/u/fab/model.py", "forward", "h = self.emb(x) + self.pos"),
-                            ],
-                      "RuntimeError: Expected all tensors to be on the same device, but found at "
-                      "least two devices, cuda:0 and cpu!")), False
-    if kind == "cupy_device":
-        return _tb(rng, uf[:2] + [("/home/u/sim/bridge.py", "to_torch",
-                                   "t = torch.as_tensor(arr, device='cuda:1')"),
-                                  ("/home/u/sim/bridge.py", "mix", "out = t @ w")],
-                   "RuntimeError: Expected all tensors to be on the same device, but found at "
-                   "least two devices, cuda:1 and cuda:0! (when checking argument for argument "
-                   "mat2 in method wrapper_CUDA_mm)"), True
     raise ValueError(kind)
 
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import random
+import string
 from pathlib import Path
+
+import yaml
 
 from corpus.gen import capture, transforms
 
@@ -215,6 +218,56 @@ def after_preamble(fn, name: str = "train", steps: tuple = (3, 8)):
         kern, job = fn(rng, p)
         return kern, _pre(rng, name, rng.randrange(*steps)) + job
     return logged
+
+
+def catalogue(module: str) -> dict:
+    """The message texts of a template module: catalogue/<module>.yaml (see `render`)."""
+    name = module.rsplit(".", 1)[-1]
+    return yaml.safe_load((Path(__file__).parent / "catalogue" / f"{name}.yaml").read_text())
+
+
+_FIELDS = string.Formatter()
+
+
+def fill(text: str, ns: dict) -> str:
+    """`text` with each `{expression[!r][:spec]}` replaced by its value in `ns`, evaluated left
+    to right as an f-string is (a case's random draws happen in that order); `{{` is a brace."""
+    out = []
+    for lit, expr, spec, conv in _FIELDS.parse(text):
+        out.append(lit)
+        if expr is not None:
+            v = eval(expr, ns)  # noqa: S307 - the project's own catalogue, not input
+            out.append(format(repr(v) if conv == "r" else v, spec))
+    return "".join(out)
+
+
+def render(entry: dict, ns: dict) -> str | tuple:
+    """One entry of a catalogue (compose/catalogue/*.yaml: a template module's message texts by
+    function and kind) in `ns`, the template's module and locals (`rng`, `uf`, …). In order: the
+    `let` values, then `head`, the traceback (`frames`: an expression giving frames, or [file,
+    function, code]; then `exc`), `tail`; or `text` alone; or `log`, a list of texts and
+    tracebacks. `{…}` in a text is an expression, evaluated where it stands, as in an f-string;
+    a `let` value that is one `{expression}` alone is that expression's value (a number).
+    Returns the text, or (text, *also)."""
+    ns = {**globals(), **ns}  # the kit's names (SITE, ASYNC, …), then the template's
+    for name, value in (entry.get("let") or {}).items():
+        fields = list(_FIELDS.parse(value))
+        if len(fields) == 1 and fields[0][0] == "" and fields[0][1] and not fields[0][2]:
+            ns[name] = eval(fields[0][1], ns)  # noqa: S307 - one `{expression}`: its value
+        else:
+            ns[name] = fill(value, ns)
+    parts = entry.get("log") or [entry.get("head", ""), entry if "exc" in entry else "",
+                                 entry.get("tail", entry.get("text", ""))]
+    text = ""
+    for part in parts:
+        if isinstance(part, str):
+            text += fill(part, ns)
+            continue
+        frames: list = []
+        for f in part["frames"]:
+            frames += eval(f, ns) if isinstance(f, str) else [tuple(fill(x, ns) for x in f)]  # noqa: S307
+        text += _tb(ns["rng"], frames, fill(part["exc"], ns))
+    return (text, *entry["also"]) if "also" in entry else text
 
 
 def synthetic_label(c: dict, cid: str, tmpl: str, p: dict, tasks: list, root_rank, state,

@@ -14,7 +14,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import SITE, _tb, _user_frames, compose
+from corpus.gen.compose.kit import SITE, _tb, _user_frames, catalogue, compose, render
+
+CATALOGUE = catalogue(__name__)
 
 
 def _host(rng: random.Random) -> str:
@@ -37,6 +39,8 @@ def _steps(rng: random.Random, n: int) -> str:
 def gpu(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
     bus = _bus(rng)
+    if kind in CATALOGUE["gpu"]:  # the message texts: catalogue/tuning_f10m.yaml
+        return render(CATALOGUE["gpu"][kind], {**globals(), **locals()})
     if kind == "xid_caused_by":
         # NVIDIA's Xid catalogue: a channel Xid (45 preemptive cleanup, 13, 43) the driver ties
         # to an earlier hardware Xid ("caused by previous Xid N"); the batch script runs dmesg
@@ -48,24 +52,6 @@ def gpu(rng: random.Random, p: dict) -> str:
                        f"(PCI:{bus}): {p.get('xid', 45)}, pid={rng.randrange(10000, 99999)}, "
                        f"name=python3, Ch {ch + 1:08x} caused by previous Xid {hw}")
         return "\n".join(out) + "\n"
-    if kind == "gsp":
-        # open-gpu-kernel-modules src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c: the heartbeat
-        # check and the RPC-timeout banner, prefixed "NVRM: GPU<n> <function>: "
-        g = rng.randrange(0, 8)
-        t = rng.randrange(100, 900)
-        return (_steps(rng, rng.randrange(2, 5)) + "+ dmesg | tail -4\n"
-                f"[{t}.302465] NVRM: GPU{g} _kgspIsHeartbeatTimedOut: Heartbeat timed out, "
-                f"currentTimeMs {rng.randrange(10**8, 10**9)} heartbeat "
-                f"{rng.randrange(10**6, 10**7)}"
-                " diff 6070 timeout 5200\n"
-                f"[{t + 60}.300488] NVRM: GPU{g} _kgspLogRpcTimeout: " + "*" * 30 + " GSP Timeout "
-                + "*" * 30 + "\n"
-                f"[{t + 60}.300490] NVRM: GPU{g} _kgspLogRpcTimeout: Note: Please also check logs "
-                "above.\n")
-    if kind == "smi_handle":
-        # nvidia-smi when NVML cannot get a handle for a GPU still on the bus
-        return (_steps(rng, rng.randrange(2, 5)) + "+ nvidia-smi\n"
-                f"Unable to determine the device handle for GPU{bus}.0: Unknown Error\n")
     if kind in ("nvml_driver", "nvml_unknown"):
         # pynvml (nvidia-ml-py) pynvml.py: _extractNVMLErrorsAsClasses makes NVMLError_<Name>
         # per NVML_ERROR_*; str() is nvmlErrorString's text; torch/cuda/__init__.py's

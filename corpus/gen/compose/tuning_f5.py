@@ -11,7 +11,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import ASYNC, DSA, SITE, _tb, _user_frames, compose
+from corpus.gen.compose.kit import SITE, _tb, _user_frames, catalogue, compose, render
+
+CATALOGUE = catalogue(__name__)
 
 
 def _vllm_stamp(rng: random.Random) -> str:
@@ -21,15 +23,8 @@ def _vllm_stamp(rng: random.Random) -> str:
 
 def cuda_oom(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "trainer_auto_batch":
-        # transformers Trainer(auto_find_batch_size=True) -> accelerate's
-        # find_executable_batch_size (accelerate/utils/memory.py): every size down to 0 OOMed
-        frames = [("/home/u/sft/run_sft.py", "<module>", "trainer.train()"),
-                  (f"{SITE}/transformers/trainer.py", "train",
-                   "return inner_training_loop("),
-                  (f"{SITE}/accelerate/utils/memory.py", "decorator",
-                   'raise RuntimeError("No executable batch size found, reached zero.")')]
-        return _tb(rng, frames, "RuntimeError: No executable batch size found, reached zero.")
+    if kind in CATALOGUE["cuda_oom"]:  # the message texts: catalogue/tuning_f5.yaml
+        return render(CATALOGUE["cuda_oom"][kind], {**globals(), **locals()})
     if kind == "vllm_kv_needed":
         # vLLM v1 (v1/core/kv_cache_utils.py check_enough_kv_cache_memory), raised in the
         # EngineCore process whose log lines carry its "(EngineCore_DP0 pid=N)" prefix
@@ -103,23 +98,8 @@ def cuda_error(rng: random.Random, p: dict) -> str:
 
 def gpu_hw(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "jax_nvlink":
-        # XLA's GPU runtime reports the driver's CUDA_ERROR_NVLINK_UNCORRECTABLE (cuGetErrorName
-        # and cuGetErrorString) when a collective's peer copy fails
-        frames = [("/home/u/jx/train.py", "<module>",
-                   "state, metrics = p_train_step(state, batch)")]
-        return _tb(rng, frames, "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA error: "
-                   "Failed to synchronize stream: CUDA_ERROR_NVLINK_UNCORRECTABLE: uncorrectable "
-                   "NVLink error detected during the execution")
-    if kind == "smi_gpu_lost":
-        # the program fails with a generic launch failure; the job's epilogue runs nvidia-smi,
-        # which says (NVML_ERROR_GPU_IS_LOST) the GPU is gone
-        bus = f"{rng.randrange(16, 200):02X}"
-        return (_tb(rng, _user_frames(rng), f"RuntimeError: CUDA error: unspecified launch "
-                    f"failure\n{ASYNC}\n{DSA}")
-                + "+ nvidia-smi --query-gpu=index,temperature.gpu,memory.used --format=csv\n"
-                f"Unable to determine the device handle for GPU 00000000:{bus}:00.0: GPU is "
-                "lost.  Reboot the system to recover this GPU\n")
+    if kind in CATALOGUE["gpu_hw"]:  # the message texts: catalogue/tuning_f5.yaml
+        return render(CATALOGUE["gpu_hw"][kind], {**globals(), **locals()})
     raise ValueError(kind)
 
 
@@ -142,17 +122,8 @@ def devmm(rng: random.Random, p: dict) -> str:
 
 def cuda_setup(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "invalid_ordinal":
-        # srun --gpus-per-task=1: each task sees one GPU (cuda:0), the script picks
-        # cuda:LOCAL_RANK; "CUDA error: <cudaGetErrorString(cudaErrorInvalidDevice)>"
-        rank = rng.randrange(1, 8)
-        frames = [("/home/u/ddp/train.py", "<module>", "main()"),
-                  ("/home/u/ddp/train.py", "main", "torch.cuda.set_device(local_rank)"),
-                  (f"{SITE}/torch/cuda/__init__.py", "set_device",
-                   "torch._C._cuda_setDevice(device)")]
-        return (f"local_rank={rank} world_size=8 CUDA_VISIBLE_DEVICES={rank}\n"
-                + _tb(rng, frames, f"RuntimeError: CUDA error: invalid device ordinal\n{ASYNC}\n"
-                      f"{DSA}"))
+    if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/tuning_f5.yaml
+        return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
     raise ValueError(kind)
 
 

@@ -12,7 +12,18 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import SITE, _pre, _rank_task, _tb, _user_frames, compose
+from corpus.gen.compose.kit import (
+    SITE,
+    _pre,
+    _rank_task,
+    _tb,
+    _user_frames,
+    catalogue,
+    compose,
+    render,
+)
+
+CATALOGUE = catalogue(__name__)
 
 # CUDA's enums (driver_types.h cudaError, cuda.h CUresult): kind -> (code, runtime name or
 # driver name, cudaGetErrorString's words)
@@ -84,6 +95,8 @@ def cuda_name(rng: random.Random, p: dict) -> str:
 def gpu_alloc(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
     g = rng.randrange(0, 8)
+    if kind in CATALOGUE["gpu_alloc"]:  # the message texts: catalogue/tuning_f8.yaml
+        return render(CATALOGUE["gpu_alloc"][kind], {**globals(), **locals()})
     if kind == "paddle":
         # PaddlePaddle: the Python MemoryError (its ResourceExhausted), the C++ traceback, then
         # the summary of paddle/fluid/memory/allocation/cuda_allocator.cc "Out of memory error
@@ -111,25 +124,6 @@ def gpu_alloc(rng: random.Random, p: dict) -> str:
             " (at /paddle/paddle/phi/core/memory/allocation/cuda_allocator.cc:"
             f"{rng.randrange(70, 90)})\n")
         return _tb(rng, frames, summary.rstrip("\n"))
-    if kind == "rmm":
-        # RAPIDS: rmm::out_of_memory from a pool resource (rmm/detail/error.hpp RMM_FAIL "RMM
-        # failure at:file:line: msg"), surfaced by cudf as MemoryError: std::bad_alloc: ...
-        frames = [("/home/u/etl/join.py", "<module>", "out = left.merge(right, on='key')"),
-                  (f"{SITE}/cudf/core/dataframe.py", "merge", "return merge_cls(")]
-        exc = ("MemoryError: std::bad_alloc: out_of_memory: RMM failure at:/opt/conda/include/"
-               "rmm/mr/device/pool_memory_resource.hpp:"
-               f"{rng.randrange(180, 260)}: Maximum pool size exceeded")
-        return "cudf 24.08, rmm pool 32GiB on GPU 0\n" + _tb(rng, frames, exc)
-    if kind == "mxnet":
-        # MXNet's pooled GPU storage (src/storage/pooled_storage_manager.h): after freeing the
-        # pool it retries cudaMalloc and fails with "cudaMalloc retry failed: " + the CUDA string
-        frames = [("/home/u/gluon/train.py", "<module>", "trainer.step(batch_size)"),
-                  (f"{SITE}/mxnet/ndarray/ndarray.py", "asnumpy", "ctypes.c_size_t(data.size)))"),
-                  (f"{SITE}/mxnet/base.py", "check_call", "raise get_last_ffi_error()")]
-        exc = (f"mxnet.base.MXNetError: Traceback (most recent call last):\n  File "
-               f"\"../src/storage/./pooled_storage_manager.h\", line {rng.randrange(150, 200)}\n"
-               "MXNetError: cudaMalloc retry failed: out of memory")
-        return _tb(rng, frames, exc)
     # CuPy's memory pool (cupy/cuda/memory.pyx OutOfMemoryError: "Out of memory allocating
     # {:,} bytes (allocated so far: {:,} bytes).")
     frames = [("/home/u/sim/fft_run.py", "<module>", "spec = cp.fft.rfftn(vol)"),
@@ -174,10 +168,8 @@ def horovod(rng: random.Random, p: dict) -> str:
         (f"{SITE}/horovod/torch/mpi_ops.py", "synchronize",
          "mpi_lib.horovod_torch_wait_and_clear(handle)")]
     exc = "horovod.common.exceptions.HorovodInternalError: " + _HVD_SHUTDOWN
-    if kind == "stall_shutdown":
-        return (_stall(rng, stamp, rng.randrange(1, 8), None)
-                + _stall(rng, later, rng.randrange(1, 8), rng.choice([300, 600]))
-                + _tb(rng, frames, exc))
+    if kind in CATALOGUE["horovod"]:  # the message texts: catalogue/tuning_f8.yaml
+        return render(CATALOGUE["horovod"][kind], {**globals(), **locals()})
     if kind == "tf_stall":
         # TensorFlow's binding: the op fails with the same status as an UnknownError
         frames = [("/home/u/keras-hvd/train.py", "<module>", "model.fit(ds, epochs=90)"),
@@ -215,56 +207,8 @@ def container(rng: random.Random, p: dict) -> str:
     img = rng.choice(["nvcr.io#nvidia/pytorch:24.10-py3", "nvcr.io#nvidia/tensorflow:24.03-tf2-py3",
                       "docker://ghcr.io#lab/train:cu124"])
     err = "slurmstepd: error: pyxis:"
-    if kind == "enroot_libnvml":
-        # pyxis prints enroot's log; enroot's 98-nvidia.sh hook runs nvidia-container-cli
-        # (NVIDIA/libnvidia-container: "nvidia-container-cli: initialization error: load library
-        # failed: libnvidia-ml.so.1: ...")
-        return (f"pyxis: importing docker image: {img}\npyxis: imported docker image: {img}\n"
-                f"{err} container start failed with error code: 1\n"
-                f"{err} printing enroot log file:\n"
-                f"{err}     nvidia-container-cli: initialization error: load library failed: "
-                "libnvidia-ml.so.1: cannot open shared object file: no such file or directory\n"
-                f"{err}     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n"
-                f"{err} couldn't start container\n"
-                "slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed "
-                "with rc=-1\nslurmstepd: error: Failed to invoke spank plugin stack\n")
-    if kind == "nvcli_requirement":
-        # the image's NVIDIA_REQUIRE_CUDA is newer than the node's driver
-        return (f"pyxis: imported docker image: {img}\n"
-                f"{err} container start failed with error code: 1\n"
-                f"{err} printing enroot log file:\n"
-                f"{err}     nvidia-container-cli: requirement error: unsatisfied condition: "
-                "cuda>=12.6, please update your driver to a newer version, or use an earlier cuda "
-                "container\n"
-                f"{err}     [ERROR] /usr/local/etc/enroot/hooks.d/98-nvidia.sh exited with return "
-                "code 1\n"
-                f"{err} couldn't start container\n")
-    if kind == "docker_caps":
-        # docker run --gpus all on a node without the NVIDIA runtime (moby daemon/
-        # devices.go: 'could not select device driver %q with capabilities: %v')
-        return ("+ docker run --rm --gpus all -v /scratch:/scratch lab/train:cu124 python "
-                "train.py\ndocker: Error response from daemon: could not select device driver "
-                "\"\" with capabilities: [[gpu]].\n")
-    if kind == "nvml_mismatch":
-        # the batch script's nvidia-smi after a driver upgrade without a reboot, then the
-        # program finding no GPU
-        return ("+ nvidia-smi -L\nFailed to initialize NVML: Driver/library version mismatch\n"
-                "NVML library version: 560.35\n+ python train.py\n"
-                "no GPU visible (torch.cuda.device_count() == 0); refusing to train on CPU\n")
-    if kind == "apptainer_nv":
-        # apptainer --nv on a node whose driver files it cannot find (apptainer's launcher:
-        # "Could not find any %s files on this host!"), then the program's own check
-        return ("WARNING: Could not find any nv files on this host!\n"
-                f"[{rng.choice(['prep', 'train', 'infer'])}] CUDA devices: 0\n"
-                "fatal: this job needs a GPU, exiting\n")
-    if kind == "image_auth":
-        # enroot's docker import (curl to the registry's token endpoint): credentials refused
-        return (f"pyxis: importing docker image: {img}\n"
-                f"{err} child 4112 failed with error code: 1\n"
-                f"{err} failed to import docker image\n{err} printing enroot log file:\n"
-                f"{err}     [ERROR] URL https://nvcr.io/proxy_auth?account=$oauthtoken&scope="
-                "repository:nvidia/pytorch:pull returned error code: 401 Unauthorized\n"
-                f"{err} couldn't start container\n")
+    if kind in CATALOGUE["container"]:  # the message texts: catalogue/tuning_f8.yaml
+        return render(CATALOGUE["container"][kind], {**globals(), **locals()})
     # image_dns: the registry's name cannot be resolved from the compute node (curl error 6)
     return (f"pyxis: importing docker image: {img}\n{err} child 3917 failed with error code: 1\n"
             f"{err} failed to import docker image\n{err} printing enroot log file:\n"
