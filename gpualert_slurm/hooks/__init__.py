@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-HOOKS = ("prolog", "epilog", "epilog-slurmctld")
+HOOKS = ("prolog", "epilog", "epilog-slurmctld", "drain")
 
 
 def main(argv: list[str]) -> int:
@@ -15,6 +15,10 @@ def main(argv: list[str]) -> int:
             return 0
         print(f"gpualert hook: expected one of {', '.join(HOOKS)}; got {argv!r}", file=sys.stderr)
         return 2
+    if argv[0] == "drain":  # the job epilogs' queue (epilog.d/gpualert-epilog-slurmctld)
+        from gpualert_slurm.hooks import drain
+
+        return drain.main()
     if argv[0] == "prolog":
         from gpualert_slurm.hooks import prolog
 

@@ -1,0 +1,381 @@
+"""`gpualert hook drain`: the job epilogs' queue and its one long-lived worker.
+
+The EpilogSlurmctld shim (epilog.d/gpualert-epilog-slurmctld) starts no interpreter per job: it
+writes the job's environment (what slurmctld gave it, NUL-separated, `env -0`) to
+QUEUE_DIR/<jobid>.<pid>.job and returns to slurmctld at once; it starts this drainer only
+when none holds QUEUE_DIR/drainer.lock (flock(1) on its fd LOCK_FD, which the drainer
+inherits). A burst of 500 ending jobs then costs one Python start, not 500 (each ~1 s on a
+loaded controller, shared with slurmctld's 2 cores), and the jobs waiting their turn are
+files, which cost nothing.
+
+The drainer imports the job epilog once, then forks one child per job (warm: no import),
+at most gate.slots() at once, oldest job first, each niced and with its own time bound
+counted from its start (the child's watchdog; the drainer kills one past it). A job is never
+dropped: its file is renamed .run while a child works on it and removed when the child is
+gone; an array task whose child ended without recording it in the array's state (cut short
+at its bound) is recorded as unclassified, so the array's one summary still goes out and
+says so. When the queue is empty the drainer lets go of the lock, looks once more (a job
+queued while it was letting go), and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpualert_slurm.hooks import gate
+from gpualert_slurm.hooks.common import DEFAULT_TIMEOUT_S, HookLog, Watchdog
+
+QUEUE_DIR = os.environ.get("GPUALERT_QUEUE_DIR", "/run/gpualert/epilog-queue")
+LOCK_NAME = "drainer.lock"
+LOCK_FD = 9            # the shim's `flock -n 9`: the drainer inherits the locked fd
+SUFFIX, RUNNING = ".job", ".run"
+IDLE_S = 2.0           # an empty queue is looked at for this long before the drainer exits
+KILL_MARGIN_S = 15.0   # a child past its bound by this much is killed (its watchdog failed)
+MAX_ENV_BYTES = 1 << 20
+EXIT_DONE, EXIT_CUT = 0, 75  # a child's status: job epilog returned / ended at its bound
+Work = Callable[[dict[str, str], Any], None]    # (the job's env, seconds it waited in queue)
+Finish = Callable[[dict[str, str], str], None]  # (the job's env, why its work did not finish)
+
+
+def queue_dir() -> str:
+    return os.environ.get("GPUALERT_QUEUE_DIR", QUEUE_DIR)
+
+
+def _own_dir(path: str) -> None:
+    st = os.lstat(path)
+    if st.st_uid != os.geteuid() or not os.path.isdir(path) or os.path.islink(path) \
+            or st.st_mode & 0o077:
+        raise OSError(f"{path}: not this user's own 0700 directory")
+
+
+def read_env(dfd: int, name: str) -> dict[str, str]:
+    """A queued job's environment (NUL-separated NAME=value, as `env -0` writes it)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        data = os.read(fd, MAX_ENV_BYTES)
+    finally:
+        os.close(fd)
+    env = {}
+    for item in data.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep and k:
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
+
+
+def queued(dfd: int, suffix: str = SUFFIX) -> list[tuple[float, str]]:
+    """(mtime, name) of the queued jobs, oldest first."""
+    out = []
+    for name in os.listdir(dfd):
+        if not name.endswith(suffix) or not name.split(".", 1)[0].isdigit():
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            out.append((os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime, name))
+    return sorted(out)
+
+
+def _lock_fd(qdir: str) -> int | None:
+    """The inherited LOCK_FD when it is this queue's lock (the shim locked it), else our own
+    lock taken now (a drainer started by hand); None when another drainer holds it."""
+    path = os.path.join(qdir, LOCK_NAME)
+    with contextlib.suppress(OSError):
+        a, b = os.fstat(LOCK_FD), os.stat(path, follow_symlinks=False)
+        if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+            os.set_inheritable(LOCK_FD, False)
+            return LOCK_FD
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _job_epilog() -> Any:
+    """The job epilog's package (hooks/job_epilog/), or its one module before that split."""
+    try:
+        from gpualert_slurm.hooks import job_epilog
+
+        return job_epilog
+    except ImportError:
+        from gpualert_slurm.hooks import epilog_slurmctld
+
+        return epilog_slurmctld
+
+
+def _warm() -> None:
+    """Import and compile once in the drainer what every job epilog needs: the children
+    inherit it (the cold start was most of a short job's epilog)."""
+    with contextlib.suppress(Exception):
+        je = _job_epilog()
+        warm = getattr(je, "_warm_up", None)
+        if warm is None:
+            from gpualert_slurm.hooks.job_epilog.delivery import warm_up as warm
+        warm()
+    with contextlib.suppress(Exception):
+        from gpualert_slurm import notify  # noqa: F401
+
+
+class _ChildLog(HookLog):
+    """The child's log: its watchdog's last line ("gave up after ...") also ends it with
+    EXIT_CUT, so that the drainer knows the job epilog did not finish."""
+
+    def error(self, msg: str) -> None:
+        super().error(msg)
+        if msg.startswith("gave up after"):
+            os._exit(EXIT_CUT)
+
+
+def job_epilog(env: dict[str, str], waited: float) -> None:
+    """The work of one queued job (the drainer's default): the job epilog, in the forked
+    child, in the job's own environment; its watchdog's end says EXIT_CUT."""
+    gate.waited_s = waited  # in the job epilog's cost line
+    log = _ChildLog("epilog-slurmctld")
+    _job_epilog().job_epilog(env, log, Watchdog(log, DEFAULT_TIMEOUT_S))
+
+
+def _child(work: Work, env: dict[str, str], waited: float, close: tuple[int, ...]) -> None:
+    """In the forked child: niced, the drainer's fds closed, the job's environment. Never
+    returns: EXIT_DONE once work returned, EXIT_CUT when it raised (or its watchdog ended
+    it)."""
+    code = EXIT_CUT
+    try:
+        for fd in close:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.nice(gate.NICE)
+        os.environ.clear()
+        os.environ.update(env)
+        work(env, waited)
+        code = EXIT_DONE
+    except BaseException as e:
+        with contextlib.suppress(BaseException):
+            HookLog("epilog-slurmctld").error(
+                f"job {env.get('SLURM_JOB_ID', '?')}: unexpected error: {e!r}")
+    os._exit(code)
+
+
+def task_recorded(env: dict[str, str]) -> bool | None:
+    """Whether the array's state holds this task's record (not just its in-flight mark);
+    None when the job is no array task or its state cannot be read."""
+    from gpualert_slurm.core.config import ConfigError, load_config
+    from gpualert_slurm.core.spool import SpoolError, read_json_nofollow
+
+    array_id, task_id = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+    if not (array_id.isdigit() and task_id.isdigit()):
+        return None
+    try:
+        spool = load_config(env.get("GPUALERT_CONFIG") or None).spool
+        d = os.path.join(spool, ".gpualert", "arrays")
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = read_json_nofollow(f"{array_id}.json", dfd, owners=(0, os.geteuid()))
+        finally:
+            os.close(dfd)
+    except FileNotFoundError:
+        return False
+    except (OSError, SpoolError, ConfigError, ValueError):
+        return None
+    rec = (st.get("tasks") or {}).get(task_id) if isinstance(st, dict) else None
+    return isinstance(rec, dict) and not rec.get("in_flight")
+
+
+def record_unclassified(env: dict[str, str], why: str) -> None:
+    """An array task whose job epilog was cut short: recorded in the array's state as failed
+    (by its exit code) and unclassified, and the array's summary sent if it was the last one.
+    In a forked child (the job's environment, its own bound)."""
+    log = HookLog("epilog-slurmctld")
+    Watchdog(log, DEFAULT_TIMEOUT_S)
+    from gpualert_slurm.hooks.common import load_config_logged
+
+    cfg = load_config_logged(log)
+    if cfg is None:
+        return
+    log.set_spool(cfg.spool)
+    jobid = env.get("SLURM_JOB_ID", "?")
+    array_id, task_id = env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"]
+    v = unclassified_verdict(env, why)
+    try:
+        from gpualert_slurm.hooks.job_epilog.arrays import array_step
+        from gpualert_slurm.hooks.job_epilog.context import Budget, JobEpilog
+        from gpualert_slurm.hooks.job_epilog.delivery import send_array
+        from gpualert_slurm.hooks.jobspool import job_options
+
+        ctx = JobEpilog(cfg=cfg, opts=job_options(env, cfg, log), env=env, log=log,
+                        budget=Budget(DEFAULT_TIMEOUT_S))
+        s = array_step(ctx, v)
+        log.info(f"job {jobid}: array {array_id} task {task_id} recorded unclassified ({why})")
+        if s is not None:
+            send_array(ctx, s)
+    except ImportError:  # before the job epilog's split into hooks/job_epilog/
+        from gpualert_slurm.hooks import epilog_slurmctld as ec
+        from gpualert_slurm.hooks.epilog import job_options
+
+        s = ec.array_step(cfg, v, array_id, task_id, jobid, log)
+        log.info(f"job {jobid}: array {array_id} task {task_id} recorded unclassified ({why})")
+        if s is not None:
+            ec._send_array(cfg, job_options(env, cfg, log), env, s, log)
+
+
+def unclassified_verdict(env: dict[str, str], why: str) -> dict[str, Any]:
+    """What the array's summary records of a task gpualert could not classify: failed by its
+    exit code (SLURM_JOB_EXIT_CODE2, from slurmctld), class unknown, and why."""
+    jobid = env.get("SLURM_JOB_ID", "?")
+    failed = True
+    code = env.get("SLURM_JOB_EXIT_CODE2", "")
+    if ":" in code:
+        failed = code != "0:0"
+    return {"job_id": jobid,
+            "array": {"job_id": env.get("SLURM_ARRAY_JOB_ID"),
+                      "task_id": env.get("SLURM_ARRAY_TASK_ID")},
+            "failed": failed,
+            "verdict": {"class": "unknown", "evidence": [],
+                        "hint": f"not classified: {why}; its logs are in the spool "
+                                f"(gpualert show {jobid})"},
+            "job": {"name": env.get("SLURM_JOB_NAME"), "user": env.get("SLURM_JOB_USER")}}
+
+
+def drain(work: Work = job_epilog, finish: Finish | None = None, idle_s: float = IDLE_S,
+          bound_s: float | None = None) -> int:
+    """The drainer's loop (see the module's doc): work(env, waited_s) runs in a forked child
+    per queued job; finish(env, why) in another when work did not end with EXIT_DONE (the
+    default: an array task's unclassified record). Returns 0 whatever happens."""
+    log = HookLog("drain")
+    t0 = time.monotonic()
+    qdir = queue_dir()
+    try:
+        _own_dir(qdir)
+        lock = _lock_fd(qdir)
+    except OSError as e:
+        log.error(f"queue {qdir}: {e}; queued job epilogs wait for the next drainer")
+        return 0
+    if lock is None:
+        return 0  # another drainer has the queue
+    dfd = os.open(qdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with contextlib.suppress(Exception):  # the hooks' log of the cluster that started us
+        from gpualert_slurm.core.config import load_config
+
+        log.set_spool(load_config().spool)
+    if work is job_epilog:
+        _warm()
+    if finish is None and work is job_epilog:
+        finish = _finish_array_task
+    bound = bound_s if bound_s is not None else gate_bound_s()
+    slots = gate.slots()
+    running: dict[int, tuple[str, float, dict[str, str], str]] = {}  # pid -> name, t, env, kind
+    jobs = cut = 0
+    # files a dead drainer left .run: their child is gone once past any bound
+    for mt, name in queued(dfd, RUNNING):
+        if time.time() - mt > bound + KILL_MARGIN_S:
+            with contextlib.suppress(OSError):
+                os.rename(name, name[:-len(RUNNING)] + SUFFIX, src_dir_fd=dfd, dst_dir_fd=dfd)
+
+    def fork(fn: Work, env: dict[str, str], arg: Any) -> int:
+        pid = os.fork()
+        if pid == 0:
+            _child(fn, env, arg, (lock, dfd))
+        return pid
+
+    idle_since: float | None = None
+    while True:
+        # reap the children that ended; kill those past their bound
+        while running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                running.clear()
+                break
+            if pid == 0:
+                break
+            name, _t, env, kind = running.pop(pid, ("", 0.0, {}, ""))
+            if not name:
+                continue
+            done = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_DONE
+            if kind == "job" and not done:
+                cut += 1
+                if finish is not None:
+                    why = "its job epilog was cut short at its time bound"
+                    running[fork(finish, env, why)] = (name, time.monotonic(), env, "finish")
+                    continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=dfd)
+        now = time.monotonic()
+        for pid, (_n, started, _e, _k) in list(running.items()):
+            if now - started > bound + KILL_MARGIN_S:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        # start the oldest queued jobs while slots are free
+        todo = queued(dfd) if len(running) < slots else []
+        for mt, name in todo[:slots - len(running)]:
+            run_name = name[:-len(SUFFIX)] + RUNNING
+            try:
+                env = read_env(dfd, name)
+                os.rename(name, run_name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    log.error(f"queue {qdir}/{name}: {e}")
+                continue
+            if not env.get("SLURM_JOB_ID", "").isdigit():
+                log.error(f"queue {qdir}/{name}: no SLURM_JOB_ID; dropped")
+                with contextlib.suppress(OSError):
+                    os.unlink(run_name, dir_fd=dfd)
+                continue
+            running[fork(work, env, max(0.0, time.time() - mt))] = (
+                run_name, time.monotonic(), env, "job")
+            jobs += 1
+        if running or todo:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= idle_s:
+            # let go, then look once more: a shim that found the lock held queued its job
+            # before it tried the lock, so this look sees it
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if not queued(dfd):
+                break
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                break  # a new drainer has the queue now
+            idle_since = None
+        time.sleep(0.05 if running else 0.2)
+    os.close(dfd)
+    from gpualert_slurm.hooks import cost
+
+    u = cost.usage()
+    log.info(f"drained {jobs} job epilog(s) ({cut} cut short) in {time.monotonic() - t0:.1f} s;"
+             f" drainer cost cpu {u['cpu_s'] - u['child_cpu_s']:.3f} s, peak rss "
+             f"{u['rss_mib']:.1f} MiB")
+    return 0
+
+
+def _finish_array_task(env: dict[str, str], why: str) -> None:
+    """After a cut-short job epilog: an array task it did not record is recorded now."""
+    if task_recorded(env) is False:
+        record_unclassified(env, why)
+
+
+def gate_bound_s() -> float:
+    """A child's time bound as the job epilog computes it (the shim's GPUALERT_HOOK_TIMEOUT
+    less its margin): past it and KILL_MARGIN_S the drainer kills the child."""
+    from gpualert_slurm.hooks.common import shim_bound_s
+
+    return shim_bound_s()
+
+
+def main() -> int:
+    try:
+        return drain()
+    except Exception as e:  # a bug of ours: the queue stays for the next drainer
+        with contextlib.suppress(Exception):
+            HookLog("drain").error(f"unexpected error: {e!r}")
+        return 0

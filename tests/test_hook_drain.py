@@ -1,0 +1,221 @@
+"""The job epilogs' queue (epilog.d/gpualert-epilog-slurmctld + hooks/drain.py): the real shim,
+run by /bin/sh as slurmctld runs it, queues the job and returns at once; one drainer (started
+by the shim under a real flock) takes every queued job exactly once, oldest first, at most
+gate.slots() at once, each in a forked child; a job queued while the drainer lets go of its
+lock is still taken; a job whose work did not finish gets its finish step. Real processes,
+real flocks; the drainer's per-job work is a recording workload (as in test_hook_gate)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHIM = REPO / "epilog.d" / "gpualert-epilog-slurmctld"
+
+# GPUALERT_BIN for the shim: `gpualert hook drain`, with a recording work function. A job whose
+# SLURM_JOB_NAME is "cut" raises (its work did not finish); "hang" sleeps past the bound.
+FAKE_BIN = """#!{py}
+import json, os, sys, time
+sys.path.insert(0, {repo!r})
+from gpualert_slurm.hooks import drain
+out = os.environ["T_OUT"]
+with open(os.path.join(out, "drainers"), "a") as f:
+    f.write(f"{{os.getpid()}} {{' '.join(sys.argv[1:])}}\\n")
+
+def work(env, waited):
+    t0 = time.time()
+    if env.get("SLURM_JOB_NAME") == "hang":
+        time.sleep(60)
+    end = time.process_time() + float(os.environ.get("T_BUSY", "0.1"))
+    while time.process_time() < end:
+        pass
+    if env.get("SLURM_JOB_NAME") == "cut":
+        raise RuntimeError("cut short")
+    rec = {{"job": env["SLURM_JOB_ID"], "start": t0, "end": time.time(), "waited": waited,
+           "nice": os.nice(0), "drainer": os.getppid(), "env_ok": env.get("T_MARK") == "m"}}
+    with open(os.path.join(out, "job." + env["SLURM_JOB_ID"]), "a") as f:
+        f.write(json.dumps(rec) + "\\n")
+
+def finish(env, why):
+    with open(os.path.join(out, "finish." + env["SLURM_JOB_ID"]), "a") as f:
+        f.write(why + "\\n")
+
+drain.drain(work=work, finish=finish, idle_s=float(os.environ.get("T_IDLE", "0.5")),
+            bound_s=float(os.environ.get("T_BOUND", "30")))
+"""
+
+
+def _setup(tmp: Path, slots: int = 2, **extra: str) -> dict[str, str]:
+    fake = tmp / "gpualert"
+    fake.write_text(FAKE_BIN.format(py=sys.executable, repo=str(REPO)))
+    fake.chmod(0o755)
+    out = tmp / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SPANK_GPUALERT"}
+    env.update(GPUALERT_BIN=str(fake), GPUALERT_QUEUE_DIR=str(tmp / "q"), T_OUT=str(out),
+               GPUALERT_GATE_SLOTS=str(slots), T_MARK="m", **extra)
+    return env
+
+
+class _Shim:
+    """The shim as slurmctld runs it: in a process group of its own, which is killed once the
+    shim exits (so the drainer must have left it by then)."""
+
+    def __init__(self, env: dict[str, str], job: int, name: str) -> None:
+        self.p = subprocess.Popen(["/bin/sh", str(SHIM)], start_new_session=True,
+                                  env=dict(env, SLURM_JOB_ID=str(job), SLURM_JOB_NAME=name))
+
+    def wait(self, timeout: float) -> int:
+        rc = self.p.wait(timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.p.pid, signal.SIGKILL)
+        return rc
+
+
+def _shim(env: dict[str, str], job: int, name: str = "train") -> _Shim:
+    return _Shim(env, job, name)
+
+
+def _records(tmp: Path, n: int, prefix: str = "job.", timeout: float = 90) -> dict[str, list]:
+    out = tmp / "out"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        recs = {p.name[len(prefix):]: [json.loads(ln) if prefix == "job." else ln
+                                       for ln in p.read_text().splitlines()]
+                for p in out.glob(prefix + "*")}
+        if len(recs) >= n:
+            return recs
+        time.sleep(0.1)
+    return recs
+
+
+def _settled(tmp: Path, timeout: float = 30) -> bool:
+    """The queue is empty and no drainer holds its lock."""
+    import fcntl
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not [p for p in (tmp / "q").iterdir() if p.name != "drainer.lock"]:
+            with open(tmp / "q" / "drainer.lock", "a") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    pass
+        time.sleep(0.1)
+    return False
+
+
+def test_a_burst_is_queued_and_drained_once_each_within_the_slots(tmp_path: Path) -> None:
+    env = _setup(tmp_path, slots=2)
+    t0 = time.monotonic()
+    shims = [_shim(env, 1000 + i) for i in range(40)]
+    rcs = [p.wait(30) for p in shims]
+    shims_s = time.monotonic() - t0
+    assert rcs == [0] * 40
+    assert shims_s < 20, shims_s  # the shims only queue: no job's work runs in them
+    recs = _records(tmp_path, 40)
+    assert sorted(recs) == [str(1000 + i) for i in range(40)]
+    assert all(len(r) == 1 for r in recs.values()), "a job was worked on twice"
+    flat = sorted((r[0] for r in recs.values()), key=lambda r: r["start"])
+    # never more than 2 at work at once
+    for r in flat:
+        at_once = sum(1 for o in flat if o["start"] <= r["start"] < o["end"])
+        assert at_once <= 2, flat
+    assert all(r["env_ok"] and r["nice"] >= 10 for r in flat)  # the job's env, niced
+    drainers = (tmp_path / "out" / "drainers").read_text().split("\n")
+    started = [d for d in drainers if d.strip()]
+    assert all(d.split()[1:] == ["hook", "drain"] for d in started)
+    # one drainer for the burst (the next shim finds the lock held); a few at most
+    assert len({r["drainer"] for r in flat}) <= 3, started
+    assert _settled(tmp_path)
+    assert (tmp_path / "q").stat().st_mode & 0o777 == 0o700
+
+
+def test_one_slot_takes_the_oldest_first(tmp_path: Path) -> None:
+    env = _setup(tmp_path, slots=1, T_BUSY="0.2")
+    for i in range(6):
+        assert _shim(env, 2000 + i).wait(30) == 0
+        time.sleep(0.05)
+    recs = _records(tmp_path, 6)
+    order = [r[0]["job"] for r in sorted(recs.values(), key=lambda r: r[0]["start"])]
+    assert order == [str(2000 + i) for i in range(6)]
+    assert max(r[0]["waited"] for r in recs.values()) > 0.3  # the later ones queued
+    assert _settled(tmp_path)
+
+
+def test_jobs_queued_while_the_drainer_lets_go_are_taken(tmp_path: Path) -> None:
+    """The drainer gives up its lock after a short idle time; jobs arriving around then find
+    the lock held (and queue only) or free (and start a new drainer): none is left."""
+    env = _setup(tmp_path, slots=2, T_IDLE="0.05", T_BUSY="0.0")
+    n = 60
+    for i in range(n):
+        assert _shim(env, 3000 + i).wait(30) == 0
+        time.sleep(0.8 if i % 10 == 9 else (i % 7) * 0.04)  # some past the idle time
+    recs = _records(tmp_path, n)
+    assert len(recs) == n, sorted(set(map(str, range(3000, 3000 + n))) - set(recs))
+    assert all(len(r) == 1 for r in recs.values())
+    assert _settled(tmp_path)
+    starts = [d for d in (tmp_path / "out" / "drainers").read_text().splitlines() if d]
+    assert len(starts) > 1  # the drainer did exit and was started again meanwhile
+
+
+def test_work_that_does_not_finish_gets_its_finish_step(tmp_path: Path) -> None:
+    env = _setup(tmp_path, slots=2, T_BOUND="1")
+    assert _shim(env, 4001, "cut").wait(30) == 0
+    assert _shim(env, 4002, "train").wait(30) == 0
+    fin = _records(tmp_path, 1, prefix="finish.")
+    assert list(fin) == ["4001"]
+    assert "cut short" in fin["4001"][0]
+    assert list(_records(tmp_path, 1)) == ["4002"]
+    assert _settled(tmp_path)
+
+
+def test_work_past_its_bound_is_killed_and_finished(tmp_path: Path) -> None:
+    from gpualert_slurm.hooks import drain
+
+    env = _setup(tmp_path, slots=1, T_BOUND="0.5")
+    t0 = time.monotonic()
+    assert _shim(env, 5001, "hang").wait(30) == 0
+    assert _shim(env, 5002, "train").wait(30) == 0
+    fin = _records(tmp_path, 1, prefix="finish.", timeout=drain.KILL_MARGIN_S + 30)
+    assert list(fin) == ["5001"]
+    assert list(_records(tmp_path, 1)) == ["5002"]
+    assert time.monotonic() - t0 < 0.5 + drain.KILL_MARGIN_S + 20  # killed, not its 60 s
+    assert _settled(tmp_path)
+
+
+def test_off_and_bad_job_ids_queue_nothing(tmp_path: Path) -> None:
+    env = _setup(tmp_path)
+    assert subprocess.run(["/bin/sh", str(SHIM)], env=dict(env, SLURM_JOB_ID="7",
+                                                           SPANK_GPUALERT="off")).returncode == 0
+    assert not (tmp_path / "q").exists()
+    # no usable job id: not queued; the shim falls back to the hook itself (which logs it)
+    assert subprocess.run(["/bin/sh", str(SHIM)], env=dict(env, SLURM_JOB_ID="1;x"),
+                          timeout=60).returncode == 0
+    assert not (tmp_path / "q").exists() or not list((tmp_path / "q").glob("*.job"))
+
+
+def test_a_queue_not_the_drainers_own_is_refused(tmp_path: Path) -> None:
+    from gpualert_slurm.hooks import drain
+
+    q = tmp_path / "q"
+    q.mkdir(mode=0o755)
+    q.chmod(0o755)  # readable by others: a queue of job environments must not be
+    (q / "1.1.job").write_bytes(b"SLURM_JOB_ID=1\0")
+    env = dict(os.environ, GPUALERT_QUEUE_DIR=str(q))
+    code = ("import sys; from gpualert_slurm.hooks import drain; "
+            "sys.exit(drain.drain(work=lambda e, w: open(sys.argv[1], 'w').write('ran')))")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ran")], env=env, timeout=60,
+                       cwd=REPO)
+    assert r.returncode == 0
+    assert not (tmp_path / "ran").exists()
+    assert (q / "1.1.job").exists()  # kept for a drainer of a sound queue
+    assert drain.read_env(os.open(q, os.O_RDONLY), "1.1.job") == {"SLURM_JOB_ID": "1"}
