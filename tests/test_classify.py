@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import signal
@@ -482,5 +483,5 @@ def test_site_rule_can_map_a_slurm_reason(tmp_path, monkeypatch):
     rules = load_rules(use_cache=False)
     job = JobFacts(exit_code=1, slurm_state="FAILED", slurm_reason="NodeDown")
     assert classify([TaskInput(str(log))], job, rules).cls == "node_failure"
-    job.slurm_reason = "NonZeroExitCode"
+    job = dataclasses.replace(job, slurm_reason="NonZeroExitCode")  # (JobFacts is frozen)
     assert classify([TaskInput(str(log))], job, rules).cls == "unknown"

@@ -2,7 +2,9 @@
 comes out (Verdict, whose to_json() is the CLI's and every report's object), and _Finding, what
 one log says, which the rest of the package passes around. Nothing here decides anything.
 
-Verdict stays mutable: the deciding step fills its rank and node after it is made (locate.py),
+JobFacts is frozen (a job's facts are given, never edited); TaskInput is not yet, since
+`gpualert classify` fills one in from a task's records (commands/classify.py). Verdict stays
+mutable: the deciding step fills its rank and node after it is made (locate.py),
 and classify() appends the notes on unreadable logs to its detail.
 """
 
@@ -29,7 +31,7 @@ class TaskInput:
     end_time: float | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobFacts:
     exit_code: int | None = None
     signal: int | None = None
