@@ -41,16 +41,18 @@ def _html_escape(text: Any) -> Any:
 
 
 @lru_cache(maxsize=4)
-def environment(dirs: tuple[str, ...]) -> Any:
+def environment(dirs: tuple[str, ...], strict: bool = False) -> Any:
     """The jinja2.Environment over `dirs` (cached: the epilog compiles the templates while
-    scontrol answers, and renders at once)."""
+    scontrol answers, and renders at once). strict: StrictUndefined, for the test that every
+    template needs no variable docs/TEMPLATES.md does not list."""
     import jinja2
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(list(dirs)),
         autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",),
                                             default_for_string=False),
-        undefined=jinja2.ChainableUndefined, trim_blocks=False, keep_trailing_newline=True)
+        undefined=jinja2.StrictUndefined if strict else jinja2.ChainableUndefined,
+        trim_blocks=False, keep_trailing_newline=True)
     env.filters["html_escape"] = _html_escape
     return env
 
