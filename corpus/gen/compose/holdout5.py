@@ -133,29 +133,8 @@ def oom_torchrun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr:
 
 def cuda_error(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "stream_capture":  # a host sync inside CUDA graph capture
-        frames = _user_frames(rng)[:2] + [
-            ("/home/u/llm-serve/graphs.py", "capture", "with torch.cuda.graph(g, pool=pool):"),
-            ("/home/u/llm-serve/model.py", "forward", "if mask.any().item():")]
-        return _tb(rng, frames, "RuntimeError: CUDA error: operation not permitted when stream is "
-                   f"capturing\n{ASYNC}\n{DSA}")
-    if kind == "cudnn_exec":
-        frames = _user_frames(rng) + [
-            (f"{SITE}/torch/nn/modules/conv.py", "_conv_forward",
-             "return F.conv2d(input, weight, bias, self.stride,")]
-        return _tb(rng, frames, "RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED")
-    if kind == "triton_resources":  # a Triton kernel whose config needs more shared memory
-        frames = _user_frames(rng)[:2] + [
-            ("/home/u/kernels/flash_fwd.py", "attention",
-             "_fwd_kernel[grid](q, k, v, o, sm_scale, BLOCK_M=128, BLOCK_N=128, num_stages=4)"),
-            (f"{SITE}/triton/runtime/jit.py", "run",
-             "kernel._init_handles()"),
-            (f"{SITE}/triton/compiler/compiler.py", "_init_handles",
-             "raise OutOfResources(self.metadata.shared, max_shared, \"shared memory\")")]
-        need = rng.choice([131072, 196608, 229376])
-        return _tb(rng, frames, f"triton.runtime.errors.OutOfResources: out of resource: shared "
-                   f"memory, Required: {need}, Hardware limit: 101376. Reducing block sizes or "
-                   "`num_stages` may help.")
+    if kind in CATALOGUE["cuda_error"]:  # the message texts: catalogue/holdout5.yaml
+        return render(CATALOGUE["cuda_error"][kind], {**globals(), **locals()})
     if kind == "tf_illegal":  # TF's event poller aborts the process after a faulting kernel
         return (f"Epoch {rng.randrange(2, 9)}/50\n"
                 f"{_glog(rng, 'E', 'cuda_event.cc:29')} Error polling for event status: failed "
@@ -304,18 +283,6 @@ def devmm(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
     if kind in CATALOGUE["devmm"]:  # the message texts: catalogue/holdout5.yaml
         return render(CATALOGUE["devmm"][kind], {**globals(), **locals()})
-    if kind == "conv_type":
-        frames = _user_frames(rng)[:2] + [
-            (f"{SITE}/torch/nn/modules/conv.py", "_conv_forward",
-             "return F.conv2d(input, weight, bias, self.stride,")]
-        return _tb(rng, frames, "RuntimeError: Input type (torch.FloatTensor) and weight type "
-                   "(torch.cuda.FloatTensor) should be the same or input should be a MKLDNN "
-                   "tensor and weight is a dense tensor")
-    if kind == "indices":
-        frames = _user_frames(rng)[:2] + [("/home/u/proj/replay.py", "sample",
-                                           "return self.obs[idx], self.act[idx]")]
-        return _tb(rng, frames, "RuntimeError: indices should be either on cpu or on the same "
-                   "device as the indexed tensor (cpu)")
     raise ValueError(kind)
 
 
@@ -325,11 +292,6 @@ def cuda_setup(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
     if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/holdout5.yaml
         return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
-    if kind == "busy":  # compute mode EXCLUSIVE_PROCESS, another process holds the GPU
-        frames = _user_frames(rng)[:2] + [
-            (f"{SITE}/torch/cuda/__init__.py", "_lazy_init", "torch._C._cuda_init()")]
-        return _tb(rng, frames, "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or "
-                   f"unavailable\n{ASYNC}\n{DSA}")
     raise ValueError(kind)
 
 

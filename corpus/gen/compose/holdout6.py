@@ -50,12 +50,6 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
     if kind in CATALOGUE["cuda_oom"]:  # the message texts: catalogue/holdout6.yaml
         return render(CATALOGUE["cuda_oom"][kind], {**globals(), **locals()})
-    if kind == "cublas_alloc":  # cuBLAS cannot even create its handle: the GPU is full
-        frames = _user_frames(rng) + [
-            (f"{SITE}/torch/nn/modules/linear.py", "forward",
-             "return F.linear(input, self.weight, self.bias)")]
-        return _tb(rng, frames, "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when "
-                   "calling `cublasCreate(handle)`")
     raise ValueError(kind)
 
 
@@ -108,18 +102,6 @@ def cuda_error(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
     if kind in CATALOGUE["cuda_error"]:  # the message texts: catalogue/holdout6.yaml
         return render(CATALOGUE["cuda_error"][kind], {**globals(), **locals()})
-    if kind == "misaligned":  # a custom fused op reading half2 from an odd offset
-        frames = _user_frames(rng) + [
-            ("/home/u/llm-ft/ops/fused_rope.py", "forward",
-             "return _C.rope_fwd(q, k, cos, sin)")]
-        return _tb(rng, frames, f"RuntimeError: CUDA error: misaligned address\n{ASYNC}\n{DSA}")
-    if kind == "illegal_instruction":
-        frames = _user_frames(rng) + [
-            (f"{SITE}/torch/_ops.py", "__call__", "return self._op(*args, **(kwargs or {}))")]
-        return _tb(rng, frames, "torch.AcceleratorError: CUDA error: an illegal instruction was "
-                   "encountered\nSearch for `cudaErrorIllegalInstruction' in https://docs.nvidia"
-                   ".com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
-                   f"{ASYNC}\n{DSA}")
     raise ValueError(kind)
 
 
@@ -305,17 +287,6 @@ def devmm(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
     if kind in CATALOGUE["devmm"]:  # the message texts: catalogue/holdout6.yaml
         return render(CATALOGUE["devmm"][kind], {**globals(), **locals()})
-    if kind == "addmm":  # torch 2.x TensorIterator wording naming the argument and the kernel
-        frames = _user_frames(rng) + [(f"{SITE}/torch/nn/modules/linear.py", "forward",
-                                       "return F.linear(input, self.weight, self.bias)")]
-        return _tb(rng, frames, "RuntimeError: Expected all tensors to be on the same device, but "
-                   "got mat1 is on cuda:0, different from other tensors on cpu (when checking "
-                   "argument in method wrapper_CUDA_addmm)")
-    if kind == "old_th":  # torch 1.4-era wording from the TH backend
-        frames = _user_frames(rng)[:2] + [("/home/u/gcn/layers.py", "forward",
-                                           "support = torch.mm(x, self.weight)")]
-        return _tb(rng, frames, "RuntimeError: Expected object of device type cuda but got device "
-                   "type cpu for argument #2 'mat2' in call to _th_mm")
     raise ValueError(kind)
 
 
@@ -323,24 +294,8 @@ def devmm(rng: random.Random, p: dict) -> str:
 
 def cuda_setup(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "apptainer_nv":  # --nv on a node without the driver: the container sees no GPU
-        frames = _user_frames(rng)[:2] + [(f"{SITE}/torch/cuda/__init__.py", "_lazy_init",
-                                           "torch._C._cuda_init()")]
-        return ("+ apptainer exec --nv --bind /scratch pytorch_24.05.sif python train.py\n"
-                "INFO:    Could not find any nv files on this host!\n"
-                + _tb(rng, frames, "RuntimeError: Found no NVIDIA driver on your system. Please "
-                      "check that you have an NVIDIA GPU and installed a driver from "
-                      "http://www.nvidia.com/Download/index.aspx"))
-    if kind == "no_kernel_image":  # a wheel built without kernels for this GPU's architecture
-        warn = (f"{SITE}/torch/cuda/__init__.py:{rng.randrange(200, 300)}: UserWarning: \n"
-                "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the "
-                "current PyTorch installation.\nThe current PyTorch install supports CUDA "
-                "capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.\nIf you want to use the "
-                "NVIDIA GeForce RTX 5090 GPU with PyTorch, please check the instructions at "
-                "https://pytorch.org/get-started/locally/\n\n  warnings.warn(\n")
-        frames = _user_frames(rng)
-        return warn + _tb(rng, frames, "RuntimeError: CUDA error: no kernel image is available "
-                          f"for execution on the device\n{ASYNC}\n{DSA}")
+    if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/holdout6.yaml
+        return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
     raise ValueError(kind)
 
 

@@ -82,22 +82,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, int | None, int | None]:
     dev = rng.randrange(8)
     if kind in CATALOGUE["single"]:  # the message texts: catalogue/holdout7.yaml
         return render(CATALOGUE["single"][kind], {**globals(), **locals()})
-    if kind == "oom_trainer":
-        frames = _hf_frames() + [
-            (f"{HF}/models/llama/modeling_llama.py", "forward", "logits = self.lm_head("
-             "hidden_states[:, slice_indices, :])"),
-            (f"{SITE}/torch/nn/modules/linear.py", "forward",
-             "return F.linear(input, self.weight, self.bias)")]
-        return _hf_pre(rng) + _tb(rng, frames, _oom(rng, dev, rng.uniform(3.5, 7.9))), 1, None
-    if kind == "oom_fsdp_step":
-        pre = _pre(rng, "fsdp-pretrain", rng.randrange(3, 7))
-        frames = _user_frames(rng)[:2] + [
-            ("/workspace/proj/engine.py", "train_one_epoch", "optimizer.step()"),
-            (f"{SITE}/torch/optim/optimizer.py", "wrapper", "out = func(*args, **kwargs)"),
-            (f"{SITE}/torch/optim/adamw.py", "step", "has_complex = self._init_group("),
-            (f"{SITE}/torch/optim/adamw.py", "_init_group",
-             "state[\"exp_avg_sq\"] = torch.zeros_like(")]
-        return pre + _tb(rng, frames, _oom(rng, dev, rng.uniform(1.1, 2.9))), 1, None
     if kind == "oom_generate":
         pre = ("Evaluating on 1319 prompts (max_new_tokens=1024, num_beams=4)\n"
                + "".join(f"eval batch {i}/83 done\n" for i in range(rng.randrange(4, 12))))
@@ -110,45 +94,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, int | None, int | None]:
                   (f"{HF}/generation/utils.py", "_beam_search",
                    "model_outputs = self(**model_inputs, return_dict=True)")]
         return pre + _tb(rng, frames, _oom(rng, dev, rng.uniform(0.4, 1.2))), 1, None
-    if kind == "oom_deepspeed":
-        frames = [("/home/mk/ds/train.py", "<module>", "main()"),
-                  ("/home/mk/ds/train.py", "main", "model_engine.backward(loss)"),
-                  (f"{SITE}/deepspeed/utils/nvtx.py", "wrapped_fn", "ret_val = func(*args, "
-                   "**kwargs)"),
-                  (f"{SITE}/deepspeed/runtime/engine.py", "backward",
-                   "self.optimizer.backward(loss, retain_graph=retain_graph)"),
-                  (f"{SITE}/deepspeed/runtime/zero/stage_1_and_2.py", "backward",
-                   "self.loss_scaler.backward(loss.float(), retain_graph=retain_graph)"),
-                  (f"{SITE}/torch/autograd/__init__.py", "backward",
-                   "_engine_run_backward(")]
-        pre = ("[2026-03-02 10:11:07,412] [INFO] [config.py:1003:print] zero_optimization "
-               "stage=2, offload_optimizer=none\n[2026-03-02 10:11:07,413] [INFO] [config.py:"
-               "1003:print] train_micro_batch_size_per_gpu 16\n"
-               + _pre(rng, "ds", rng.randrange(2, 5)))
-        return pre + _tb(rng, frames, _oom(rng, dev, rng.uniform(0.6, 2.5))), 1, None
-    if kind == "illegal_access":
-        frames = _user_frames(rng) + [
-            ("/workspace/proj/models/attn.py", "forward",
-             "out = fused_rope_attention(q, k, v, cos, sin, self.window)")]
-        return (_pre(rng, "lm", rng.randrange(4, 9))
-                + _tb(rng, frames, "RuntimeError: CUDA error: an illegal memory access was "
-                      f"encountered\n{ASYNC}\n{DSA}\n")), 1, None
-    if kind == "launch_failure":
-        frames = _user_frames(rng)[:2] + [
-            ("/scratch/u123/vision/engine.py", "train_one_epoch", "loss_val = loss.item()")]
-        return (_pre(rng, "seg", rng.randrange(4, 9))
-                + _tb(rng, frames, "torch.AcceleratorError: CUDA error: unspecified launch failure"
-                      f"\n{ASYNC}\n{DSA}\n")), 1, None
-    if kind == "cublas_exec":
-        frames = _user_frames(rng) + [
-            (MOD, "_call_impl", "return forward_call(*args, **kwargs)"),
-            (f"{SITE}/torch/nn/modules/linear.py", "forward",
-             "return F.linear(input, self.weight, self.bias)")]
-        return (_pre(rng, "vit", rng.randrange(3, 8))
-                + _tb(rng, frames, "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when "
-                      "calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, "
-                      "CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, "
-                      "compute_type, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`")), 1, None
     if kind == "assert_embedding":
         f = "/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1422"
         lines = "".join(
@@ -175,77 +120,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, int | None, int | None]:
         return (_pre(rng, "seg-ft", rng.randrange(2, 6)) + lines
                 + _tb(rng, frames, "torch.AcceleratorError: CUDA error: device-side assert "
                       f"triggered\n{ASYNC}\n{DSA}\n")), 1, None
-    if kind == "nccl_system":
-        host = rng.choice(["gpu-h100-031", "a100-n12"])
-        warn = (f"{host}:{rng.randrange(1000, 9999)}:{rng.randrange(1000, 9999)} [{dev}] "
-                "misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.12.4.17<45231> "
-                "failed : Software caused connection abort\n")
-        frames = _user_frames(rng)[:2] + [
-            (f"{SITE}/torch/nn/parallel/distributed.py", "__init__", "_verify_param_shape_"
-             "across_processes(self.process_group, parameters)"),
-            (f"{SITE}/torch/distributed/utils.py", "_verify_param_shape_across_processes",
-             "return dist._verify_params_across_processes(process_group, tensors, logger)")]
-        return (_pre(rng, "ddp", 0) + warn
-                + _tb(rng, frames, "torch.distributed.DistBackendError: NCCL error in: "
-                      "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "
-                      "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL "
-                      "version 2.21.5\nncclSystemError: System call (e.g. socket, malloc) or "
-                      "external library call failed or device error. \nLast error:\n"
-                      "socketStartConnect: Connect to 10.12.4.17<45231> failed : Software caused "
-                      "connection abort")), 1, None
-    if kind == "nccl_remote":
-        frames = _user_frames(rng)[:2] + [
-            (f"{SITE}/torch/distributed/c10d_logger.py", "wrapper", "return func(*args, **kwargs)"),
-            (f"{SITE}/torch/distributed/distributed_c10d.py", "all_reduce",
-             "work = group.allreduce([tensor], opts)")]
-        return (_pre(rng, "ddp", rng.randrange(2, 6), dist=True, rank=dev)
-                + _tb(rng, frames, "torch.distributed.DistBackendError: NCCL error in: "
-                      "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, remote "
-                      "process exited or there was a network error, NCCL version 2.21.5\n"
-                      "ncclRemoteError: A call failed possibly due to a network error or a remote "
-                      "process exiting prematurely.\nLast error:\nNET/IB : Got completion from "
-                      "peer 10.12.4.22<33420> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 "
-                      "len=0 vendor err 129 (Send) localGid ::ffff:10.12.4.17 remoteGids"
-                      "::ffff:10.12.4.22 hca mlx5_2")), 1, None
-    if kind == "devmm_loss":
-        frames = _user_frames(rng) + [
-            (f"{SITE}/torch/nn/modules/loss.py", "forward", "return F.cross_entropy("),
-            (f"{SITE}/torch/nn/functional.py", "cross_entropy",
-             "return torch._C._nn.cross_entropy_loss(")]
-        return (_pre(rng, "clf", rng.randrange(0, 2))
-                + _tb(rng, frames, "RuntimeError: Expected all tensors to be on the same device, "
-                      "but got target is on cpu, different from other tensors on cuda:0 (when "
-                      "checking argument in method wrapper_CUDA_nll_loss_forward)")), 1, None
-    if kind == "driver_old":
-        frames = _user_frames(rng)[:2] + [
-            ("/workspace/proj/train.py", "main", "model = model.to(device)"),
-            (MOD, "to", "return self._apply(convert)"),
-            (f"{SITE}/torch/cuda/__init__.py", "_lazy_init", "torch._C._cuda_init()")]
-        return ("torch 2.5.1+cu124 from /home/mk/.venvs/llm (pip install torch on the login "
-                "node)\n" + _tb(rng, frames, "RuntimeError: The NVIDIA driver on your system is "
-                                "too old (found version 11040). Please update your GPU driver by "
-                                "downloading and installing a new version from the URL: "
-                                "http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
-                                "https://pytorch.org to install a PyTorch version that has been "
-                                "compiled with your version of the CUDA driver.")), 1, None
-    if kind == "quota":
-        frames = [("/home/mk/sft/train_sft.py", "<module>", "trainer.train()"),
-                  (f"{HF}/trainer.py", "_maybe_log_save_evaluate",
-                   "self._save_checkpoint(model, trial)"),
-                  (f"{HF}/trainer.py", "_save_checkpoint", "self._save_optimizer_and_scheduler("
-                   "output_dir)"),
-                  (f"{HF}/trainer.py", "_save_optimizer_and_scheduler",
-                   "torch.save(self.optimizer.state_dict(), os.path.join(output_dir, "
-                   "OPTIMIZER_NAME))"),
-                  (f"{SITE}/torch/serialization.py", "save",
-                   "with _open_zipfile_writer(f) as opened_zipfile:"),
-                  (f"{SITE}/torch/serialization.py", "__exit__",
-                   "self.file_like.write_end_of_file()")]
-        return (_hf_pre(rng) + "Saving model checkpoint to /lustre/proj/mk/sft-out/checkpoint-"
-                "2000\n" + _tb(rng, frames, "RuntimeError: [enforce fail at inline_container.cc:"
-                               "626] . unexpected pos 2752561600 vs 2752561488")
-                + "\nDuring handling of the above exception, another exception occurred:\n\n"
-                + _tb(rng, frames[:5], "OSError: [Errno 122] Disk quota exceeded")), 1, None
     raise ValueError(kind)
 
 

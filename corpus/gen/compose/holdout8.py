@@ -60,29 +60,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
     kind = p["kind"]
     if kind in CATALOGUE["single"]:  # the message texts: catalogue/holdout8.yaml
         return render(CATALOGUE["single"][kind], {**globals(), **locals()})
-    if kind == "busy":  # the GPU is in EXCLUSIVE_PROCESS mode and another process holds it
-        frames = _user_frames(rng)[:2] + [("/home/u/llm-ft/train.py", "setup",
-                                           "model = model.to(f\"cuda:{local_rank}\")")]
-        return ("compute mode of GPU 0: Exclusive_Process\n"
-                + _tb(rng, frames, f"RuntimeError: CUDA error: CUDA-capable device(s) is/are busy "
-                      f"or unavailable\n{ASYNC}\n{DSA}\n"), False)
-    if kind == "trt_oom":  # TensorRT's builder cannot get its workspace
-        st = _trt_stamp(rng)
-        need = rng.choice([17179869184, 8589934592, 12884901888])
-        frames = [("/home/u/deploy/build_engine.py", "<module>", "engine = build(args.onnx)"),
-                  ("/home/u/deploy/build_engine.py", "build",
-                   "raise RuntimeError(\"failed to build the TensorRT engine\")")]
-        return (f"{st} [TRT] [I] [MemUsageChange] Init CUDA: CPU +2, GPU +0, now: CPU 27, "
-                "GPU 41201 (MiB)\n"
-                f"{st} [TRT] [I] Local timing cache in use. Profiling results in this builder pass "
-                "will not be stored.\n"
-                f"{st} [TRT] [E] 1: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda "
-                "Runtime (out of memory)\n"
-                f"{st} [TRT] [W] Requested amount of GPU memory ({need} bytes) could not be "
-                "allocated. There may not be enough free memory for allocation to succeed.\n"
-                f"{st} [TRT] [E] 2: [builder.cpp::buildSerializedNetwork::751] Error Code 2: "
-                "Internal Error (Assertion engine != nullptr failed. )\n"
-                + _tb(rng, frames, "RuntimeError: failed to build the TensorRT engine"), False)
     if kind == "vllm_kv":  # vLLM: the weights fit, nothing is left for the KV cache
         frames = [("/home/u/eval/run_vllm.py", "<module>",
                    "llm = LLM(model=args.model, tensor_parallel_size=1, "
@@ -119,37 +96,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
                       "2. If no, please decrease the batch size of your model. \n"
                       " (at /paddle/paddle/fluid/memory/allocation/cuda_allocator.cc:86)\n"),
                 True)
-    if kind == "ds_zero3":  # DeepSpeed ZeRO-3 gathering a partitioned layer
-        frames = _user_frames(rng)[:2] + [
-            (f"{SITE}/deepspeed/runtime/zero/partitioned_param_coordinator.py",
-             "fetch_sub_module", "self.__all_gather_params(params_to_fetch, forward)"),
-            (f"{SITE}/deepspeed/runtime/zero/partition_parameters.py", "_all_gather_dtype",
-             "flat_tensor = torch.empty(partition_sz * world_size, dtype=dtype,")]
-        return ("[2026-11-30 10:12:01,331] [INFO] [config.py:1000:print] DeepSpeedEngine "
-                "configuration:\n[2026-11-30 10:12:01,332] [INFO] [config.py:1004:print]   "
-                "zero_optimization_stage ........ 3\n"
-                + _tb(rng, frames, "torch.OutOfMemoryError: CUDA out of memory. Tried to "
-                      "allocate 6.25 GiB. GPU 0 has a total capacity of 79.15 GiB of which 4.87 "
-                      "GiB is free. Including non-PyTorch memory, this process has 74.27 GiB "
-                      "memory in use. Of "
-                      "the allocated memory 71.02 GiB is allocated by PyTorch, and 1.83 GiB is "
-                      "reserved by PyTorch but unallocated."), True)
-    if kind == "triton_illegal":  # a hand-written Triton kernel reads past its buffer
-        frames = _user_frames(rng)[:2] + [
-            ("/home/u/kernels/flash_fwd.py", "flash_attn", "_fwd_kernel[grid](q, k, v, o, "
-             "*strides, BLOCK_M=128, BLOCK_N=64)"),
-            (f"{SITE}/triton/backends/nvidia/driver.py", "__call__",
-             "self.launch(*args, **kwargs)")]
-        return _tb(rng, frames, "RuntimeError: Triton Error [CUDA]: an illegal memory access was "
-                   "encountered"), True
-    if kind == "trt_illegal":  # TensorRT engine execution faulting on the device
-        st = _trt_stamp(rng)
-        return (f"{st} [TRT] [I] Loaded engine size: 412 MiB\n"
-                f"{st} [TRT] [E] 1: [runner.cpp::execute::2394] Error Code 1: Cuda Runtime (an "
-                "illegal memory access was encountered)\n"
-                f"{st} [TRT] [E] 1: [cudaResources.cpp::~ScopedCudaStream::47] Error Code 1: Cuda "
-                "Runtime (an illegal memory access was encountered)\n"
-                "inference failed on batch 17: execute_async_v3 returned False\n"), False
     if kind == "samples_719":  # a CUDA C solver's checkCudaErrors after a faulting kernel
         return ("lattice 512^3, 4000 sweeps\n"
                 + "".join(f"sweep {i * 500:5d}  E/N = {-1.9 + i * 0.003:.5f}\n" for i in range(5))
@@ -173,36 +119,6 @@ def single(rng: random.Random, p: dict) -> tuple[str, bool]:
                                        "return torch.gather(logp, 2, actions.unsqueeze(-1))")]
         return lines + _tb(rng, frames, "RuntimeError: CUDA error: device-side assert triggered\n"
                            f"{ASYNC}\n{DSA}"), True
-    if kind == "nccl_remote":
-        frames = _user_frames(rng)[:2] + [
-            (f"{SITE}/torch/distributed/c10d_logger.py", "wrapper", "return func(*args, **kwargs)"),
-            (f"{SITE}/torch/distributed/distributed_c10d.py", "all_reduce",
-             "work = group.allreduce([tensor], opts)")]
-        return _tb(rng, frames, "torch.distributed.DistBackendError: NCCL error in: /pytorch/"
-                   "torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, remote process exited "
-                   "or there was a network error, NCCL version 2.21.5\nncclRemoteError: A call "
-                   "failed possibly due to a network error or a remote process exiting "
-                   "prematurely.\nLast error:\nsocketProgress: Connection closed by remote peer "
-                   f"gpu-n{rng.randrange(10, 60)}.cluster<{rng.randrange(30000, 60000)}>"), True
-    if kind == "nccl_dup_gpu":  # two ranks given the same GPU (CUDA_VISIBLE_DEVICES mix-up)
-        frames = _user_frames(rng)[:1] + [
-            (f"{SITE}/torch/distributed/distributed_c10d.py", "barrier",
-             "work = default_pg.barrier(opts=opts)")]
-        return _tb(rng, frames, "torch.distributed.DistBackendError: NCCL error in: /pytorch/"
-                   "torch/csrc/distributed/c10d/NCCLUtils.hpp:317, invalid usage (run with "
-                   "NCCL_DEBUG=WARN for details), NCCL version 2.20.5\nncclInvalidUsage: This "
-                   "usually reflects invalid usage of NCCL library.\nLast error:\nDuplicate GPU "
-                   "detected : rank 1 and rank 0 both on CUDA device 1b000"), True
-    if kind == "torchmetrics":  # a metric left on the CPU fed CUDA tensors
-        frames = _user_frames(rng)[:2] + [
-            ("/home/u/seg/eval.py", "validate", "acc.update(preds, target)"),
-            (f"{SITE}/torchmetrics/metric.py", "wrapped_func",
-             "raise RuntimeError(")]
-        return _tb(rng, frames, "RuntimeError: Encountered different devices in metric "
-                   "calculation (see stacktrace for details). This could be due to the metric "
-                   "class not being on the same device as input. Instead of `metric=MulticlassAcc"
-                   "uracy(...)` try to do `metric=MulticlassAccuracy(...).to(device)` where device "
-                   "corresponds to the device of the input."), True
     raise ValueError(kind)
 
 
@@ -271,27 +187,8 @@ def hw(rng: random.Random, p: dict) -> tuple[str | None, str]:
 
 def ct(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "deepspeed":  # torch 2.4+ watchdog wording inside a DeepSpeed launcher log
-        g = _glog(rng)
-        seq = rng.randrange(10000, 90000)
-        pid = rng.randrange(1000, 99999)
-        return (f"[2026-11-30 10:01:12,004] [INFO] [launch.py:256:main] process {pid} "
-                "spawned with command: ['/opt/conda/bin/python', '-u', 'train_ds.py', "
-                "'--local_rank=3', '--deepspeed', 'ds_z2.json']\n"
-                + _pre(rng, "ds-sft", 4, dist=True, rank=3)
-                + f"[rank3]:[{g} ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective "
-                f"operation timeout: WorkNCCL(SeqNum={seq}, OpType=_REDUCE_SCATTER_BASE, "
-                "NumelIn=52428800, NumelOut=13107200, Timeout(ms)=1800000) ran for 1800041 "
-                "milliseconds before timing out.\n"
-                f"[rank3]:[{g} ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 3] Exception "
-                f"(either an error or timeout) detected by watchdog at work: {seq}, last enqueued "
-                f"NCCL work: {seq}, last completed NCCL work: {seq - 1}.\n"
-                "terminate called after throwing an instance of 'c10::DistBackendError'\n"
-                "[2026-11-30 10:31:15,210] [INFO] [launch.py:319:sigkill_handler] Killing "
-                f"subprocess {pid}\n"
-                "[2026-11-30 10:31:15,388] [ERROR] [launch.py:325:sigkill_handler] "
-                "['/opt/conda/bin/python', '-u', 'train_ds.py', '--local_rank=3', '--deepspeed', "
-                "'ds_z2.json'] exits with return code = -6\n")
+    if kind in CATALOGUE["ct"]:  # the message texts: catalogue/holdout8.yaml
+        return render(CATALOGUE["ct"][kind], {**globals(), **locals()})
     if kind == "horovod":  # Horovod's stall inspector, then its shutdown after the stall
         mm, ss, us = rng.randrange(10, 59), rng.randrange(10, 59), rng.randrange(100000, 999999)
         st = f"[2026-11-30 10:{mm}:{ss}.{us}"

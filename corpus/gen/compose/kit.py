@@ -241,16 +241,28 @@ def fill(text: str, ns: dict) -> str:
     return "".join(out)
 
 
+def _frames(spec: list, ns: dict) -> list:
+    """Traceback frames: each item an expression giving frames, or [file, function, code]."""
+    out: list = []
+    for f in spec:
+        out += eval(f, ns) if isinstance(f, str) else [tuple(fill(x, ns) for x in f)]  # noqa: S307
+    return out
+
+
 def render(entry: dict, ns: dict) -> str | tuple:
     """One entry of a catalogue (compose/catalogue/*.yaml: a template module's message texts by
     function and kind) in `ns`, the template's module and locals (`rng`, `uf`, …). In order: the
     `let` values, then `head`, the traceback (`frames`: an expression giving frames, or [file,
     function, code]; then `exc`), `tail`; or `text` alone; or `log`, a list of texts and
     tracebacks. `{…}` in a text is an expression, evaluated where it stands, as in an f-string;
-    a `let` value that is one `{expression}` alone is that expression's value (a number).
+    a `let` value that is one `{expression}` alone is that expression's value (a number), one
+    that holds `frames` is a list of frames.
     Returns the text, or (text, *also)."""
     ns = {**globals(), **ns}  # the kit's names (SITE, ASYNC, …), then the template's
     for name, value in (entry.get("let") or {}).items():
+        if isinstance(value, dict):  # frames, made here (their draws happen here)
+            ns[name] = _frames(value["frames"], ns)
+            continue
         fields = list(_FIELDS.parse(value))
         if len(fields) == 1 and fields[0][0] == "" and fields[0][1] and not fields[0][2]:
             ns[name] = eval(fields[0][1], ns)  # noqa: S307 - one `{expression}`: its value
@@ -263,10 +275,7 @@ def render(entry: dict, ns: dict) -> str | tuple:
         if isinstance(part, str):
             text += fill(part, ns)
             continue
-        frames: list = []
-        for f in part["frames"]:
-            frames += eval(f, ns) if isinstance(f, str) else [tuple(fill(x, ns) for x in f)]  # noqa: S307
-        text += _tb(ns["rng"], frames, fill(part["exc"], ns))
+        text += _tb(ns["rng"], _frames(part["frames"], ns), fill(part["exc"], ns))
     return (text, *entry["also"]) if "also" in entry else text
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import SITE, _tb, _user_frames, catalogue, compose, render
+from corpus.gen.compose.kit import SITE, _tb, catalogue, compose, render
 
 CATALOGUE = catalogue(__name__)
 
@@ -52,47 +52,13 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
                  "initializing the engine."]
         return head + "".join(f"{pre}ERROR {_vllm_stamp(rng)} [core.py:{rng.randrange(600, 800)}]"
                               f" {ln}\n" for ln in lines)
-    if kind == "vllm_free_mem":
-        # vLLM v1 gpu worker's start-up check (another process holds part of the GPU)
-        total = rng.choice([79.19, 39.38, 93.1])
-        free = round(total * rng.uniform(0.2, 0.7), 2)
-        frames = [("/home/u/eval/serve_judge.py", "<module>", "llm = LLM(model=args.model)"),
-                  (f"{SITE}/vllm/v1/worker/gpu_worker.py", "init_device",
-                   "raise ValueError(")]
-        return _tb(rng, frames, f"ValueError: Free memory on device ({free}/{total} GiB) on "
-                   f"startup is less than desired GPU memory utilization (0.9, "
-                   f"{total * 0.9:.2f} GiB). Decrease GPU memory utilization or reduce GPU "
-                   "memory used by other processes.")
     raise ValueError(kind)
 
 
 def cuda_error(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "inductor_threads":
-        # torch.compile's generated Triton kernel launched with more threads than a block may
-        # have (triton/runtime/errors.py OutOfResources, name "threads"), wrapped by Inductor
-        frames = _user_frames(rng)[:2] + [
-            (f"{SITE}/torch/_dynamo/eval_frame.py", "_fn", "return fn(*args, **kwargs)"),
-            (f"{SITE}/torch/_inductor/compile_fx.py", "compile_fx_inner",
-             "raise InductorError(e, currentframe()).with_traceback(")]
-        warps = rng.choice([32, 64])
-        return _tb(rng, frames, "torch._inductor.exc.InductorError: OutOfResources: out of "
-                   f"resource: threads, Required: {warps * 32 * 2}, Hardware limit: 1024. "
-                   "Reducing block sizes or `num_stages` may help.\n\nSet "
-                   "TORCHDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially"
-                   " if you're reporting a bug to PyTorch). For even more developer context, "
-                   "set TORCH_LOGS=\"+dynamo\"")
-    if kind == "triton_launch":
-        # triton's generated launcher: cuLaunchKernel refused (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
-        frames = _user_frames(rng)[:2] + [
-            ("/home/u/kernels/fused_norm.py", "forward",
-             "_rmsnorm_fwd[grid](x, w, y, N, BLOCK=BLOCK, num_warps=num_warps)"),
-            (f"{SITE}/triton/runtime/jit.py", "run",
-             "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, *args)"),
-            (f"{SITE}/triton/backends/nvidia/driver.py", "__call__",
-             "self.launch(*args, **kwargs)")]
-        return _tb(rng, frames, "RuntimeError: Triton Error [CUDA]: too many resources "
-                   "requested for launch")
+    if kind in CATALOGUE["cuda_error"]:  # the message texts: catalogue/tuning_f5.yaml
+        return render(CATALOGUE["cuda_error"][kind], {**globals(), **locals()})
     raise ValueError(kind)
 
 
@@ -105,18 +71,8 @@ def gpu_hw(rng: random.Random, p: dict) -> str:
 
 def devmm(rng: random.Random, p: dict) -> str:
     kind = p["kind"]
-    if kind == "index_put_cuda":
-        # TensorAdvancedIndexing's check: a CPU buffer indexed with CUDA indices
-        frames = _user_frames(rng)[:2] + [("/home/u/rl/buffer.py", "add",
-                                           "self.priorities[idx] = new_prio")]
-        return _tb(rng, frames, "RuntimeError: indices should be either on cpu or on the same "
-                   "device as the indexed tensor (cpu)")
-    if kind == "old_checked_args":
-        # torch 1.x checkSameGPU wording (ATen TensorUtils.cpp)
-        frames = _user_frames(rng) + [(f"{SITE}/torch/nn/functional.py", "linear",
-                                       "ret = torch.addmm(bias, input, weight.t())")]
-        return _tb(rng, frames, "RuntimeError: Tensor for argument #2 'mat1' is on CPU, but "
-                   "expected it to be on GPU (while checking arguments for addmm)")
+    if kind in CATALOGUE["devmm"]:  # the message texts: catalogue/tuning_f5.yaml
+        return render(CATALOGUE["devmm"][kind], {**globals(), **locals()})
     raise ValueError(kind)
 
 

@@ -170,15 +170,6 @@ def horovod(rng: random.Random, p: dict) -> str:
     exc = "horovod.common.exceptions.HorovodInternalError: " + _HVD_SHUTDOWN
     if kind in CATALOGUE["horovod"]:  # the message texts: catalogue/tuning_f8.yaml
         return render(CATALOGUE["horovod"][kind], {**globals(), **locals()})
-    if kind == "tf_stall":
-        # TensorFlow's binding: the op fails with the same status as an UnknownError
-        frames = [("/home/u/keras-hvd/train.py", "<module>", "model.fit(ds, epochs=90)"),
-                  (f"{SITE}/tensorflow/python/eager/execute.py", "quick_execute",
-                   "tensors = pywrap_tfe.TFE_Py_Execute(ctx._handle, device_name, op_name,")]
-        exc = ("tensorflow.python.framework.errors_impl.UnknownError:  " + _HVD_SHUTDOWN
-               + "\n\t [[{{node DistributedAdam_Allreduce/cond/HorovodAllreduce_grads_0}}]] "
-               "[Op:__inference_train_function_9127]")
-        return _stall(rng, stamp, rng.randrange(1, 8), None) + _tb(rng, frames, exc)
     # the shutdown error alone: its cause was on another rank whose log is not here
     return _tb(rng, frames, exc)
 
