@@ -9,6 +9,7 @@
   records copied from the spool, the end state from sacct (slurmjobs.py lists the fields);
 - synthetic: a GPU-class log composed from documented formats (`synth`, `params`);
 - variant: an existing case of the set with a shape `transform` applied to its logs (`base`).
+An entry with `each:` is a family of numbered cases that differ only by their number (`expand`).
 A really-run case whose run did not end as `expect` says (fail / ok / signal) is dropped and
 reported, never relabelled. labels.jsonl is rewritten sorted by id, keeping cases not rebuilt.
 Runs as root (tmpfs mounts, setpriv, sbatch as the test user).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +41,42 @@ PROGS = GEN / "progs"
 def load_set(name: str) -> dict:
     data = yaml.safe_load((GEN / "sets" / f"{name}.yaml").read_text())
     data.setdefault("defaults", {})
+    data["cases"] = [c for entry in data["cases"] for c in expand(entry)]
     return data
+
+
+_NUM = re.compile(r"<i(?::(\d+))?>")
+
+
+def _member(v: object, i: int, cid: str) -> object:
+    """A family entry's value for its member i (id `cid`)."""
+    if isinstance(v, dict):
+        return {k: _member(x, i, cid) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_member(x, i, cid) for x in v]
+    if v == "<i:int>":
+        return i
+    if isinstance(v, str):
+        return _NUM.sub(lambda m: format(i, m.group(1) or ""), v.replace("<id>", cid))
+    return v
+
+
+def expand(entry: dict) -> list[dict]:
+    """A set file's entry as cases: itself, or, with `each` (numbers, or "A..B"), a family of
+    cases, one a number i: `<i>` in its texts is i (`<i:02>` zero-padded), `<id>` the case's
+    id, and a value `<i:int>` the number i."""
+    if "each" not in entry:
+        return [entry]
+    each = entry["each"]
+    if isinstance(each, str):
+        first, last = each.split("..")
+        each = range(int(first), int(last) + 1)
+    out = []
+    for i in each:
+        cid = _member(entry["id"], i, "")
+        out.append({k: cid if k == "id" else _member(v, i, cid)
+                    for k, v in entry.items() if k != "each"})
+    return out
 
 
 def case_dir(root: Path, cid: str) -> Path:
