@@ -11,9 +11,12 @@
  * - The task's path does no spool I/O at all: the log is opened by the writer thread, so a
  *   hung mount stalls logging, never the task's start or its output.
  * When the task ends, slurm_spank_task_exit asks the copier (over an abstract unix socket, no
- * file in the spool) whether everything was logged, and puts the answer in the exit record.
+ * file in the spool: drain.c) whether everything was logged, and puts the answer in the exit
+ * record. Who starts a copier: the host (host.c) or, without one, the task (tap.c).
  */
-#include "gpualert.h"
+#include "copier.h"
+#include "drain.h"
+#include "records.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +29,6 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,7 +36,6 @@
 
 #define COPY_BUF (64 * 1024)
 #define TAIL_BYTES (4u << 20)      /* what a capped batch log keeps of its end */
-#define MAX_CONNS 8
 #define MAX_GAPS 16                /* gaps listed one by one in tap.log; the rest are totals */
 #define LINGER_MS 3000             /* after EOF, how long to wait for task_exit to ask */
 #define FINAL_FLUSH_MS 60000       /* after EOF, how long the log may take to catch up */
@@ -60,10 +60,10 @@ struct tap {
     int in[2];                     /* read ends of the stdout and stderr pipes */
     int orig[2];                   /* where the task's stdout and stderr went before the tap */
     int pidfd;                     /* readable once the task exited; -1 without pidfd */
-    int lsock;                     /* drain handshake with task_exit; -1 if unavailable */
-    int conns[MAX_CONNS], nconns;
+    struct drain_listener drain;   /* the handshake with task_exit (drain.c) */
     int stats;                     /* GPUALERT_TAP_STATS=1: byte counts and CPU to tap.log */
     int hosted;                    /* started by the host, outside the step's cgroup */
+    const struct plugin_config *cfg;
     struct task_id id;
     pid_t task_pid;
     time_t start_time;
@@ -244,26 +244,6 @@ static void flush_tail(struct tap *t)
     t->cut = 0;
 }
 
-/* <step>.<rank>.start: which node ran the rank. A node that is lost leaves no exit record,
- * and this is then what ties its ranks to it. Best effort, as the user; tmp + rename. */
-static void write_start_record(struct tap *t, int tdir)
-{
-    char json[256], final[64], tmp[96];
-    int n = snprintf(json, sizeof(json), "{\"node\": \"%s\", \"step\": \"%s\", \"rank\": %u, "
-                     "\"pid\": %d, \"start_time\": %ld, \"attempt\": %u}\n", t->id.node,
-                     t->id.step_name, t->id.rank, (int)t->task_pid, (long)t->start_time,
-                     t->id.attempt);
-    snprintf(final, sizeof(final), "%s.%u.start", t->id.step_name, t->id.rank);
-    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", final, (int)getpid());
-    int fd = openat(tdir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return;
-    int ok = n > 0 && (size_t)n < sizeof(json) && write_all(fd, json, (size_t)n) == 0;
-    close(fd);
-    if (!ok || renameat(tdir, tmp, tdir, final) != 0)
-        unlinkat(tdir, tmp, 0);
-}
-
 static int open_task_log(struct tap *t, int jfd)
 {
     int adir = open_attempt_dir(jfd, &t->id, 0);
@@ -282,7 +262,7 @@ static int open_task_log(struct tap *t, int jfd)
         }
         if (fd >= 0) {
             fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);
-            write_start_record(t, tdir);
+            write_start_record(tdir, &t->id, t->task_pid, t->start_time);
         }
     }
     int saved = errno;
@@ -313,9 +293,9 @@ static void log_news(struct tap *t, int jfd)
     t->gaps_logged = upto;
     pthread_mutex_unlock(&t->mu);
     for (int i = 0; i < nn; i++)
-        tap_log(jfd, &t->id, "%s", notes[i]);
+        tap_log(jfd, &t->id, 1, "%s", notes[i]);
     for (int i = 0; i < ng; i++)
-        tap_log(jfd, &t->id, "gap: %llu bytes not logged at log offset %llu (output offset "
+        tap_log(jfd, &t->id, 1, "gap: %llu bytes not logged at log offset %llu (output offset "
                 "%llu): the spool did not keep up; the job's own output has them",
                 gaps[i].size, gaps[i].log_off, gaps[i].stream_off);
 }
@@ -323,12 +303,12 @@ static void log_news(struct tap *t, int jfd)
 static void *writer_main(void *arg)
 {
     struct tap *t = arg;
-    int jfd = open_job_dir(&t->id);
+    int jfd = open_job_dir(t->cfg->spool, &t->id);
     int log = jfd >= 0 ? open_task_log(t, jfd) : -1;
     if (log < 0) {
         int e = errno;
-        tap_log(jfd, &t->id, "tap: cannot open the task log in %s/%u: %s; output is forwarded "
-                "but not logged", spool, t->id.job, strerror(e));
+        tap_log(jfd, &t->id, 1, "tap: cannot open the task log in %s/%u: %s; output is forwarded "
+                "but not logged", t->cfg->spool, t->id.job, strerror(e));
         pthread_mutex_lock(&t->mu);
         t->writer_dead = 1;
         t->log_errno = e ? e : EIO;
@@ -353,7 +333,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&t->mu);
         if (n && write_all(log, p, n) != 0) {
             int e = errno;
-            tap_log(jfd, &t->id, "tap: task log write failed after %llu bytes: %s; logging "
+            tap_log(jfd, &t->id, 1, "tap: task log write failed after %llu bytes: %s; logging "
                     "stopped, output still forwarded", t->put, strerror(e));
             pthread_mutex_lock(&t->mu);
             t->writer_dead = 1;
@@ -389,12 +369,12 @@ static void *writer_main(void *arg)
     pthread_mutex_unlock(&t->mu);
     log_news(t, jfd);
     if (ngaps > MAX_GAPS)
-        tap_log(jfd, &t->id, "gaps: %llu in all, %llu bytes not logged", ngaps, gap_bytes);
+        tap_log(jfd, &t->id, 1, "gaps: %llu in all, %llu bytes not logged", ngaps, gap_bytes);
     if (t->stats) {
         /* bytes[] are the forwarder's, final by now: eof was set after its last read. */
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        tap_log(jfd, &t->id, "stats: bytes_out=%llu bytes_err=%llu user_s=%ld.%06ld "
+        tap_log(jfd, &t->id, 1, "stats: bytes_out=%llu bytes_err=%llu user_s=%ld.%06ld "
                 "sys_s=%ld.%06ld gaps=%llu gap_bytes=%llu", t->bytes[0], t->bytes[1],
                 (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec, (long)ru.ru_stime.tv_sec,
                 (long)ru.ru_stime.tv_usec, ngaps, gap_bytes);
@@ -463,42 +443,13 @@ static void answer(struct tap *t, int final)
     size_t pending = t->writer_dead ? 0 : t->len;
     if (pending && !t->writer_idle && now_ms() - t->progress_ms > STUCK_MS)
         final = 1;
-    char line[256];
-    int n = snprintf(line, sizeof(line), "drained=%d bytes=%llu gaps=%llu gap_bytes=%llu "
-                     "first_gap=%llu log_errno=%d\n", pending == 0, t->bytes[0] + t->bytes[1],
-                     t->ngaps, t->gap_bytes, t->first_gap, t->log_errno);
+    struct drain_report dr = {.drained = pending == 0, .bytes = t->bytes[0] + t->bytes[1],
+                              .gaps = t->ngaps, .gap_bytes = t->gap_bytes,
+                              .first_gap = t->first_gap, .log_errno = t->log_errno};
     pthread_mutex_unlock(&t->mu);
     if (pending && !final)
         return;
-    for (int k = 0; k < t->nconns; k++) {
-        if (write(t->conns[k], line, (size_t)n) < 0) {
-            /* task_exit gave up on us; nothing to do */
-        }
-        close(t->conns[k]);
-    }
-    t->nconns = 0;
-}
-
-/* Only task_exit (slurmstepd, root) or the job's user may ask: the bound name is in
- * /proc/net/unix, and another user's connections filled the slots (the real ask was closed)
- * or were answered first (the copier left before task_exit asked): log_drained null. */
-static int may_ask(int c)
-{
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
-    return getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0
-           && (cred.uid == 0 || cred.uid == geteuid());
-}
-
-static void accept_all(struct tap *t)
-{
-    int c;
-    while (t->lsock >= 0 && (c = accept4(t->lsock, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-        if (t->nconns < MAX_CONNS && may_ask(c))
-            t->conns[t->nconns++] = c;
-        else
-            close(c);
-    }
+    drain_answer(&t->drain, &dr);
 }
 
 static long now_ms(void)
@@ -534,12 +485,12 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
             pfd[n] = (struct pollfd){t->pidfd, POLLIN, 0};
             idx[n++] = 2;
         }
-        if (t->lsock >= 0) {
-            pfd[n] = (struct pollfd){t->lsock, POLLIN, 0};
+        if (t->drain.lsock >= 0) {
+            pfd[n] = (struct pollfd){t->drain.lsock, POLLIN, 0};
             idx[n++] = 3;
         }
         /* Waiting for the log to catch up before answering task_exit: look again soon. */
-        int timeout = task_done && t->nconns ? 2 : -1;
+        int timeout = task_done && t->drain.nconns ? 2 : -1;
         if (poll(pfd, (nfds_t)n, timeout) < 0) {
             if (errno == EINTR)
                 continue;
@@ -556,7 +507,7 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
                     small = 0;
             }
             if (i == 3) {
-                accept_all(t);
+                drain_accept(&t->drain);
             } else if (i == 2) {
                 /* The task has exited: forward what it wrote, then task_exit may go on.
                  * Children it left behind may still write; we keep copying that. */
@@ -576,7 +527,7 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
                 open_in--;
             }
         }
-        if (task_done && t->nconns)
+        if (task_done && t->drain.nconns)
             answer(t, 0);
         /* Trickling output (pipes far from full) while the task runs: let it gather for
          * 0.3 ms so each wake-up copies more (about 3x less CPU per GiB through srun); a full
@@ -602,22 +553,22 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
     long start = now_ms(), asked_at = -1;
     long flush_ms = t->hosted ? HOSTED_FLUSH_MS : FINAL_FLUSH_MS;
     for (;;) {
-        accept_all(t);
+        drain_accept(&t->drain);
         pthread_mutex_lock(&t->mu);
         int done = t->writer_done;
         pthread_mutex_unlock(&t->mu);
-        if (t->nconns) {
+        if (t->drain.nconns) {
             /* answer() itself answers at once when the writer is stuck on a hung spool */
             answer(t, done || now_ms() - start > flush_ms);
-            if (!t->nconns)
+            if (!t->drain.nconns)
                 asked_at = now_ms();
         }
         if (done && (asked_at >= 0 || now_ms() - start > LINGER_MS))
             break;
         if (now_ms() - start > flush_ms + LINGER_MS)
             break;
-        struct pollfd pfd = {t->lsock, POLLIN, 0};
-        poll(&pfd, t->lsock >= 0 ? 1 : 0, 5);
+        struct pollfd pfd = {t->drain.lsock, POLLIN, 0};
+        poll(&pfd, t->drain.lsock >= 0 ? 1 : 0, 5);
     }
     _exit(0);
 }
@@ -644,20 +595,11 @@ static void close_all_but(int *keep, int n)
     close_range(lo, ~0U, 0);
 }
 
-static void close_fds(int *fds, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (fds[i] >= 0) {
-            close(fds[i]);
-            fds[i] = -1;
-        }
-}
-
 /* The copier process itself, in either path: keeps only its fds, says it runs (ack >= 0),
  * and copies until the task's output ends. */
-void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec)
+void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec,
+                const struct plugin_config *cfg)
 {
-    in_copier = 1;
     signal(SIGCHLD, SIG_DFL);
     int keep[CF_N + 1];
     for (int i = 0; i < CF_N; i++)
@@ -670,14 +612,15 @@ void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec)
     t.orig[0] = fds[CF_ORIG_OUT];
     t.orig[1] = fds[CF_ORIG_ERR];
     t.pidfd = fds[CF_PIDFD];
-    t.lsock = fds[CF_LSOCK];
+    t.drain.lsock = fds[CF_LSOCK];
+    t.cfg = cfg;
     t.stats = spec->stats;
     t.hosted = spec->hosted;
     t.id = spec->id;
     t.task_pid = spec->task_pid;
     t.start_time = time(NULL);
-    t.cap = ring_bytes;
-    t.head_max = spec->id.step == SLURM_BATCH_SCRIPT ? batch_log_max : 0;
+    t.cap = cfg->ring_bytes;
+    t.head_max = spec->id.step == SLURM_BATCH_SCRIPT ? cfg->batch_log_max : 0;
     pthread_mutex_init(&t.mu, NULL);
     pthread_cond_init(&t.cv, NULL);
     if (ack >= 0) {
@@ -687,110 +630,4 @@ void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec)
         close(ack);
     }
     run_copier(&t);
-}
-
-/* The copier as a grandchild of the task (no host): the fallback path. 0 when it runs. */
-static int fork_copier_here(int fds[CF_N], const struct copier_spec *spec)
-{
-    /* Every signal is blocked from before the first fork: a signal the job sends to its
-     * process group at once (before the copier left it) must not kill the copier. The task
-     * gets its mask back right after the fork; what arrived meanwhile is delivered then. */
-    sigset_t all, old;
-    sigfillset(&all);
-    sigprocmask(SIG_BLOCK, &all, &old);
-    /* Double fork: the copier is never a child of the user's program (no stray SIGCHLD,
-     * nothing for a wait() loop in the program to reap); the middle process exits at once. */
-    pid_t pid = fork();
-    if (pid < 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        return -1;
-    }
-    if (pid == 0) {
-        /* Out of the job's process group and session (the middle process leads a new one,
-         * the copier is born in it): `kill 0`, `kill -- -PGID`, a shell forwarding a trapped
-         * signal, proctrack/pgid's signals never reach it. */
-        setsid();
-        pid_t copier = fork();
-        if (copier != 0)
-            _exit(copier < 0 ? 1 : 0);
-        copier_run(fds, -1, spec);
-    }
-    int wst = 0;
-    pid_t r;
-    while ((r = waitpid(pid, &wst, 0)) < 0 && errno == EINTR)
-        ;
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    if (r == pid && (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0)) {
-        errno = EAGAIN;
-        return -1;
-    }
-    return 0;
-}
-
-/* In the task, as the user, just before exec. Never fails the task, never touches the spool. */
-int start_tap(spank_t sp, const struct task_id *id)
-{
-    int fds[CF_N] = {-1, -1, -1, -1, -1, -1};
-    int wr[2] = {-1, -1};          /* the pipes' write ends: the task's new stdout and stderr */
-    const char *what;
-    char stats[8] = "";
-    int pout[2], perr[2];
-
-    what = "make pipes";
-    if (pipe2(pout, O_CLOEXEC) != 0)
-        goto fail;
-    fds[CF_OUT] = pout[0];
-    wr[0] = pout[1];
-    if (pipe2(perr, O_CLOEXEC) != 0)
-        goto fail;
-    fds[CF_ERR] = perr[0];
-    wr[1] = perr[1];
-    what = "dup stdout/stderr";
-    if ((fds[CF_ORIG_OUT] = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3)) < 0 ||
-        (fds[CF_ORIG_ERR] = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)) < 0)
-        goto fail;
-    /* Lets the copier see the task's end even if children keep the pipes open. */
-    fds[CF_PIDFD] = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    /* Bound before the task can exit, so task_exit always finds it while the copier runs. */
-    struct sockaddr_un sa;
-    socklen_t salen;
-    drain_socket_name(id, &sa, &salen);
-    fds[CF_LSOCK] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fds[CF_LSOCK] >= 0 &&
-        (bind(fds[CF_LSOCK], (struct sockaddr *)&sa, salen) != 0 ||
-         listen(fds[CF_LSOCK], 8) != 0)) {
-        slurm_info("gpualert: job %u %s.%u: no drain handshake: %s", id->job, id->step_name,
-                   id->rank, strerror(errno));
-        close(fds[CF_LSOCK]);
-        fds[CF_LSOCK] = -1;
-    }
-    if (spank_getenv(sp, "GPUALERT_TAP_STATS", stats, sizeof(stats)) != ESPANK_SUCCESS)
-        stats[0] = '\0';
-
-    struct copier_spec spec = {.id = *id, .task_pid = getpid(), .stats = stats[0] == '1'};
-    /* The host (outside the step's cgroup) starts the copier when it can; else it is
-     * started here, as before the host existed. */
-    what = "start the copier";
-    int hosted = host_spawn(fds, &spec);
-    if (hosted < 0)
-        goto fail;
-    if (hosted == 0 && fork_copier_here(fds, &spec) != 0)
-        goto fail;
-    what = "redirect stdout/stderr";
-    if (dup2(wr[0], STDOUT_FILENO) < 0 || dup2(wr[1], STDERR_FILENO) < 0) {
-        /* The copier sees EOF and exits once our pipe ends are closed. */
-        dup2(fds[CF_ORIG_OUT], STDOUT_FILENO);
-        dup2(fds[CF_ORIG_ERR], STDERR_FILENO);
-        goto fail;
-    }
-    close_fds(fds, CF_N);
-    close_fds(wr, 2);
-    return 0;
-
-fail:
-    slurm_info("gpualert: job %u %s.%u: tap: cannot %s: %s; task runs untapped", id->job,
-               id->step_name, id->rank, what, strerror(errno));
-    close_fds(fds, CF_N);
-    close_fds(wr, 2);
-    return 0;
 }

@@ -16,8 +16,9 @@
  * itself, as before the host existed. The host ends when slurmstepd and every task have
  * closed their end, i.e. once the step's last task has exec'd.
  */
-#include "gpualert.h"
+#include "host.h"
 #include "cgroup.h"
+#include "copier.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,9 +34,6 @@
 #include <slurm/slurm.h>
 
 #define HOST_ACK_MS 5000           /* how long a task waits for its copier to say it runs */
-
-static int host_sock = -1;         /* slurmstepd's end; inherited by every task it forks */
-static int tasks_forked;
 
 struct host_msg {
     struct copier_spec spec;
@@ -85,7 +83,7 @@ static ssize_t recv_task(int sock, struct host_msg *m, int *fds, int *nfds)
     return r;
 }
 
-static __attribute__((noreturn)) void host_main(int sock)
+static __attribute__((noreturn)) void host_main(int sock, const struct plugin_config *cfg)
 {
     for (;;) {
         struct host_msg m;
@@ -107,7 +105,7 @@ static __attribute__((noreturn)) void host_main(int sock)
                 setsid();
                 close(sock);
                 m.spec.hosted = 1;
-                copier_run(fds, ack, &m.spec);
+                copier_run(fds, ack, &m.spec, cfg);
             }
         }
         /* The copier has its own copies; closing the ack end here is what tells the task
@@ -135,7 +133,7 @@ static int stepd_in_step_cgroup(void)
 }
 
 /* slurmstepd, user_init (euid is the job's user): forks the host for this step. */
-void host_start(spank_t sp)
+void host_start(spank_t sp, struct host *h, const struct plugin_config *cfg)
 {
     uint32_t step;
     uid_t uid;
@@ -166,7 +164,6 @@ void host_start(spank_t sp)
         /* A fork of multithreaded slurmstepd: no slurm_* call (its log lock may be held),
          * and first of all drop every fd of slurmstepd's (the tasks' pipe ends among them:
          * holding those would keep slurmstepd's IO waiting for EOF). */
-        in_copier = 1;
         sigset_t all;
         sigfillset(&all);
         sigprocmask(SIG_BLOCK, &all, NULL);
@@ -189,7 +186,7 @@ void host_start(spank_t sp)
         /* Copiers that end before the host are reaped by the kernel (the disposition, not the
          * mask, decides), and copier_run restores the default for its own children. */
         signal(SIGCHLD, SIG_IGN);
-        host_main(sv[1]);
+        host_main(sv[1], cfg);
     }
     free(groups);
     close(sv[1]);
@@ -199,33 +196,33 @@ void host_start(spank_t sp)
         close(sv[0]);
         return;
     }
-    host_sock = sv[0];
-    tasks_forked = 0;
+    h->sock = sv[0];
+    h->tasks_forked = 0;
 }
 
-void host_close(void)
+void host_close(struct host *h)
 {
-    if (host_sock >= 0)
-        close(host_sock);
-    host_sock = -1;
+    if (h->sock >= 0)
+        close(h->sock);
+    h->sock = -1;
 }
 
 /* slurmstepd, after each task's fork: once every local task has its copy, ours goes. */
-void host_task_forked(spank_t sp)
+void host_task_forked(spank_t sp, struct host *h)
 {
     uint32_t ntasks = 0;
-    if (host_sock < 0)
+    if (h->sock < 0)
         return;
     if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) != ESPANK_SUCCESS ||
-        (uint32_t)++tasks_forked >= ntasks)
-        host_close();
+        (uint32_t)++h->tasks_forked >= ntasks)
+        host_close(h);
 }
 
 /* In the task (our code, before exec): hands the copier's fds to the host. */
-int host_spawn(int fds[CF_N], const struct copier_spec *spec)
+int host_spawn(struct host *h, int fds[CF_N], const struct copier_spec *spec)
 {
-    int sock = host_sock;
-    host_sock = -1;                /* the program we exec must not inherit it */
+    int sock = h->sock;
+    h->sock = -1;                  /* the program we exec must not inherit it */
     if (sock < 0)
         return 0;
     int ack[2];

@@ -1,6 +1,6 @@
 /* The --gpualert[=OPTS] grammar, mirrored by gpualert_slurm.core.options.parse_options() and held
  * equal to it by tests/test_option_parity.py. */
-#include "gpualert.h"
+#include "options.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -9,13 +9,15 @@
 
 #include <slurm/slurm.h>
 
-/* The option as the user gave it: opt_given, and its value ("" for bare --gpualert). */
+/* The option as the user gave it: opt_given, and its value ("" for bare --gpualert). Static
+ * because SPANK calls opt_cb with no pointer of ours: this is where the option's value lives
+ * in each process (sbatch/srun, slurmstepd and the tasks it forks). */
 static int opt_given;
 static char opt_value[OPTS_MAX + 1];
 
 static int opt_cb(int val, const char *optarg, int remote);
 
-struct spank_option gpualert_option = {
+static struct spank_option gpualert_option = {
     "gpualert", "[OPTS]",
     "Report why the job failed (OPTS: off | comma-separated mail=ADDR[:ADDR], "
     "notify=fail|always|never, artifacts=GLOB[:GLOB], hang=DURATION, budget=SIZE, "
@@ -212,15 +214,21 @@ static int opt_cb(int val, const char *optarg, int remote)
     return 0;
 }
 
+void options_register(spank_t sp)
+{
+    if (spank_option_register(sp, &gpualert_option) != ESPANK_SUCCESS)
+        slurm_error("gpualert: cannot register --gpualert");
+}
+
 /* What SPANK_GPUALERT carries: off, on, or the validated options. */
-const char *gpualert_value(void)
+const char *gpualert_value(int default_on)
 {
     if (!opt_given)
         return default_on ? "on" : "off";
     return opt_value[0] ? opt_value : "on";
 }
 
-int monitored(void)
+int monitored(int default_on)
 {
-    return strcmp(gpualert_value(), "off") != 0;
+    return strcmp(gpualert_value(default_on), "off") != 0;
 }

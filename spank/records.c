@@ -1,10 +1,11 @@
 /*
- * Writes into the job's spool directory. The directory belongs to the job's user, who can
- * replace anything in it while we work: every open here is relative to a directory fd, never
- * follows a link (O_NOFOLLOW), never blocks (O_NONBLOCK: a FIFO fails instead of waiting for a
+ * The records (tap.log, start records, exit records) and the writes into the job's spool
+ * directory that make them. The directory belongs to the job's user, who can replace
+ * anything in it while we work: every open here is relative to a directory fd, never follows
+ * a link (O_NOFOLLOW), never blocks (O_NONBLOCK: a FIFO fails instead of waiting for a
  * reader), and what it opened is checked with fstat before a byte is written.
  */
-#include "gpualert.h"
+#include "records.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,15 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <slurm/slurm.h>
-
-int in_copier;
+#include <slurm/spank.h>
 
 #define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
 
@@ -55,7 +54,7 @@ int open_subdir(int dirfd, const char *name)
 }
 
 /* <spool>/<jobid>; -1 if absent or not a real directory. */
-int open_job_dir(const struct task_id *id)
+int open_job_dir(const char *spool, const struct task_id *id)
 {
     int sfd = open(spool, DIR_FLAGS);
     if (sfd < 0)
@@ -123,9 +122,10 @@ static void iso_now(char *buf, size_t len)
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* One line to <job dir>/tap.log; slurm_info (slurmd's log) when that cannot be done. Only a
- * plain file with one link that belongs to the job's user (or that root just made) is used. */
-void tap_log(int jfd, const struct task_id *id, const char *fmt, ...)
+/* One line to <job dir>/tap.log; slurm_info (slurmd's log) when that cannot be done and not
+ * quiet. Only a plain file with one link that belongs to the job's user (or that root just
+ * made) is used. */
+void tap_log(int jfd, const struct task_id *id, int quiet, const char *fmt, ...)
 {
     char msg[512], line[800], ts[32];
     va_list ap;
@@ -153,56 +153,37 @@ void tap_log(int jfd, const struct task_id *id, const char *fmt, ...)
             fd = -1;
         }
     }
-    /* Not from the copier: it closed slurm's log fd, whose number may now be another file. */
-    if ((fd < 0 || write_all(fd, line, (size_t)n) != 0) && !in_copier)
+    /* Quiet in the copier: it closed slurm's log fd, whose number may now be another file. */
+    if ((fd < 0 || write_all(fd, line, (size_t)n) != 0) && !quiet)
         slurm_info("gpualert: job %u %.*s", id->job, n - 1, line);
     if (fd >= 0)
         close(fd);
 }
 
-/* One random number per local task, made in slurmstepd before it forks them (so each task
- * and task_exit, in slurmstepd, know it, and no one else does): the drain socket's name. An
- * abstract name anyone on the node can bind; a guessable one (uid/job/step/rank) let another
- * user bind it first and so switch a task's drain handshake off. /proc/net/unix shows names
- * once bound, so each task has its own number, not one per step. */
-static uint64_t *drain_nonce;
-static uint32_t drain_nonces;
-
-void drain_nonces_make(uint32_t ntasks)
+/* <step>.<rank>.start: which node ran the rank. A node that is lost leaves no exit record,
+ * and this is then what ties its ranks to it. Best effort, as the user; tmp + rename. */
+void write_start_record(int tdir, const struct task_id *id, pid_t task_pid, time_t start_time)
 {
-    if (ntasks == 0 || ntasks > 65536 || drain_nonce)
+    char json[256], final[64], tmp[96];
+    int n = snprintf(json, sizeof(json), "{\"node\": \"%s\", \"step\": \"%s\", \"rank\": %u, "
+                     "\"pid\": %d, \"start_time\": %ld, \"attempt\": %u}\n", id->node,
+                     id->step_name, id->rank, (int)task_pid, (long)start_time, id->attempt);
+    snprintf(final, sizeof(final), "%s.%u.start", id->step_name, id->rank);
+    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", final, (int)getpid());
+    int fd = openat(tdir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
         return;
-    uint64_t *t = calloc(ntasks, sizeof(*t));
-    size_t n = ntasks * sizeof(*t);
-    if (!t)
-        return;
-    if (getrandom(t, n, GRND_NONBLOCK) != (ssize_t)n) {
-        free(t);                   /* the guessable name below; the peer check still holds */
-        return;
-    }
-    drain_nonce = t;
-    drain_nonces = ntasks;
-}
-
-void drain_socket_name(const struct task_id *id, struct sockaddr_un *sa, socklen_t *len)
-{
-    memset(sa, 0, sizeof(*sa));
-    sa->sun_family = AF_UNIX;
-    /* Abstract namespace: no file in the spool, so the handshake works when it is stalled. */
-    int n;
-    if (id->has_local && id->local < drain_nonces)
-        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "gpualert-tap/%u/%016llx",
-                     id->uid, (unsigned long long)drain_nonce[id->local]);
-    else
-        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "gpualert-tap/%u/%u/%s/%u/%u",
-                     id->uid, id->job, id->step_name, id->rank, id->attempt);
-    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    int ok = n > 0 && (size_t)n < sizeof(json) && write_all(fd, json, (size_t)n) == 0;
+    close(fd);
+    if (!ok || renameat(tdir, tmp, tdir, final) != 0)
+        unlinkat(tdir, tmp, 0);
 }
 
 /* In a child of slurmstepd: create tasks/<step>.<rank>.exit. Returns 0 or an errno. */
-static int exit_record_child(const struct task_id *id, const char *json, size_t n)
+static int exit_record_child(const char *spool, const struct task_id *id, const char *json,
+                             size_t n)
 {
-    int jfd = open_job_dir(id), adir = -1, tfd = -1, rc = 0;
+    int jfd = open_job_dir(spool, id), adir = -1, tfd = -1, rc = 0;
     struct stat st;
     if (jfd < 0)
         return errno;
@@ -213,7 +194,7 @@ static int exit_record_child(const struct task_id *id, const char *json, size_t 
     }
     if ((adir = open_attempt_dir(jfd, id, 1)) < 0 || (tfd = open_tasks_dir(adir, id, 1)) < 0) {
         rc = errno;
-        tap_log(jfd, id, "exit record: no usable tasks/ dir: %s", strerror(rc));
+        tap_log(jfd, id, 0, "exit record: no usable tasks/ dir: %s", strerror(rc));
         goto out;
     }
     char final[64], tmp[96];
@@ -223,7 +204,7 @@ static int exit_record_child(const struct task_id *id, const char *json, size_t 
     int fd = openat(tfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = errno;
-        tap_log(jfd, id, "exit record: cannot create: %s", strerror(rc));
+        tap_log(jfd, id, 0, "exit record: cannot create: %s", strerror(rc));
         goto out;
     }
     int ok = write_all(fd, json, n) == 0 && fchown(fd, id->uid, id->gid) == 0 && fsync(fd) == 0;
@@ -233,7 +214,7 @@ static int exit_record_child(const struct task_id *id, const char *json, size_t 
         rc = errno;
     if (rc) {
         unlinkat(tfd, tmp, 0);
-        tap_log(jfd, id, "exit record: cannot write: %s", strerror(rc));
+        tap_log(jfd, id, 0, "exit record: cannot write: %s", strerror(rc));
     }
     /* No fsync of tasks/: a journal commit per task at every step's end, for nothing: the
      * file's own fsync before the rename keeps the record whole. */
@@ -248,8 +229,8 @@ out:
 
 /* The record in the node-local dir (root's, on tmpfs: it never hangs), so that a spool that
  * does not take it now loses nothing: the node Epilog moves it there later. Returns 0 or -1. */
-static int write_local_record(const struct task_id *id, const char *json, size_t n,
-                              char *path, size_t pathlen)
+static int write_local_record(const char *local_dir, const struct task_id *id,
+                              const char *json, size_t n, char *path, size_t pathlen)
 {
     if (mkdir(local_dir, 0700) != 0 && errno != EEXIST)
         return -1;
@@ -282,12 +263,13 @@ static int write_local_record(const struct task_id *id, const char *json, size_t
 /*
  * Runs in slurmstepd (root). The spool may hang (a stalled NFS or Lustre mount): the writes
  * happen in a child that is killed when budget_ms runs out, so slurmstepd itself never waits
- * on the spool. Once one record timed out, this step writes no more (they would all wait).
+ * on the spool. Once one record timed out (*spool_hung), this step writes no more (they would
+ * all wait).
  */
-void write_exit_record(const struct task_id *id, int status, pid_t pid,
-                       const struct drain_report *dr, long budget_ms)
+void write_exit_record(const struct plugin_config *cfg, const struct task_id *id, int status,
+                       pid_t pid, const struct drain_report *dr, long budget_ms,
+                       int *spool_hung)
 {
-    static int spool_hung;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     char exit_code[16] = "null", sig[16] = "null", json[768], logf[256];
@@ -315,9 +297,9 @@ void write_exit_record(const struct task_id *id, int status, pid_t pid,
     if (n < 0 || (size_t)n >= sizeof(json))
         return;
     char local[PATH_MAX + 160] = "";
-    if (write_local_record(id, json, (size_t)n, local, sizeof(local)) != 0)
+    if (write_local_record(cfg->local_dir, id, json, (size_t)n, local, sizeof(local)) != 0)
         local[0] = '\0';
-    if (spool_hung)
+    if (*spool_hung)
         return;
 
     pid_t child = fork();
@@ -327,7 +309,7 @@ void write_exit_record(const struct task_id *id, int status, pid_t pid,
         return;
     }
     if (child == 0)
-        _exit(exit_record_child(id, json, (size_t)n) & 0xff);
+        _exit(exit_record_child(cfg->spool, id, json, (size_t)n) & 0xff);
 
     if (budget_ms < 200)
         budget_ms = 200;
@@ -349,10 +331,10 @@ void write_exit_record(const struct task_id *id, int status, pid_t pid,
             kill(child, SIGKILL);
             for (int i = 0; i < 1000 && waitpid(child, &wst, WNOHANG) == 0; i++)
                 nanosleep(&nap, NULL);
-            spool_hung = 1;
+            *spool_hung = 1;
             slurm_info("gpualert: job %u %s.%u: exit record not written within %ld ms: the "
                        "spool does not answer; this step's records stay in %s for the node "
-                       "Epilog", id->job, id->step_name, id->rank, budget_ms, local_dir);
+                       "Epilog", id->job, id->step_name, id->rank, budget_ms, cfg->local_dir);
             return;
         }
         nanosleep(&nap, NULL);

@@ -1,0 +1,196 @@
+/*
+ * No data lost at task end (spank/README.md, "the drain handshake"): when a task ends,
+ * task_exit (root, in slurmstepd) asks the task's copier over a unix socket in the abstract
+ * namespace (no file in the spool, so a stalled spool cannot block it) whether every byte is
+ * logged, and waits for the answer, bounded per step. Both ends are here, with the one line
+ * they exchange (ANSWER_FMT).
+ */
+#include "drain.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+/* The copier's answer, written and read with this one format. */
+#define ANSWER_FMT "drained=%d bytes=%llu gaps=%llu gap_bytes=%llu first_gap=%llu log_errno=%d\n"
+
+/* One random number per local task (so each task and task_exit, in slurmstepd, know it, and
+ * no one else does): the drain socket's name. An abstract name anyone on the node can bind;
+ * a guessable one (uid/job/step/rank) let another user bind it first and so switch a task's
+ * drain handshake off. /proc/net/unix shows names once bound, so each task has its own
+ * number, not one per step. */
+void drain_names_make(struct drain_names *dn, uint32_t ntasks)
+{
+    if (ntasks == 0 || ntasks > 65536 || dn->nonce)
+        return;
+    uint64_t *t = calloc(ntasks, sizeof(*t));
+    size_t n = ntasks * sizeof(*t);
+    if (!t)
+        return;
+    if (getrandom(t, n, GRND_NONBLOCK) != (ssize_t)n) {
+        free(t);                   /* the guessable name below; the peer check still holds */
+        return;
+    }
+    dn->nonce = t;
+    dn->n = ntasks;
+}
+
+void drain_socket_name(const struct drain_names *dn, const struct task_id *id,
+                       struct sockaddr_un *sa, socklen_t *len)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    /* Abstract namespace: no file in the spool, so the handshake works when it is stalled. */
+    int n;
+    if (id->has_local && id->local < dn->n)
+        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "gpualert-tap/%u/%016llx",
+                     id->uid, (unsigned long long)dn->nonce[id->local]);
+    else
+        n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "gpualert-tap/%u/%u/%s/%u/%u",
+                     id->uid, id->job, id->step_name, id->rank, id->attempt);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* ---------------------------------------------------------------- the task */
+
+/* Bound before the task can exit, so task_exit always finds it while the copier runs. */
+int drain_listen(const struct drain_names *dn, const struct task_id *id)
+{
+    struct sockaddr_un sa;
+    socklen_t salen;
+    drain_socket_name(dn, id, &sa, &salen);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd >= 0 &&
+        (bind(fd, (struct sockaddr *)&sa, salen) != 0 || listen(fd, DRAIN_MAX_CONNS) != 0)) {
+        slurm_info("gpualert: job %u %s.%u: no drain handshake: %s", id->job, id->step_name,
+                   id->rank, strerror(errno));
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* ---------------------------------------------------------------- the copier */
+
+/* Only task_exit (slurmstepd, root) or the job's user may ask: the bound name is in
+ * /proc/net/unix, and another user's connections filled the slots (the real ask was closed)
+ * or were answered first (the copier left before task_exit asked): log_drained null. */
+static int may_ask(int c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    return getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0
+           && (cred.uid == 0 || cred.uid == geteuid());
+}
+
+void drain_accept(struct drain_listener *l)
+{
+    int c;
+    while (l->lsock >= 0 && (c = accept4(l->lsock, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+        if (l->nconns < DRAIN_MAX_CONNS && may_ask(c))
+            l->conns[l->nconns++] = c;
+        else
+            close(c);
+    }
+}
+
+void drain_answer(struct drain_listener *l, const struct drain_report *dr)
+{
+    char line[256];
+    int n = snprintf(line, sizeof(line), ANSWER_FMT, dr->drained, dr->bytes, dr->gaps,
+                     dr->gap_bytes, dr->first_gap, dr->log_errno);
+    for (int k = 0; k < l->nconns; k++) {
+        if (write(l->conns[k], line, (size_t)n) < 0) {
+            /* task_exit gave up on us; nothing to do */
+        }
+        close(l->conns[k]);
+    }
+    l->nconns = 0;
+}
+
+/* ---------------------------------------------------------------- task_exit */
+
+static long ms_until(const struct timespec *deadline)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (deadline->tv_sec - now.tv_sec) * 1000 + (deadline->tv_nsec - now.tv_nsec) / 1000000;
+}
+
+/* One budget for the whole step (this slurmstepd): tasks ending one after another do not
+ * each get DRAIN_WAIT_MS. */
+void drain_deadline(struct timespec *deadline)
+{
+    if (deadline->tv_sec != 0)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, deadline);
+    deadline->tv_sec += DRAIN_WAIT_MS / 1000;
+    deadline->tv_nsec += (DRAIN_WAIT_MS % 1000) * 1000000L;
+    if (deadline->tv_nsec >= 1000000000L) {
+        deadline->tv_sec++;
+        deadline->tv_nsec -= 1000000000L;
+    }
+}
+
+void drain_ask(const struct drain_names *dn, const struct task_id *id,
+               const struct timespec *deadline, struct drain_report *dr)
+{
+    struct sockaddr_un sa;
+    socklen_t salen;
+    drain_socket_name(dn, id, &sa, &salen);
+    /* Non-blocking: a connect to a listener whose backlog the job filled would otherwise
+     * block slurmstepd (root) for as long as the job likes. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return;
+    while (connect(fd, (struct sockaddr *)&sa, salen) != 0) {
+        if (errno != EAGAIN || ms_until(deadline) <= 0)
+            goto out;              /* no copier: never tapped, or already finished */
+        struct timespec nap = {0, 2000000};
+        nanosleep(&nap, NULL);
+    }
+    /* Anyone can bind an abstract name: only the job's user's copier is listened to. */
+    struct ucred cred;
+    socklen_t clen = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 || cred.uid != id->uid)
+        goto out;
+    char line[256];
+    size_t got = 0;
+    for (;;) {
+        long left = ms_until(deadline);
+        if (left <= 0) {
+            slurm_info("gpualert: job %u %s.%u: the copier did not finish logging within "
+                       "%d ms; not waiting longer", id->job, id->step_name, id->rank,
+                       DRAIN_WAIT_MS);
+            break;
+        }
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int r = poll(&pfd, 1, (int)left);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            continue;
+        ssize_t n = read(fd, line + got, sizeof(line) - 1 - got);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        line[got] = '\0';
+        if (strchr(line, '\n') || got == sizeof(line) - 1) {
+            int drained = 0;
+            if (sscanf(line, ANSWER_FMT, &drained, &dr->bytes, &dr->gaps, &dr->gap_bytes,
+                       &dr->first_gap, &dr->log_errno) == 6)
+                dr->drained = drained;
+            break;
+        }
+    }
+out:
+    close(fd);
+}

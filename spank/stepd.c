@@ -1,0 +1,143 @@
+/*
+ * The remote context: slurmstepd (root, or the job's euid in user_init) and each task it
+ * forks (task_init, as the user, before exec). The step's state across Slurm's callbacks is
+ * one struct: the plugin's arguments, the copier host's socket (host.c), the drain sockets'
+ * names (drain.c) and the step's drain deadline. A task is a fork of slurmstepd, so it sees
+ * the state as it was when it was forked.
+ */
+#include "stepd.h"
+#include "config.h"
+#include "drain.h"
+#include "host.h"
+#include "options.h"
+#include "records.h"
+#include "tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+
+#define RECORD_WAIT_MS 2000    /* one exit record's write, before the spool counts as hung */
+
+/* SPANK hands a callback no pointer of ours: the step's state lives here. */
+static struct stepd {
+    struct plugin_config cfg;
+    struct host host;
+    struct drain_names names;
+    struct timespec deadline;  /* task_exit's bound, for the whole step (drain.c) */
+    int spool_hung;            /* an exit record timed out: the step writes no more */
+} st = {.host = {.sock = -1}};
+
+/* Fills id; returns -1 for steps that are not tapped (extern, interactive) or on error. */
+static int get_task_id(spank_t sp, struct task_id *id)
+{
+    memset(id, 0, sizeof(*id));
+    if (spank_get_item(sp, S_JOB_ID, &id->job) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_STEPID, &id->step) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_TASK_GLOBAL_ID, &id->rank) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_UID, &id->uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &id->gid) != ESPANK_SUCCESS)
+        return -1;
+    if (id->step == SLURM_EXTERN_CONT || id->step == SLURM_INTERACTIVE_STEP ||
+        id->step == SLURM_PENDING_STEP)
+        return -1;
+    if (id->step == SLURM_BATCH_SCRIPT)
+        snprintf(id->step_name, sizeof(id->step_name), "batch");
+    else
+        snprintf(id->step_name, sizeof(id->step_name), "%u", id->step);
+    /* Several slurmd may share one host: the node name comes from the job, not uname. */
+    if (spank_getenv(sp, "SLURMD_NODENAME", id->node, sizeof(id->node)) != ESPANK_SUCCESS)
+        if (gethostname(id->node, sizeof(id->node)) != 0)
+            snprintf(id->node, sizeof(id->node), "unknown");
+    id->node[sizeof(id->node) - 1] = '\0';
+    int local = -1;                /* only in the task hooks */
+    if (spank_get_item(sp, S_TASK_ID, &local) == ESPANK_SUCCESS && local >= 0) {
+        id->local = (uint32_t)local;
+        id->has_local = 1;
+    }
+    /* A requeued job's tasks log into attempt-N/ (docs/CONTRACTS.md, Attempts). */
+    char restarts[16];
+    if (spank_getenv(sp, "SLURM_RESTART_COUNT", restarts, sizeof(restarts)) == ESPANK_SUCCESS)
+        id->attempt = (unsigned)strtoul(restarts, NULL, 10);
+    return 0;
+}
+
+/* This step is watched and has a spool to log into. */
+static int tapping(void)
+{
+    return monitored(st.cfg.default_on) && st.cfg.spool[0] != '\0';
+}
+
+int stepd_init(spank_t sp, int ac, char **av)
+{
+    config_parse(&st.cfg, ac, av);
+    /* The option is replayed here from the step's options or the job's environment. */
+    options_register(sp);
+    return 0;
+}
+
+/* slurmstepd with the job's euid, before any task is forked: the copier host. */
+int stepd_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (tapping()) {
+        uint32_t ntasks = 0;
+        if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) == ESPANK_SUCCESS)
+            drain_names_make(&st.names, ntasks);
+        host_start(sp, &st.host, &st.cfg);
+    }
+    return 0;
+}
+
+/* slurmstepd (root) after each task's fork. */
+int stepd_task_post_fork(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    host_task_forked(sp, &st.host);
+    return 0;
+}
+
+/* In the task, as the user, just before exec. Never fails the task. */
+int stepd_task_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    struct task_id id;
+    if (!tapping() || get_task_id(sp, &id) != 0)
+        return 0;
+    /* An interactive terminal stays a terminal. */
+    if (isatty(STDOUT_FILENO))
+        return 0;
+    return tap_start(sp, &id, &st.cfg, &st.host, &st.names);
+}
+
+/* slurmstepd (root) when a task ended. Bounded per step; never blocks on the spool. */
+int stepd_task_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    struct task_id id;
+    int status = 0;
+    pid_t pid = 0;
+    host_close(&st.host);
+    if (!tapping() || get_task_id(sp, &id) != 0)
+        return 0;
+    if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)
+        return 0;
+    spank_get_item(sp, S_TASK_PID, &pid);
+    drain_deadline(&st.deadline);
+    struct drain_report dr = {.drained = -1};
+    drain_ask(&st.names, &id, &st.deadline, &dr);
+    /* The copier cannot log to slurmd's log itself; a spool it could not write is no
+     * silent fault, so it is said here. */
+    if (dr.log_errno)
+        slurm_info("gpualert: job %u %s.%u: output forwarded but not logged: %s", id.job,
+                   id.step_name, id.rank, strerror(dr.log_errno));
+    write_exit_record(&st.cfg, &id, status, pid, &dr, RECORD_WAIT_MS, &st.spool_hung);
+    return 0;
+}
