@@ -9,7 +9,8 @@
   records copied from the spool, the end state from sacct (slurmjobs.py lists the fields);
 - synthetic: a GPU-class log composed from documented formats (`synth`, `params`);
 - variant: an existing case of the set with a shape `transform` applied to its logs (`base`).
-An entry with `each:` is a family of numbered cases that differ only by their number (`expand`).
+An entry with `each:` is a family of numbered cases that differ only by their number, one with
+`shapes:` the shape variants of cases of one class (`expand`).
 A really-run case whose run did not end as `expect` says (fail / ok / signal) is dropped and
 reported, never relabelled. labels.jsonl is rewritten sorted by id, keeping cases not rebuilt.
 Runs as root (tmpfs mounts, setpriv, sbatch as the test user).
@@ -64,7 +65,12 @@ def _member(v: object, i: int, cid: str) -> object:
 def expand(entry: dict) -> list[dict]:
     """A set file's entry as cases: itself, or, with `each` (numbers, or "A..B"), a family of
     cases, one a number i: `<i>` in its texts is i (`<i:02>` zero-padded), `<id>` the case's
-    id, and a value `<i:int>` the number i."""
+    id, and a value `<i:int>` the number i; or, with `shapes` ({transform: base case}), the
+    shape variants `shape-<transform>-<base>` of cases of the entry's class."""
+    if "shapes" in entry:  # shape variants of cases of one class: {transform: base case}
+        return [{"id": f"shape-{tr.split('+')[0].replace('_', '-')}-{base}",
+                 "class": entry["class"], "kind": "variant", "base": base, "transform": tr}
+                for tr, base in entry["shapes"].items()]
     if "each" not in entry:
         return [entry]
     each = entry["each"]
