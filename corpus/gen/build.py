@@ -10,7 +10,8 @@
 - synthetic: a GPU-class log composed from documented formats (`synth`, `params`);
 - variant: an existing case of the set with a shape `transform` applied to its logs (`base`).
 An entry with `each:` is a family of numbered cases that differ only by their number, one with
-`shapes:` the shape variants of cases of one class (`expand`).
+`shapes:` the shape variants of cases of one class, one with `group:` cases that share fields
+(`expand`).
 A really-run case whose run did not end as `expect` says (fail / ok / signal) is dropped and
 reported, never relabelled. labels.jsonl is rewritten sorted by id, keeping cases not rebuilt.
 Runs as root (tmpfs mounts, setpriv, sbatch as the test user).
@@ -66,7 +67,11 @@ def expand(entry: dict) -> list[dict]:
     """A set file's entry as cases: itself, or, with `each` (numbers, or "A..B"), a family of
     cases, one a number i: `<i>` in its texts is i (`<i:02>` zero-padded), `<id>` the case's
     id, and a value `<i:int>` the number i; or, with `shapes` ({transform: base case}), the
-    shape variants `shape-<transform>-<base>` of cases of the entry's class."""
+    shape variants `shape-<transform>-<base>` of cases of the entry's class; or, with `group`
+    (fields) and `cases`, those cases with the group's fields."""
+    if "group" in entry:  # cases that share fields: the group's, then each case's own
+        return [{"id": c["id"], **entry["group"], **c} for sub in entry["cases"]
+                for c in expand(sub)]
     if "shapes" in entry:  # shape variants of cases of one class: {transform: base case}
         return [{"id": f"shape-{tr.split('+')[0].replace('_', '-')}-{base}",
                  "class": entry["class"], "kind": "variant", "base": base, "transform": tr}
