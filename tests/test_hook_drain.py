@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHIM = REPO / "epilog.d" / "gpualert-epilog-slurmctld"
+SHIMS = REPO / "epilog.d"
+SHIM = SHIMS / "gpualert-epilog-slurmctld"
 
 # GPUALERT_BIN for the shim: `gpualert hook drain`, with a recording work function. A job whose
 # SLURM_JOB_NAME is "cut" raises (its work did not finish); "hang" sleeps past the bound.
@@ -39,7 +40,8 @@ def work(env, waited):
     if env.get("SLURM_JOB_NAME") == "cut":
         raise RuntimeError("cut short")
     rec = {{"job": env["SLURM_JOB_ID"], "start": t0, "end": time.time(), "waited": waited,
-           "nice": os.nice(0), "drainer": os.getppid(), "env_ok": env.get("T_MARK") == "m"}}
+           "nice": os.nice(0), "drainer": os.getppid(), "env_ok": env.get("T_MARK") == "m",
+           "kind": env.get("T_KIND")}}
     with open(os.path.join(out, "job." + env["SLURM_JOB_ID"]), "a") as f:
         f.write(json.dumps(rec) + "\\n")
 
@@ -68,9 +70,11 @@ class _Shim:
     """The shim as slurmctld runs it: in a process group of its own, which is killed once the
     shim exits (so the drainer must have left it by then)."""
 
-    def __init__(self, env: dict[str, str], job: int, name: str) -> None:
-        self.p = subprocess.Popen(["/bin/sh", str(SHIM)], start_new_session=True,
-                                  env=dict(env, SLURM_JOB_ID=str(job), SLURM_JOB_NAME=name))
+    def __init__(self, env: dict[str, str], job: int, name: str,
+                 shim: str = "gpualert-epilog-slurmctld") -> None:
+        self.p = subprocess.Popen(["/bin/sh", str(SHIMS / shim)], start_new_session=True,
+                                  env=dict(env, SLURM_JOB_ID=str(job), SLURM_JOB_NAME=name,
+                                           T_KIND=shim))
 
     def wait(self, timeout: float) -> int:
         rc = self.p.wait(timeout)
@@ -79,8 +83,9 @@ class _Shim:
         return rc
 
 
-def _shim(env: dict[str, str], job: int, name: str = "train") -> _Shim:
-    return _Shim(env, job, name)
+def _shim(env: dict[str, str], job: int, name: str = "train",
+          shim: str = "gpualert-epilog-slurmctld") -> _Shim:
+    return _Shim(env, job, name, shim)
 
 
 def _records(tmp: Path, n: int, prefix: str = "job.", timeout: float = 90) -> dict[str, list]:
@@ -219,3 +224,107 @@ def test_a_queue_not_the_drainers_own_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "ran").exists()
     assert (q / "1.1.job").exists()  # kept for a drainer of a sound queue
     assert drain.read_env(os.open(q, os.O_RDONLY), "1.1.job") == {"SLURM_JOB_ID": "1"}
+
+
+def test_node_epilogs_and_prologs_go_through_the_same_drainer(tmp_path: Path) -> None:
+    """The node Epilog's shim queues as the job epilog's does; the Prolog's waits for the
+    drainer's word, so its job's work is done when it returns; Prologs go first."""
+    env = _setup(tmp_path, slots=1, T_BUSY="0.3")
+    jobs = [_shim(env, 6000 + i, shim="gpualert-epilog-slurmctld") for i in range(3)]
+    nodes = [_shim(env, 6100 + i, shim="gpualert-epilog") for i in range(3)]
+    assert [p.wait(30) for p in jobs + nodes] == [0] * 6
+    t0 = time.time()
+    assert _shim(env, 6200, shim="gpualert-prolog").wait(60) == 0
+    returned = time.time()
+    prolog_rec = json.loads((tmp_path / "out" / "job.6200").read_text())
+    assert prolog_rec["end"] <= returned  # the Prolog's work was done before its shim returned
+    assert prolog_rec["kind"] == "gpualert-prolog" and prolog_rec["nice"] - os.nice(0) < 19
+    assert returned - t0 < 15
+    recs = {k: v[0] for k, v in _records(tmp_path, 7).items()}
+    by_start = sorted(recs.values(), key=lambda r: r["start"])
+    kinds = [r["kind"] for r in by_start]
+    # one slot: the first job epilog may already run; after it, the Prolog, then the node
+    # Epilogs, then the other job epilogs
+    rest = kinds[kinds.index("gpualert-prolog"):]
+    assert rest[1:4] == ["gpualert-epilog"] * 3, kinds
+    assert all(k == "gpualert-epilog-slurmctld" for k in rest[4:]), kinds
+    assert _settled(tmp_path)
+
+
+def test_a_prolog_nobody_answers_runs_in_its_shim(tmp_path: Path) -> None:
+    """No drainer answers in GPUALERT_PROLOG_WAIT (here: one that hangs without draining):
+    the shim takes its job back and runs the Prolog itself; nothing stays queued."""
+    fake = tmp_path / "gpualert"
+    out = tmp_path / "ran"
+    pid = tmp_path / "drainer.pid"
+    fake.write_text(f"#!/bin/sh\n[ \"$2\" = drain ] && echo $$ > {pid} && exec sleep 30\n"
+                    f"echo \"$@\" >> {out}\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, GPUALERT_BIN=str(fake), GPUALERT_QUEUE_DIR=str(tmp_path / "q"),
+               GPUALERT_PROLOG_WAIT="1", SLURM_JOB_ID="7001")
+    env.pop("SPANK_GPUALERT", None)
+    t0 = time.time()
+    p = subprocess.Popen(["/bin/sh", str(SHIMS / "gpualert-prolog")], env=env,
+                         start_new_session=True)
+    assert p.wait(30) == 0
+    assert time.time() - t0 < 10
+    assert out.read_text().split() == ["hook", "prolog"]
+    assert [x.name for x in (tmp_path / "q").iterdir()] == ["drainer.lock"]
+    with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+        os.kill(int(pid.read_text()), signal.SIGKILL)  # the drainer that never answered
+
+
+# A drainer whose job epilog is cut short (ends as its watchdog ends it: EXIT_CUT) and whose
+# finish step is the real one: the array's state and its summary mail.
+CUT_BIN = """#!{py}
+import os, sys
+sys.path.insert(0, {repo!r})
+from gpualert_slurm.hooks import drain
+drain.drain(work=lambda env, waited: os._exit(drain.EXIT_CUT),
+            finish=drain._finish_array_task, idle_s=0.5)
+"""
+
+
+def test_an_array_task_cut_short_is_summarised_as_unclassified(tmp_path: Path,
+                                                               smtp_server) -> None:
+    """The array's other task was recorded by its job epilog; the last one's epilog is cut
+    short at its bound: the drainer records it unclassified (failed, by Slurm's exit code), and
+    as the array's last task it sends the one summary, which says so."""
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o755)
+    spool.chmod(0o755)
+    conf = tmp_path / "gpualert.yaml"
+    conf.write_text(f"spool: {spool}\nmail:\n  relay: 127.0.0.1:{smtp_server.port}\n"
+                    "  from: gpualert@cluster.test\n  domain: cluster.test\n")
+    arrays = spool / ".gpualert" / "arrays"
+    arrays.mkdir(parents=True, mode=0o700)
+    (spool / ".gpualert").chmod(0o755)
+    array = "999990001"
+    (arrays / f"{array}.json").write_text(json.dumps({"tasks": {
+        "0": {"job_id": "999990002", "task_id": "0", "class": "cuda_oom", "failed": True,
+              "hint": "reduce the batch size", "ran": True, "name": "sweep", "user": "alice",
+              "evidence": []},
+        "1": {"task_id": "1", "job_id": "999990003", "in_flight": True, "since": time.time()}}}))
+    (arrays / f"{array}.json").chmod(0o600)
+    fake = tmp_path / "gpualert"
+    fake.write_text(CUT_BIN.format(py=sys.executable, repo=str(REPO)))
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "SPANK_GPUALERT"}
+    env.update(GPUALERT_BIN=str(fake), GPUALERT_QUEUE_DIR=str(tmp_path / "q"),
+               GPUALERT_CONFIG=str(conf), SLURM_CONF=str(tmp_path / "no-slurm.conf"),
+               SLURM_ARRAY_JOB_ID=array, SLURM_ARRAY_TASK_ID="1", SLURM_JOB_USER="alice",
+               SLURM_JOB_EXIT_CODE2="1:0", SLURM_JOB_UID="0")
+    assert _Shim(env, 999990003, "sweep").wait(30) == 0
+    deadline = time.time() + 60
+    mails: list[Path] = []
+    while time.time() < deadline and not mails:
+        mails = list((tmp_path / "mail").glob("*.eml"))
+        time.sleep(0.2)
+    assert len(mails) == 1
+    text = mails[0].read_text(errors="replace")
+    assert f"array {array} (sweep): 2 of 2 tasks FAILED" in text
+    assert "not classified: its job epilog was cut short" in text.replace("=\n", "")
+    state = json.loads((arrays / f"{array}.json").read_text())
+    assert state["tasks"]["1"]["class"] == "unknown" and state["tasks"]["1"]["failed"]
+    assert state.get("sent")
+    assert _settled(tmp_path)

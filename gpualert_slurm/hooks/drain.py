@@ -1,21 +1,23 @@
-"""`gpualert hook drain`: the job epilogs' queue and its one long-lived worker.
+"""`gpualert hook drain`: the hooks' queue on this host and its one long-lived worker.
 
-The EpilogSlurmctld shim (epilog.d/gpualert-epilog-slurmctld) starts no interpreter per job: it
-writes the job's environment (what slurmctld gave it, NUL-separated, `env -0`) to
-QUEUE_DIR/<jobid>.<pid>.job and returns to slurmctld at once; it starts this drainer only
-when none holds QUEUE_DIR/drainer.lock (flock(1) on its fd LOCK_FD, which the drainer
-inherits). A burst of 500 ending jobs then costs one Python start, not 500 (each ~1 s on a
-loaded controller, shared with slurmctld's 2 cores), and the jobs waiting their turn are
-files, which cost nothing.
+The shims (epilog.d/) start no interpreter per job: each writes the job's environment (what
+Slurm gave it, NUL-separated, `env -0`) to QUEUE_DIR/<jobid>.<pid>.<kind> (.prolog, .node:
+the node Epilog, .job: the job epilog) and starts this drainer only when none holds
+QUEUE_DIR/drainer.lock (flock(1) on its fd LOCK_FD, which the drainer inherits). The Epilog
+shims return at once; the Prolog's waits (bounded, on a FIFO, without CPU) for the drainer's
+word, since its job must not start before its spool dir exists. A burst of 500 jobs then
+costs one Python start, not 1500 (each ~1 s on a loaded host whose 2 cores slurmctld shares),
+and the hooks waiting their turn are files, which cost nothing.
 
-The drainer imports the job epilog once, then forks one child per job (warm: no import),
-at most gate.slots() at once, oldest job first, each niced and with its own time bound
-counted from its start (the child's watchdog; the drainer kills one past it). A job is never
-dropped: its file is renamed .run while a child works on it and removed when the child is
-gone; an array task whose child ended without recording it in the array's state (cut short
-at its bound) is recorded as unclassified, so the array's one summary still goes out and
-says so. When the queue is empty the drainer lets go of the lock, looks once more (a job
-queued while it was letting go), and exits.
+The drainer imports each kind's hook once, then forks one child per queued file (warm: no
+import), at most gate.slots() at once: Prologs first, then node Epilogs (the job epilogs wait
+for their verdicts), then job epilogs, each kind oldest first; each child niced (a Prolog
+less) and with its own time bound counted from its start (its watchdog; the drainer kills one
+past it). Nothing is dropped: a file is renamed .run while a child works on it and removed
+when the child is gone; an array task whose job epilog ended without recording it in the
+array's state (cut short at its bound) is recorded as unclassified, so the array's one
+summary still goes out and says so. When the queue is empty the drainer lets go of the lock,
+looks once more (a job queued while it was letting go), and exits.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ from gpualert_slurm.hooks.common import DEFAULT_TIMEOUT_S, HookLog, Watchdog
 QUEUE_DIR = os.environ.get("GPUALERT_QUEUE_DIR", "/run/gpualert/epilog-queue")
 LOCK_NAME = "drainer.lock"
 LOCK_FD = 9            # the shim's `flock -n 9`: the drainer inherits the locked fd
-SUFFIX, RUNNING = ".job", ".run"
+SUFFIX, NODE_SUFFIX, PROLOG_SUFFIX, RUNNING = ".job", ".node", ".prolog", ".run"
+DONE = ".done"  # a Prolog's shim waits on this FIFO for the drainer's word
+# what each kind of queued file is, its shim's default timeout, and its turn: the Prologs
+# first (a job waits to start on each), then the node Epilogs (the job epilogs wait for
+# their verdicts), then the job epilogs
+KINDS = {PROLOG_SUFFIX: ("prolog", 25.0, 0), NODE_SUFFIX: ("epilog", 25.0, 1),
+         SUFFIX: ("epilog-slurmctld", 55.0, 2)}
 IDLE_S = 2.0           # an empty queue is looked at for this long before the drainer exits
 KILL_MARGIN_S = 15.0   # a child past its bound by this much is killed (its watchdog failed)
 MAX_ENV_BYTES = 1 << 20
@@ -70,15 +78,29 @@ def read_env(dfd: int, name: str) -> dict[str, str]:
     return env
 
 
-def queued(dfd: int, suffix: str = SUFFIX) -> list[tuple[float, str]]:
-    """(mtime, name) of the queued jobs, oldest first."""
+def queued(dfd: int, suffixes: tuple[str, ...] = (PROLOG_SUFFIX, NODE_SUFFIX, SUFFIX)
+           ) -> list[tuple[float, str]]:
+    """(mtime, name) of the queued files of these kinds, in their turn (KINDS), each kind
+    oldest first."""
     out = []
     for name in os.listdir(dfd):
-        if not name.endswith(suffix) or not name.split(".", 1)[0].isdigit():
+        suffix = name[name.rfind("."):]
+        if suffix not in suffixes or not name.split(".", 1)[0].isdigit():
             continue
         with contextlib.suppress(FileNotFoundError):
-            out.append((os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime, name))
-    return sorted(out)
+            mt = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mtime
+            out.append((KINDS.get(suffix, ("", 0.0, 9))[2], mt, name))
+    return [(mt, name) for _p, mt, name in sorted(out)]
+
+
+def item_bound_s(suffix: str, env: dict[str, str]) -> float:
+    """A queued hook's time bound as the hook computes it (its shim's GPUALERT_HOOK_TIMEOUT,
+    else the shim's default, less the hook's margin of 3 s)."""
+    try:
+        shim = float(env.get("GPUALERT_HOOK_TIMEOUT") or KINDS[suffix][1])
+    except (ValueError, KeyError):
+        shim = 25.0
+    return max(1.0, shim - 3.0)
 
 
 def _lock_fd(qdir: str) -> int | None:
@@ -111,9 +133,17 @@ def _job_epilog() -> Any:
         return epilog_slurmctld
 
 
-def _warm() -> None:
-    """Import and compile once in the drainer what every job epilog needs: the children
-    inherit it (the cold start was most of a short job's epilog)."""
+def _warm(suffix: str) -> None:
+    """Import and compile once in the drainer what every hook of this kind needs: the children
+    inherit it (the cold start was most of a short job's hook)."""
+    if suffix == NODE_SUFFIX:
+        with contextlib.suppress(Exception):
+            _node_epilog()
+        return
+    if suffix == PROLOG_SUFFIX:
+        with contextlib.suppress(Exception):
+            from gpualert_slurm.hooks import prolog  # noqa: F401
+        return
     with contextlib.suppress(Exception):
         je = _job_epilog()
         warm = getattr(je, "_warm_up", None)
@@ -122,6 +152,15 @@ def _warm() -> None:
         warm()
     with contextlib.suppress(Exception):
         from gpualert_slurm import notify  # noqa: F401
+
+
+def _node_epilog() -> Any:
+    """The node Epilog's function (hooks/node_epilog.py, or hooks/epilog.py before the split)."""
+    try:
+        from gpualert_slurm.hooks.node_epilog import node_epilog
+    except ImportError:
+        from gpualert_slurm.hooks.epilog import node_epilog
+    return node_epilog
 
 
 class _ChildLog(HookLog):
@@ -134,6 +173,35 @@ class _ChildLog(HookLog):
             os._exit(EXIT_CUT)
 
 
+def prolog(env: dict[str, str], waited: float) -> None:
+    """The work of one queued Prolog (its shim waits for the drainer's word)."""
+    from gpualert_slurm.hooks import prolog as p
+
+    log = HookLog("prolog")
+    p.prolog(env, log, Watchdog(log, DEFAULT_TIMEOUT_S))
+
+
+def tell_done(dfd: int, base: str) -> None:
+    """A Prolog's shim waits on <base>.done (a FIFO it made): one line releases it. Not
+    waiting any more (it gave up: ENXIO, or it is gone): nothing to tell."""
+    try:
+        fd = os.open(base + DONE, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dfd)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.write(fd, b"done\n")
+    finally:
+        os.close(fd)
+
+
+def node_epilog(env: dict[str, str], waited: float) -> None:
+    """The work of one queued node Epilog: in the forked child, in the job's environment."""
+    log = _ChildLog("epilog")
+    _node_epilog()(env, log, Watchdog(log, DEFAULT_TIMEOUT_S))
+
+
 def job_epilog(env: dict[str, str], waited: float) -> None:
     """The work of one queued job (the drainer's default): the job epilog, in the forked
     child, in the job's own environment; its watchdog's end says EXIT_CUT."""
@@ -142,7 +210,8 @@ def job_epilog(env: dict[str, str], waited: float) -> None:
     _job_epilog().job_epilog(env, log, Watchdog(log, DEFAULT_TIMEOUT_S))
 
 
-def _child(work: Work, env: dict[str, str], waited: float, close: tuple[int, ...]) -> None:
+def _child(work: Work, env: dict[str, str], waited: Any, close: tuple[int, ...],
+           nice: int = gate.NICE) -> None:
     """In the forked child: niced, the drainer's fds closed, the job's environment. Never
     returns: EXIT_DONE once work returned, EXIT_CUT when it raised (or its watchdog ended
     it)."""
@@ -152,7 +221,7 @@ def _child(work: Work, env: dict[str, str], waited: float, close: tuple[int, ...
             with contextlib.suppress(OSError):
                 os.close(fd)
         with contextlib.suppress(OSError):
-            os.nice(gate.NICE)
+            os.nice(nice)
         os.environ.clear()
         os.environ.update(env)
         work(env, waited)
@@ -244,11 +313,12 @@ def unclassified_verdict(env: dict[str, str], why: str) -> dict[str, Any]:
             "job": {"name": env.get("SLURM_JOB_NAME"), "user": env.get("SLURM_JOB_USER")}}
 
 
-def drain(work: Work = job_epilog, finish: Finish | None = None, idle_s: float = IDLE_S,
+def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float = IDLE_S,
           bound_s: float | None = None) -> int:
     """The drainer's loop (see the module's doc): work(env, waited_s) runs in a forked child
-    per queued job; finish(env, why) in another when work did not end with EXIT_DONE (the
-    default: an array task's unclassified record). Returns 0 whatever happens."""
+    per queued file (default: the node Epilog or the job epilog, by its kind); finish(env,
+    why) in another when a job epilog's work did not end with EXIT_DONE (default: an array
+    task's unclassified record). Returns 0 whatever happens."""
     log = HookLog("drain")
     t0 = time.monotonic()
     qdir = queue_dir()
@@ -256,7 +326,7 @@ def drain(work: Work = job_epilog, finish: Finish | None = None, idle_s: float =
         _own_dir(qdir)
         lock = _lock_fd(qdir)
     except OSError as e:
-        log.error(f"queue {qdir}: {e}; queued job epilogs wait for the next drainer")
+        log.error(f"queue {qdir}: {e}; queued hooks wait for the next drainer")
         return 0
     if lock is None:
         return 0  # another drainer has the queue
@@ -265,24 +335,25 @@ def drain(work: Work = job_epilog, finish: Finish | None = None, idle_s: float =
         from gpualert_slurm.core.config import load_config
 
         log.set_spool(load_config().spool)
-    if work is job_epilog:
-        _warm()
-    if finish is None and work is job_epilog:
+    works: dict[str, Work] = {PROLOG_SUFFIX: prolog, NODE_SUFFIX: node_epilog,
+                              SUFFIX: job_epilog} if work is None else dict.fromkeys(KINDS, work)
+    if finish is None and work is None:
         finish = _finish_array_task
-    bound = bound_s if bound_s is not None else gate_bound_s()
+    warmed: set[str] = set()
     slots = gate.slots()
-    running: dict[int, tuple[str, float, dict[str, str], str]] = {}  # pid -> name, t, env, kind
-    jobs = cut = 0
+    running: dict[int, tuple[str, float, dict[str, str], str, float]] = {}
+    counts = dict.fromkeys(KINDS, 0)
+    cut = 0
     # files a dead drainer left .run: their child is gone once past any bound
-    for mt, name in queued(dfd, RUNNING):
-        if time.time() - mt > bound + KILL_MARGIN_S:
+    for mt, name in queued(dfd, (RUNNING,)):
+        if time.time() - mt > 60.0 + KILL_MARGIN_S:
             with contextlib.suppress(OSError):
-                os.rename(name, name[:-len(RUNNING)] + SUFFIX, src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.rename(name, name[:-len(RUNNING)], src_dir_fd=dfd, dst_dir_fd=dfd)
 
-    def fork(fn: Work, env: dict[str, str], arg: Any) -> int:
+    def fork(fn: Work, env: dict[str, str], arg: Any, kind: str = "") -> int:
         pid = os.fork()
-        if pid == 0:
-            _child(fn, env, arg, (lock, dfd))
+        if pid == 0:  # a Prolog is on its job's way to start: not niced below the drainer
+            _child(fn, env, arg, (lock, dfd), 0 if kind == PROLOG_SUFFIX else gate.NICE)
         return pid
 
     idle_since: float | None = None
@@ -296,42 +367,52 @@ def drain(work: Work = job_epilog, finish: Finish | None = None, idle_s: float =
                 break
             if pid == 0:
                 break
-            name, _t, env, kind = running.pop(pid, ("", 0.0, {}, ""))
+            name, _t, env, kind, bound = running.pop(pid, ("", 0.0, {}, "", 0.0))
             if not name:
                 continue
             done = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_DONE
-            if kind == "job" and not done:
+            if kind == SUFFIX and not done:
                 cut += 1
                 if finish is not None:
                     why = "its job epilog was cut short at its time bound"
-                    running[fork(finish, env, why)] = (name, time.monotonic(), env, "finish")
+                    running[fork(finish, env, why)] = (name, time.monotonic(), env, "finish",
+                                                       bound)
                     continue
+            if kind == PROLOG_SUFFIX:
+                tell_done(dfd, name[:-len(PROLOG_SUFFIX + RUNNING)])
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=dfd)
         now = time.monotonic()
-        for pid, (_n, started, _e, _k) in list(running.items()):
+        for pid, (_n, started, _e, _k, bound) in list(running.items()):
             if now - started > bound + KILL_MARGIN_S:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        # start the oldest queued jobs while slots are free
+        # start the queued hooks while slots are free: node Epilogs first, then the oldest
         todo = queued(dfd) if len(running) < slots else []
         for mt, name in todo[:slots - len(running)]:
-            run_name = name[:-len(SUFFIX)] + RUNNING
+            kind = name[name.rfind("."):]
+            run_name = name + RUNNING
             try:
                 env = read_env(dfd, name)
                 os.rename(name, run_name, src_dir_fd=dfd, dst_dir_fd=dfd)
             except OSError as e:
                 if e.errno != errno.ENOENT:
-                    log.error(f"queue {qdir}/{name}: {e}")
+                    _bounded(log.error, f"queue {qdir}/{name}: {e}")
                 continue
             if not env.get("SLURM_JOB_ID", "").isdigit():
-                log.error(f"queue {qdir}/{name}: no SLURM_JOB_ID; dropped")
+                _bounded(log.error, f"queue {qdir}/{name}: no SLURM_JOB_ID; dropped")
                 with contextlib.suppress(OSError):
                     os.unlink(run_name, dir_fd=dfd)
+                if kind == PROLOG_SUFFIX:
+                    tell_done(dfd, name[:-len(PROLOG_SUFFIX)])
                 continue
-            running[fork(work, env, max(0.0, time.time() - mt))] = (
-                run_name, time.monotonic(), env, "job")
-            jobs += 1
+            if kind not in warmed and work is None:
+                _warm(kind)
+                warmed.add(kind)
+            bound = bound_s if bound_s is not None else item_bound_s(kind, env)
+            running[fork(works[kind], env, max(0.0, time.time() - mt), kind)] = (
+                run_name, time.monotonic(), env, kind, bound)
+            counts[kind] += 1
         if running or todo:
             idle_since = None
         elif idle_since is None:
@@ -352,24 +433,28 @@ def drain(work: Work = job_epilog, finish: Finish | None = None, idle_s: float =
     from gpualert_slurm.hooks import cost
 
     u = cost.usage()
-    log.info(f"drained {jobs} job epilog(s) ({cut} cut short) in {time.monotonic() - t0:.1f} s;"
-             f" drainer cost cpu {u['cpu_s'] - u['child_cpu_s']:.3f} s, peak rss "
+    _bounded(log.info, f"drained {counts[SUFFIX]} job epilog(s) ({cut} cut short), "
+             f"{counts[NODE_SUFFIX]} node Epilog(s) and {counts[PROLOG_SUFFIX]} Prolog(s) in "
+             f"{time.monotonic() - t0:.1f} s; "
+             f"drainer cost cpu {u['cpu_s'] - u['child_cpu_s']:.3f} s, peak rss "
              f"{u['rss_mib']:.1f} MiB")
     return 0
+
+
+def _bounded(emit: Callable[[str], None], msg: str, timeout_s: float = 3.0) -> None:
+    """A log line of the drainer's own: the hooks' log is in the spool, which may hang (a
+    stalled network mount); the drainer does not wait on it for long."""
+    import threading
+
+    t = threading.Thread(target=emit, args=(msg,), daemon=True)
+    t.start()
+    t.join(timeout_s)
 
 
 def _finish_array_task(env: dict[str, str], why: str) -> None:
     """After a cut-short job epilog: an array task it did not record is recorded now."""
     if task_recorded(env) is False:
         record_unclassified(env, why)
-
-
-def gate_bound_s() -> float:
-    """A child's time bound as the job epilog computes it (the shim's GPUALERT_HOOK_TIMEOUT
-    less its margin): past it and KILL_MARGIN_S the drainer kills the child."""
-    from gpualert_slurm.hooks.common import shim_bound_s
-
-    return shim_bound_s()
 
 
 def main() -> int:
