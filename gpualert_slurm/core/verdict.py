@@ -50,7 +50,6 @@ class VerdictError(SpoolError):
 
 
 _T = TypeVar("_T")
-_JSON_OBJ = dict  # what json gives for an object
 
 
 # ---- field checks: each returns the value as it came (for the round trip) or raises -------
@@ -104,7 +103,7 @@ def _id(v: Any, where: str) -> str | int | None:
 
 
 def _obj(v: Any, where: str) -> dict[str, Any] | None:
-    if v is None or isinstance(v, _JSON_OBJ):
+    if v is None or isinstance(v, dict):
         return v
     raise _fail(where, "an object or null", v)
 
@@ -115,7 +114,7 @@ def _objs(v: Any, where: str) -> tuple[dict[str, Any], ...]:
     if not isinstance(v, list):
         raise _fail(where, "a list", v)
     for i, x in enumerate(v):
-        if not isinstance(x, _JSON_OBJ):
+        if not isinstance(x, dict):
             raise _fail(f"{where}[{i}]", "an object", x)
     return tuple(v)
 
@@ -134,7 +133,7 @@ def _strs(v: Any, where: str) -> tuple[str, ...]:
 def _split(obj: Any, where: str, keys: tuple[str, ...]
            ) -> tuple[dict[str, Any], frozenset[str], dict[str, Any]]:
     """(the object, the known keys it lacks, the keys this module does not know)."""
-    if not isinstance(obj, _JSON_OBJ):
+    if not isinstance(obj, dict):
         raise _fail(where, "an object", obj)
     omitted = frozenset(k for k in keys if k not in obj)
     extra = {k: v for k, v in obj.items() if k not in keys}
@@ -152,7 +151,7 @@ def _emit(pairs: list[tuple[str, str, Any]], omitted: frozenset[str],
 
 class _Record:
     """What the records share: `replace` (a changed field is written even where the record it
-    came from lacked it) and `of` (a record, or a mapping read as one)."""
+    came from lacked it). Equality compares the fields only (not `omitted`, not `extra`)."""
 
     omitted: frozenset[str]
 
