@@ -24,6 +24,7 @@ from corpus.gen.compose.kit import (
     _user_frames,
     _write,
     catalogue,
+    catalogued,
     compose,
     render,
 )
@@ -135,11 +136,7 @@ def device_assert(rng: random.Random, p: dict) -> str:
     return "\n".join(out) + "\n" + _tb(rng, _user_frames(rng), msg)
 
 
-def cuda_setup(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/holdout4.yaml
-        return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+cuda_setup = catalogued(CATALOGUE["cuda_setup"], globals())
 
 
 def _nccl_exc(rng: random.Random, kind: str, host: str, pid: int, rank: int) -> tuple[str, str]:

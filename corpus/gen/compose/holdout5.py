@@ -28,6 +28,7 @@ from corpus.gen.compose.kit import (
     _user_frames,
     _write,
     catalogue,
+    catalogued,
     compose,
     render,
 )
@@ -279,20 +280,12 @@ def hw(rng: random.Random, p: dict) -> tuple[str | None, str]:
 
 # ---------------------------------------------------------------- device_mismatch
 
-def devmm(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["devmm"]:  # the message texts: catalogue/holdout5.yaml
-        return render(CATALOGUE["devmm"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+devmm = catalogued(CATALOGUE["devmm"], globals())
 
 
 # ---------------------------------------------------------------- cuda_setup
 
-def cuda_setup(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/holdout5.yaml
-        return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+cuda_setup = catalogued(CATALOGUE["cuda_setup"], globals())
 
 
 # ---------------------------------------------------------------- collective_timeout

@@ -29,6 +29,7 @@ from corpus.gen.compose.kit import (
     _user_frames,
     _write,
     catalogue,
+    catalogued,
     compose,
     render,
 )
@@ -46,11 +47,7 @@ def _kstamp(rng: random.Random) -> str:
 
 # ---------------------------------------------------------------- cuda_oom
 
-def cuda_oom(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["cuda_oom"]:  # the message texts: catalogue/holdout6.yaml
-        return render(CATALOGUE["cuda_oom"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+cuda_oom = catalogued(CATALOGUE["cuda_oom"], globals())
 
 
 def oom_srun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str | None):
@@ -98,11 +95,7 @@ def oom_srun(rng: random.Random, p: dict, d: Path, root: Path, cid: str, tr: str
 
 # ---------------------------------------------------------------- cuda_error
 
-def cuda_error(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["cuda_error"]:  # the message texts: catalogue/holdout6.yaml
-        return render(CATALOGUE["cuda_error"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+cuda_error = catalogued(CATALOGUE["cuda_error"], globals())
 
 
 # ---------------------------------------------------------------- cuda_device_assert
@@ -283,20 +276,12 @@ def hw(rng: random.Random, p: dict) -> tuple[str | None, str]:
 
 # ---------------------------------------------------------------- device_mismatch
 
-def devmm(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["devmm"]:  # the message texts: catalogue/holdout6.yaml
-        return render(CATALOGUE["devmm"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+devmm = catalogued(CATALOGUE["devmm"], globals())
 
 
 # ---------------------------------------------------------------- cuda_setup
 
-def cuda_setup(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/holdout6.yaml
-        return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+cuda_setup = catalogued(CATALOGUE["cuda_setup"], globals())
 
 
 # ---------------------------------------------------------------- storage_io

@@ -249,6 +249,14 @@ def _frames(spec: list, ns: dict) -> list:
     return out
 
 
+def catalogued(entries: dict, module: dict):
+    """A template `(rng, p)` whose every kind is a catalogue entry, rendered in the module's
+    names (`module`: its globals()) with `rng`, `p` and `kind`."""
+    def template(rng: random.Random, p: dict) -> str | tuple:
+        return render(entries[p["kind"]], {**module, "rng": rng, "p": p, "kind": p["kind"]})
+    return template
+
+
 def render(entry: dict, ns: dict) -> str | tuple:
     """One entry of a catalogue (compose/catalogue/*.yaml: a template module's message texts by
     function and kind) in `ns`, the template's module and locals (`rng`, `uf`, …). In order: the

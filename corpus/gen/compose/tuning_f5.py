@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from corpus.gen.compose.kit import SITE, _tb, catalogue, compose, render
+from corpus.gen.compose.kit import SITE, _tb, catalogue, catalogued, compose, render
 
 CATALOGUE = catalogue(__name__)
 
@@ -55,32 +55,16 @@ def cuda_oom(rng: random.Random, p: dict) -> str:
     raise ValueError(kind)
 
 
-def cuda_error(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["cuda_error"]:  # the message texts: catalogue/tuning_f5.yaml
-        return render(CATALOGUE["cuda_error"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+cuda_error = catalogued(CATALOGUE["cuda_error"], globals())
 
 
-def gpu_hw(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["gpu_hw"]:  # the message texts: catalogue/tuning_f5.yaml
-        return render(CATALOGUE["gpu_hw"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+gpu_hw = catalogued(CATALOGUE["gpu_hw"], globals())
 
 
-def devmm(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["devmm"]:  # the message texts: catalogue/tuning_f5.yaml
-        return render(CATALOGUE["devmm"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+devmm = catalogued(CATALOGUE["devmm"], globals())
 
 
-def cuda_setup(rng: random.Random, p: dict) -> str:
-    kind = p["kind"]
-    if kind in CATALOGUE["cuda_setup"]:  # the message texts: catalogue/tuning_f5.yaml
-        return render(CATALOGUE["cuda_setup"][kind], {**globals(), **locals()})
-    raise ValueError(kind)
+cuda_setup = catalogued(CATALOGUE["cuda_setup"], globals())
 
 
 def tf_placement(rng: random.Random, p: dict) -> str:
