@@ -1,6 +1,6 @@
 """Held-out set 4's composed cases (templates `s4_*`): GPU failures and a node loss, which no
 machine that builds the corpus can cause. Each message follows a documented format (the sources
-are in corpus/holdout4/README.md); the surroundings reuse synthetic.py's preamble and traceback
+are in corpus/holdout4/README.md); the surroundings reuse kit.py's preamble and traceback
 helpers and vary with the case id. A case's `how` names the template and its parameters.
 """
 

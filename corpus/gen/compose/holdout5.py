@@ -1,7 +1,7 @@
 """Held-out set 5's composed cases (templates `h5_*`): GPU failures, a few GPU wordings of other
 classes, node losses and storage faults that no machine building the corpus can cause. Each
 message follows the format of the source that prints it (listed in corpus/holdout5/README.md);
-the surroundings reuse synthetic.py's preamble and traceback helpers and vary with the case id.
+the surroundings reuse kit.py's preamble and traceback helpers and vary with the case id.
 A case's `how` names the template and its parameters.
 """
 

@@ -3,7 +3,7 @@ can cause, in wordings and frameworks the earlier sets' composers do not use (Cu
 Runtime, numba.cuda, Horovod, cuBLAS handles, JAX on a GPU, GSP/NVLink Xids, Apptainer), plus
 a few storage faults, node losses and a watchdog cascade. Each message follows the format of the
 source that prints it (listed in corpus/holdout6/README.md); the surroundings reuse
-synthetic.py's helpers and vary with the case id. A case's `how` names the template.
+kit.py's helpers and vary with the case id. A case's `how` names the template.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ node losses) no machine building the corpus can cause, as everyday PyTorch / Hug
 jobs meet them. Each message follows the format of the source that prints it (PyTorch's CUDA
 caching allocator, c10 CUDA error checks, ATen device-side asserts, ProcessGroupNCCL and its
 watchdog, torchrun's elastic agent, srun/slurmstepd, NVRM Xid lines, Lustre/NFS client lines;
-corpus/holdout7/README.md lists them); the surroundings reuse synthetic.py's helpers and vary
+corpus/holdout7/README.md lists them); the surroundings reuse kit.py's helpers and vary
 with the case id. A case's `how` names the template.
 """
 

@@ -4,7 +4,7 @@ Triton kernels, DeepSpeed ZeRO-3, torchmetrics, enroot/pyxis containers, exclusi
 GPUs, row-remapping / contained-ECC Xids), plus Lustre and GPFS I/O faults, DeepSpeed and Horovod
 collective stalls, and node losses seen by MPICH's Hydra, srun and a Dask scheduler. Each message
 follows the documented format of the tool that prints it (written here, not copied from any log);
-the surroundings reuse synthetic.py's helpers and vary with the case id. `how` names the template.
+the surroundings reuse kit.py's helpers and vary with the case id. `how` names the template.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ can cause, through stacks the earlier sets' composers do not use (CuPy, RAPIDS R
 CUDA, bitsandbytes, flash-attn, PyTorch Geometric, FSDP2, torch.multiprocessing.spawn, Lightning
 Fabric), Xids 48 / 74 / 119, a BeeGFS I/O fault, and node losses seen by a spawn job's batch
 step, srun and Ray. Each message follows the documented format of the tool that prints it
-(written here from those formats, not copied from any log); the surroundings reuse synthetic.py's
+(written here from those formats, not copied from any log); the surroundings reuse kit.py's
 helpers and vary with the case id. `how` names the template.
 """
 

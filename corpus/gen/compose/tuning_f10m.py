@@ -5,7 +5,7 @@ to reach a GPU, NVML errors raised through pynvml inside torch.cuda, torch's THC
 runtime error (46)", NCCL's own lines (its error-return trace, its CUDA allocation failure after
 a proxy lost its peer, a collective timeout said only by ProcessGroupNCCL / NCCL), and XLA's
 BufferAssignment OOM listing with the first line of the message cut. Each message follows its
-source's format (cited per kind); the surroundings reuse synthetic.py's helpers and vary with
+source's format (cited per kind); the surroundings reuse kit.py's helpers and vary with
 the case id.
 """
 

@@ -2,7 +2,7 @@
 held-out set 5 showed unknown, where no CPU machine can cause the failure: libraries that turn a
 CUDA OOM into their own message, Triton's resource errors, CUDA errors that mean the hardware
 failed, torch's older device-check wordings. Each message follows its source's format (cited
-per template and in corpus/README.md); the surroundings reuse synthetic.py's preamble and
+per template and in corpus/README.md); the surroundings reuse kit.py's preamble and
 traceback helpers and vary with the case id.
 """
 

@@ -2,7 +2,7 @@
 families held-out set 6 missed: NCCL's shared-memory transport out of /dev/shm, GPU allocators
 outside torch (ONNX Runtime's CUDA provider, TensorRT), driver-API error wrappers (numba, cupy),
 kernel Xids of the GSP / recovery-action era. Each message follows its source's format (cited
-per template and in corpus/README.md); the surroundings reuse synthetic.py's helpers and vary
+per template and in corpus/README.md); the surroundings reuse kit.py's helpers and vary
 with the case id.
 """
 

@@ -4,7 +4,7 @@ program's own check macro, GPU allocators of other frameworks raising their own 
 Horovod's stall inspector and its shutdown error, and the GPU stack of a job's container
 (libnvidia-container under enroot/pyxis, docker's --gpus, apptainer --nv). Each message follows
 its source's format (cited per template and in corpus/README.md); the surroundings reuse
-synthetic.py's helpers and vary with the case id.
+kit.py's helpers and vary with the case id.
 """
 
 from __future__ import annotations

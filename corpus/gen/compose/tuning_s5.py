@@ -5,7 +5,7 @@ submitit driver needs a real Slurm state). The submitit message follows submitit
 `Job.results()` (submitit/core/core.py: "Job {id} (task: {t}) with path {pickle}" / "has not
 produced any output (state: {state})" / "Error stream produced:" / 40 dashes / the stderr);
 srun's lines follow Slurm 23's src/srun (`Node failure on %s`, `%s: task %s: Terminated`).
-The surroundings reuse synthetic.py's preamble and traceback helpers and vary with the case id.
+The surroundings reuse kit.py's preamble and traceback helpers and vary with the case id.
 """
 
 from __future__ import annotations
