@@ -228,3 +228,30 @@ def test_the_fallback_is_the_report_as_packaged() -> None:
         a = env.get_template(f"report.{ext}.j2").render(**_report_sample())
         b = env.get_template(f"fallback.{ext}.j2").render(**_report_sample())
         assert a == b
+
+
+def test_the_fallback_report_is_rendered_as_a_report_unless_the_site_says_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpualert_slurm.report import render
+
+    # the verdict hooks/job_epilog/verdict.fallback_verdict writes (tests/test_verdict.py)
+    v = {"version": 1, "job_id": "7", "attempt": 0, "attempt_path": "/spool/7",
+         "logs_dir": "/spool/7/tasks",
+         "job": {"name": None, "user": "bob", "nodelist": "n1", "exit_code": 1, "signal": 0,
+                 "work_dir": None},
+         "failed": True, "silent_failure": False,
+         "verdict": {"class": "unknown", "domain": "unknown", "confidence": 0.0,
+                     "hint": "gpualert could not analyse this job; its logs are complete.",
+                     "detail": "gpualert error: RuntimeError: x"},
+         "tasks": [], "notes": ["gpualert error while writing this report: RuntimeError('x')"]}
+    monkeypatch.setenv("GPUALERT_TEMPLATES", str(tmp_path / "none"))
+    for fmt in ("text", "html"):
+        assert render(v, fmt, kind="fallback") == render(v, fmt)
+    assert "What to do: gpualert could not analyse this job" in render(v, "text", kind="fallback")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "fallback.txt.j2").write_text("LEAST {{ r.job_id }}: {{ r.detail }}\n")
+    monkeypatch.setenv("GPUALERT_TEMPLATES", str(site))
+    assert render(v, "text", kind="fallback") == "LEAST 7: gpualert error: RuntimeError: x\n"
+    assert render(v, "text").startswith("FAILED job 7")  # the report itself: as packaged
+    assert render(v, "html", kind="fallback") == render(v, "html")
