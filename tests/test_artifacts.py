@@ -15,7 +15,7 @@ from gpualert_slurm.core.artifacts import Bundle, add_logs, bundle_for_job, run_
 
 
 @dataclass
-class Log:  # the fields add_logs uses of hooks.epilog.TaskLog
+class Log:  # the fields add_logs uses of hooks.jobspool.TaskLog
     name: str
     step: str
     rank: int

@@ -4,8 +4,8 @@ and that Slurm's own output file has every byte."""
 
 from __future__ import annotations
 
-from gpualert_slurm.hooks.epilog import TaskLog
-from gpualert_slurm.hooks.epilog_slurmctld import MAX_GAP_NOTES, log_gap_notes
+from gpualert_slurm.hooks.job_epilog.facts import MAX_GAP_NOTES, log_gap_notes
+from gpualert_slurm.hooks.jobspool import TaskLog
 from gpualert_slurm.report import render
 
 

@@ -370,7 +370,7 @@ def test_the_munge_seal_checks_root_and_the_facts() -> None:
 
 
 def test_the_prologs_nvml_before_counts_only_for_this_run() -> None:
-    from gpualert_slurm.hooks.epilog import prolog_record_of_this_run as ok
+    from gpualert_slurm.hooks.node_epilog import prolog_record_of_this_run as ok
 
     rec = {"node": "n2", "restart_count": 0, "time": NOW, "slurm_env": {"SLURM_JOB_ID": "7"}}
     assert ok(rec, "n2", 0, NOW - 1, NOW + 60, "7")

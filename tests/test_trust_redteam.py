@@ -31,7 +31,7 @@ from gpualert_slurm.classify.node_trust import node_trust
 from gpualert_slurm.core import provenance
 from gpualert_slurm.core.evidence import kernel_evidence
 from gpualert_slurm.core.kernel_lines import without_comm
-from gpualert_slurm.hooks.epilog_slurmctld import read_node_record, sealed_view
+from gpualert_slurm.hooks.job_epilog.facts import read_node_record, sealed_view
 
 rc = trust.rc  # the recovery cluster's fixtures (nodes resumed; a fresh audit log)
 audit = trust.audit

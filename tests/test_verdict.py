@@ -17,7 +17,7 @@ from gpualert_slurm.core import provenance
 from gpualert_slurm.core import verdict as V
 from gpualert_slurm.core.spool import SpoolError, opened_dir, write_json_atomic
 
-# as hooks/epilog_slurmctld.build_verdict writes it: every key, nulls where it has nothing
+# as hooks/job_epilog/verdict.build_verdict writes it: every key, nulls where it has nothing
 FULL: dict[str, Any] = {
     "version": 1, "job_id": "4242", "attempt": 1, "attempt_path": "/spool/4242/attempt-1",
     "logs_dir": "/spool/4242/attempt-1/tasks", "array": {"job_id": "4240", "task_id": "2"},
@@ -53,7 +53,7 @@ FULL: dict[str, Any] = {
     "report": {"status": "sent", "reason": None, "subject": "[gpualert] FAILED job 4242"},
 }
 
-# hooks/epilog_slurmctld._fallback_report: far fewer keys, none of them to be added back
+# hooks/job_epilog/verdict.fallback_verdict: far fewer keys, none of them to be added back
 FALLBACK: dict[str, Any] = {
     "version": 1, "job_id": "7", "attempt": 0, "attempt_path": "/spool/7",
     "logs_dir": "/spool/7/tasks",

@@ -166,13 +166,13 @@ def render_text(v: dict) -> str:
 
 class JobDirLogs:
     """The task logs of a job directory's latest attempt (docs/CONTRACTS.md, Attempts), opened
-    the way the node epilog opens them (hooks/epilog.py open_task_logs: relative to directory
+    the way the node epilog opens them (hooks/jobspool.py open_task_logs: relative to directory
     fds, O_NOFOLLOW|O_NONBLOCK, then fstat: a plain file of the job's user with one link), so
     a FIFO or symlink a user planted can neither block nor redirect root's `gpualert classify`.
     The classifier reads each checked fd through /proc/self/fd; `names` maps those back."""
 
     def __init__(self, path: str) -> None:
-        from gpualert_slurm.hooks.epilog import JobSpool, open_task_logs
+        from gpualert_slurm.hooks.jobspool import JobSpool, open_task_logs
 
         self.logs: list = []
         self.left_out: list[str] = []
@@ -236,7 +236,7 @@ class JobDirLogs:
         return v
 
     def close(self) -> None:
-        from gpualert_slurm.hooks.epilog import close_task_logs
+        from gpualert_slurm.hooks.jobspool import close_task_logs
 
         close_task_logs(self.logs)
         self.logs = []

@@ -34,7 +34,7 @@ DEFAULT_OUTPUT = "/var/lib/prometheus/node-exporter/gpualert.prom"
 AUDIT_MAX_BYTES = 256 * 1024**2  # read whole (counters), up to this; root's own file
 HARDWARE_CLASSES = ("gpu_hardware",)
 _JOB_RE = re.compile(r"^[0-9]{1,20}$")
-# verdict.json's report.status (hooks.epilog_slurmctld.deliver, notify.submit) -> the label;
+# verdict.json's report.status (hooks.job_epilog.delivery.deliver, notify.submit) -> the label;
 # anything else (not sent, error) is "failed"
 REPORT_STATUS = {"sent": "sent", "queued": "waiting", "quarantined": "quarantined",
                  "failed": "failed", "in the array summary": "in_array_summary"}

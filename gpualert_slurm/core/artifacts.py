@@ -86,7 +86,7 @@ def log_payload(fd: int, size: int, path: str, cut_above: int) -> tuple[bytes, s
 
 
 def add_logs(bundle: Bundle, logs: list[Any]) -> None:
-    """Task logs (hooks.epilog.TaskLog: fd, size, name, path), each gzip'd, in rank order.
+    """Task logs (hooks.jobspool.TaskLog: fd, size, name, path), each gzip'd, in rank order.
     A log over a quarter of the budget is cut to head and tail first."""
     cut_above = max(bundle.budget // 4, 2 * HEAD_TAIL_BYTES + 1)
     for t in sorted(logs, key=lambda t: (t.step != "batch", t.step, t.rank)):

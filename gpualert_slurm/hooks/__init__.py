@@ -1,5 +1,11 @@
 """`gpualert hook prolog|epilog|epilog-slurmctld`: run as root by Slurm through the shims in
-epilog.d/. Whatever happens, a hook returns 0: a non-zero Prolog/Epilog drains the node."""
+epilog.d/. Whatever happens, a hook returns 0: a non-zero Prolog/Epilog drains the node
+(hooks/run_hook.py).
+
+prolog (prolog.py), epilog (node_epilog.py) and epilog-slurmctld (job_epilog/) stand on
+jobspool.py (the job's spool dir and task logs, opened as root), classify_child.py (the
+classifier in a forked child), run_hook.py and common.py (log, watchdog); neither epilog
+imports the other."""
 
 from __future__ import annotations
 
@@ -23,6 +29,10 @@ def main(argv: list[str]) -> int:
         from gpualert_slurm.hooks import prolog
 
         return prolog.run()
-    from gpualert_slurm.hooks import epilog
+    if argv[0] == "epilog":
+        from gpualert_slurm.hooks import node_epilog
 
-    return epilog.run(argv[0])
+        return node_epilog.run()
+    from gpualert_slurm.hooks import job_epilog
+
+    return job_epilog.run()

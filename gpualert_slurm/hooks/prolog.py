@@ -4,7 +4,7 @@ Makes the pre-launch log guarantee true: <spool>/<jobid>/ exists, owned by the j
 with job.json and nodes/<node>.prolog.json on disk, before the first task can crash. A requeued
 job's run N (SLURM_JOB_RESTART_COUNT=N) gets its own attempt-N/ with nodes/ and tasks/
 (docs/CONTRACTS.md, Attempts); job.json stays at the job root and lists every attempt. Bounded by
-hook_timeout_s; returns 0 whatever happens and logs its own faults (see hooks/common.py).
+hook_timeout_s; returns 0 whatever happens and logs its own faults (hooks/run_hook.py).
 Everything it reads comes from Slurm's environment (see SLURM-NOTES.md), so a test can run it
 as a plain subprocess with a made-up environment.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import socket
 import time
 from typing import Any
@@ -27,13 +26,9 @@ from gpualert_slurm.core.spool import (
     read_json_nofollow,
     write_json_atomic,
 )
-from gpualert_slurm.hooks.common import (
-    DEFAULT_TIMEOUT_S,
-    HookLog,
-    Watchdog,
-    load_config_logged,
-    shim_bound_s,
-)
+from gpualert_slurm.hooks.common import HookLog, Watchdog, load_config_logged, shim_bound_s
+from gpualert_slurm.hooks.jobspool import node_file_name
+from gpualert_slurm.hooks.run_hook import run_hook
 
 RECORD_VERSION = 1
 
@@ -155,7 +150,7 @@ def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
     try:
         if not jd.created:
             _refresh_job_json(jd.fd, record)
-        write_json_atomic(jd.nodes_fd, f"{_node_name(node)}.prolog.json",
+        write_json_atomic(jd.nodes_fd, f"{node_file_name(node)}.prolog.json",
                           _node_record(env, node), 0o644)
         log.info(f"job {jobid}: {'created' if jd.attempt_created else 'joined'} "
                  f"{jd.attempt_path} "
@@ -193,20 +188,5 @@ def _refresh_job_json(fd: int, record: dict[str, Any]) -> None:
     write_json_atomic(fd, "job.json", record, 0o644)
 
 
-def _node_name(node: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", node) or "unknown"
-
-
 def run() -> int:
-    log = HookLog("prolog")
-    try:
-        watchdog = Watchdog(log, min(DEFAULT_TIMEOUT_S, shim_bound_s()))
-        env = dict(os.environ)
-        if not env.get("SLURM_JOB_ID", "").isdigit():
-            log.error(f"SLURM_JOB_ID={env.get('SLURM_JOB_ID')!r}: not run by Slurm? nothing done")
-            return 0
-        prolog(env, log, watchdog)
-        watchdog.stop()
-    except Exception as e:  # a Prolog that fails drains the node: never
-        log.error(f"job {os.environ.get('SLURM_JOB_ID', '?')}: unexpected error: {e!r}")
-    return 0
+    return run_hook("prolog", prolog)
