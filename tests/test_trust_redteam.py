@@ -18,13 +18,14 @@ from typing import Any
 
 import clusterlib as cl
 import pytest
-import test_trust_cluster as trust
-from recoverylib import (
+from recoverylib import (  # rc, audit: conftest.py's fixtures on this cluster
+    cancel,
+    job_script,
     recovery_cluster,  # noqa: F401  (the fixture)
     wait_decision,
     write_config,
 )
-from test_trust_cluster import assert_harmless, cancel, job_script, verdict_of
+from test_trust_cluster import assert_harmless, verdict_of
 from test_trust_policy import private_munged
 
 from gpualert_slurm.classify.node_trust import node_trust
@@ -32,9 +33,6 @@ from gpualert_slurm.core import provenance
 from gpualert_slurm.core.evidence import kernel_evidence
 from gpualert_slurm.core.kernel_lines import without_comm
 from gpualert_slurm.hooks.job_epilog.facts import read_node_record, sealed_view
-
-rc = trust.rc  # the recovery cluster's fixtures (nodes resumed; a fresh audit log)
-audit = trust.audit
 
 # ---- a newline in a trapped file's name, then a time stamp: a "record" of its own ----------
 
