@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from corpus.gen.capture import label
+from corpus.gen.compose.kit import ASYNC, DSA
 
 ROOT = Path(__file__).resolve().parents[2]  # the set's directory; build() sets it
 
@@ -133,10 +134,7 @@ CUDA_ERRORS = {
 # errors c10 calls asynchronous (get_cuda_async_error_suffix): only these get the hint in >= 2.8
 ASYNC_CUDA_ERRORS = {"cudaErrorLaunchFailure", "cudaErrorIllegalAddress", "cudaErrorAssert",
                      "cudaErrorIllegalInstruction", "cudaErrorMisalignedAddress"}
-ASYNC_HINT = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-              "stacktrace below might be incorrect.\nFor debugging consider passing "
-              "CUDA_LAUNCH_BLOCKING=1")
-DSA_HINT = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+ASYNC_HINT, DSA_HINT = ASYNC, DSA  # torch's hints (the kit's strings)
 SRC = ("../", "/pytorch/")  # how pip wheels name their build tree in __FILE__ / assert paths
 
 
