@@ -328,3 +328,70 @@ def test_an_array_task_cut_short_is_summarised_as_unclassified(tmp_path: Path,
     assert state["tasks"]["1"]["class"] == "unknown" and state["tasks"]["1"]["failed"]
     assert state.get("sent")
     assert _settled(tmp_path)
+
+
+SETTLE = """import json, os, sys
+sys.path.insert(0, {repo!r})
+from gpualert_slurm.hooks import drain
+drain.settle_array(json.loads(sys.argv[1]), float(sys.argv[2]))
+"""
+
+
+def test_an_array_whose_tasks_never_recorded_is_summarised(cluster, workdir, tmp_path: Path,
+                                                           smtp_server) -> None:
+    """A real array on the test cluster whose tasks 1 and 2 no job epilog ever recorded (here:
+    not monitored, so none ran; in the burst: no EpilogSlurmctld trace at all for 84 of 500):
+    while a task may still end or record, settle_array says 'not yet'; past the grace it
+    records them unclassified from accounting and the one summary goes out, once."""
+    import clusterlib as cl
+
+    arr = cl.submit("#!/bin/bash\n#SBATCH --gpualert=off\necho 'bad shard' >&2\nexit 1\n",
+                    "--array=0-2", "-J", "settle", workdir=workdir)
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o755)
+    spool.chmod(0o755)
+    conf = tmp_path / "gpualert.yaml"
+    conf.write_text(f"spool: {spool}\nmail:\n  relay: 127.0.0.1:{smtp_server.port}\n"
+                    "  from: gpualert@cluster.test\n  domain: cluster.test\n")
+    arrays = spool / ".gpualert" / "arrays"
+    arrays.mkdir(parents=True, mode=0o700)
+    (spool / ".gpualert").chmod(0o755)
+    (arrays / f"{arr}.json").write_text(json.dumps({"tasks": {"0": {
+        "job_id": str(arr), "task_id": "0", "class": "file_not_found", "failed": True,
+        "hint": "check the path", "ran": True, "name": "settle", "user": "alice",
+        "evidence": []}}}))
+    (arrays / f"{arr}.json").chmod(0o600)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("PATH", "SLURM_CONF"))}
+    job_env = dict(env, GPUALERT_CONFIG=str(conf), SLURM_CONF=str(cluster.conf),
+                   SLURM_ARRAY_JOB_ID=str(arr), SLURM_ARRAY_TASK_ID="0", SLURM_JOB_ID=str(arr),
+                   SLURM_JOB_USER="alice")
+
+    def settle(grace: float) -> int:
+        return subprocess.run([sys.executable, "-c", SETTLE.format(repo=str(REPO)),
+                               json.dumps(job_env), str(grace)], env=dict(env, **job_env),
+                              timeout=120).returncode
+
+    from gpualert_slurm.hooks import drain
+
+    assert settle(3600) == drain.EXIT_NOT_YET  # the tasks may still be running, or just ended
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", str(arr), "-o", "State,End"],
+                             env=dict(os.environ, SLURM_CONF=str(cluster.conf)),
+                             capture_output=True, text=True).stdout.split()
+        if len(out) == 3 and all(s.startswith("FAILED|2") for s in out):
+            break
+        time.sleep(1)
+    assert settle(3600) == drain.EXIT_NOT_YET  # ended, but within the grace
+    assert not list((tmp_path / "mail").glob("*.eml"))
+    assert settle(0) == 0
+    mails = list((tmp_path / "mail").glob("*.eml"))
+    assert len(mails) == 1
+    text = mails[0].read_text(errors="replace").replace("=\n", "")
+    assert f"array {arr} (settle): 3 of 3 tasks FAILED" in text
+    assert "no job epilog ran for it" in text
+    state = json.loads((arrays / f"{arr}.json").read_text())
+    assert state.get("sent") and {t["class"] for t in state["tasks"].values()} \
+        == {"file_not_found", "unknown"}
+    assert settle(0) == 0  # sent: settled, no second mail
+    assert len(list((tmp_path / "mail").glob("*.eml"))) == 1

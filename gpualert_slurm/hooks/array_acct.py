@@ -59,3 +59,41 @@ def still_to_come(state: dict[str, Any], done: set[str], now: float) -> set[str]
         return set()
     state["accounted"] = ran
     return pending(ran)
+
+
+def accounted(array_id: str, timeout: float = SACCT_S) -> dict[str, tuple[str, float, str]] | None:
+    """task id -> (its own job id, end time or 0, state) of every task of the array that got
+    nodes, as accounting has it; None when sacct cannot be asked."""
+    try:
+        out = slurm.run(["sacct", "-n", "-X", "-P", "-j", array_id,
+                         "-o", "JobID,JobIDRaw,NodeList,End,State"], timeout=timeout)
+    except slurm.SlurmError:
+        return None
+    got: dict[str, tuple[str, float, str]] = {}
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) != 5:
+            continue
+        arr, sep, task = parts[0].partition("_")
+        if arr != array_id or not sep or not task.isdigit() or not parts[1].isdigit():
+            continue
+        if parts[2].strip() in ("", "None assigned", "(null)"):
+            continue
+        try:
+            end = time.mktime(time.strptime(parts[3].strip(), "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            end = 0.0
+        got[task] = (parts[1], end, parts[4].split()[0] if parts[4].strip() else "")
+    return got
+
+
+def active_tasks(array_id: str, timeout: float = SACCT_S) -> set[str] | None:
+    """Task ids slurmctld still holds in a state that is not final (pending, running,
+    completing: a job epilog may still come); None when Slurm cannot be asked."""
+    try:
+        out = slurm.run(["squeue", "-h", "-r", "-t", "all", "-j", array_id,
+                         "-o", "%F|%K|%T"], timeout=timeout)
+    except slurm.SlurmError:
+        return None
+    return {p[1] for p in (ln.split("|") for ln in out.splitlines())
+            if len(p) == 3 and p[0] == array_id and p[2] not in slurm.FINAL_STATES}

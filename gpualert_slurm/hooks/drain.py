@@ -48,6 +48,10 @@ IDLE_S = 2.0           # an empty queue is looked at for this long before the dr
 KILL_MARGIN_S = 15.0   # a child past its bound by this much is killed (its watchdog failed)
 MAX_ENV_BYTES = 1 << 20
 EXIT_DONE, EXIT_CUT = 0, 75  # a child's status: job epilog returned / ended at its bound
+EXIT_NOT_YET = 76      # an array's settling: not yet
+SETTLE_GRACE_S = 60.0  # an array task ended this long ago without a record: none will come
+SETTLE_POLL_S = 10.0   # how often an idle drainer looks at an unsettled array
+SETTLE_MAX_S = 600.0   # an array none of whose job epilogs came for this long: let go
 Work = Callable[[dict[str, str], Any], None]    # (the job's env, seconds it waited in queue)
 Finish = Callable[[dict[str, str], str], None]  # (the job's env, why its work did not finish)
 
@@ -270,9 +274,14 @@ def record_unclassified(env: dict[str, str], why: str) -> None:
     if cfg is None:
         return
     log.set_spool(cfg.spool)
-    jobid = env.get("SLURM_JOB_ID", "?")
-    array_id, task_id = env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"]
-    v = unclassified_verdict(env, why)
+    _record(cfg, env, unclassified_verdict(env, why), log, why)
+
+
+def _record(cfg: Any, env: dict[str, str], v: dict[str, Any], log: HookLog, why: str) -> None:
+    """One task's record in its array's state (the job epilog's own array_step: exactly one
+    task sends the summary), and the summary when it is the last."""
+    jobid, array_id, task_id = (env.get("SLURM_JOB_ID", "?"), env["SLURM_ARRAY_JOB_ID"],
+                                env["SLURM_ARRAY_TASK_ID"])
     try:
         from gpualert_slurm.hooks.job_epilog.arrays import array_step
         from gpualert_slurm.hooks.job_epilog.context import Budget, JobEpilog
@@ -293,6 +302,72 @@ def record_unclassified(env: dict[str, str], why: str) -> None:
         log.info(f"job {jobid}: array {array_id} task {task_id} recorded unclassified ({why})")
         if s is not None:
             ec._send_array(cfg, job_options(env, cfg, log), env, s, log)
+
+
+def array_state(env: dict[str, str]) -> dict[str, Any] | None:
+    """The array's state (root's, <spool>/.gpualert/arrays/<id>.json) read without its lock;
+    {} when there is none yet, None when it cannot be read."""
+    from gpualert_slurm.core.config import ConfigError, load_config
+    from gpualert_slurm.core.spool import SpoolError, read_json_nofollow
+
+    array_id = env.get("SLURM_ARRAY_JOB_ID", "")
+    try:
+        spool = load_config(env.get("GPUALERT_CONFIG") or None).spool
+        dfd = os.open(os.path.join(spool, ".gpualert", "arrays"),
+                      os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = read_json_nofollow(f"{array_id}.json", dfd, owners=(0, os.geteuid()))
+        finally:
+            os.close(dfd)
+    except FileNotFoundError:
+        return {}
+    except (OSError, SpoolError, ConfigError, ValueError):
+        return None
+    return st if isinstance(st, dict) else None
+
+
+def settle_array(env: dict[str, str], grace_s: float) -> None:
+    """In a forked child, once the queue is empty: an array whose summary has not gone out
+    although no task of it is still active in Slurm, in the queue, or ended less than grace_s
+    ago, waits on tasks whose job epilog never recorded them (seen: 84 of 500 in a burst on
+    an overloaded controller, with no trace of their EpilogSlurmctld). Each is recorded
+    unclassified (failed unless accounting says COMPLETED), so the last one sends the summary.
+    Ends EXIT_NOT_YET while that cannot be said yet."""
+    from gpualert_slurm.hooks import array_acct
+    from gpualert_slurm.hooks.common import load_config_logged
+
+    log = HookLog("epilog-slurmctld")
+    Watchdog(log, 3 * DEFAULT_TIMEOUT_S)
+    array_id = env["SLURM_ARRAY_JOB_ID"]
+    st = array_state(env)
+    if st is None:
+        return
+    if st.get("sent"):
+        return
+    active = array_acct.active_tasks(array_id)
+    acct = array_acct.accounted(array_id)
+    if active is None or acct is None:
+        os._exit(EXIT_NOT_YET)
+    now = time.time()
+    tasks = st.get("tasks") or {}
+    done = {t for t, r in tasks.items() if isinstance(r, dict) and not r.get("in_flight")}
+    missing = {t: a for t, a in acct.items() if t not in done}
+    if active - done:
+        os._exit(EXIT_NOT_YET)  # pending, running or completing: its own epilog may come
+    if not missing:
+        return  # nothing to wait for: the last record sends it (or the array had no failure)
+    if any(not end or now - end < grace_s for _j, end, _s in missing.values()):
+        os._exit(EXIT_NOT_YET)
+    cfg = load_config_logged(log)
+    if cfg is None:
+        return
+    log.set_spool(cfg.spool)
+    for t, (jobid, _end, state) in sorted(missing.items(), key=lambda kv: int(kv[0])):
+        e = dict(env, SLURM_JOB_ID=jobid, SLURM_ARRAY_TASK_ID=t,
+                 SLURM_JOB_EXIT_CODE2="0:0" if state == "COMPLETED" else "1:0")
+        why = ("its job epilog did not finish" if t in tasks
+               else "no job epilog ran for it (slurmctld started none, or it was lost)")
+        _record(cfg, e, unclassified_verdict(e, why), log, why)
 
 
 def unclassified_verdict(env: dict[str, str], why: str) -> dict[str, Any]:
@@ -344,6 +419,11 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
     running: dict[int, tuple[str, float, dict[str, str], str, float]] = {}
     counts = dict.fromkeys(KINDS, 0)
     cut = 0
+    # arrays whose summary this drainer looks after once the queue is empty (settle_array):
+    # array id -> (a task's environment, when one of its job epilogs was last seen)
+    unsettled: dict[str, tuple[dict[str, str], float]] = {}
+    settling: set[str] = set()
+    next_settle = 0.0
     # files a dead drainer left .run: their child is gone once past any bound
     for mt, name in queued(dfd, (RUNNING,)):
         if time.time() - mt > 60.0 + KILL_MARGIN_S:
@@ -371,6 +451,13 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
             if not name:
                 continue
             done = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_DONE
+            if kind == "settle":
+                aid = env.get("SLURM_ARRAY_JOB_ID", "")
+                settling.discard(aid)
+                if done or not (os.WIFEXITED(status)
+                                and os.WEXITSTATUS(status) == EXIT_NOT_YET):
+                    unsettled.pop(aid, None)  # settled (or broken: not retried for ever)
+                continue
             if kind == SUFFIX and not done:
                 cut += 1
                 if finish is not None:
@@ -413,7 +500,25 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
             running[fork(works[kind], env, max(0.0, time.time() - mt), kind)] = (
                 run_name, time.monotonic(), env, kind, bound)
             counts[kind] += 1
-        if running or todo:
+            aid = env.get("SLURM_ARRAY_JOB_ID", "")
+            if work is None and kind == SUFFIX and aid.isdigit() \
+                    and env.get("SLURM_ARRAY_TASK_ID", "").isdigit():
+                unsettled[aid] = (env, time.monotonic())
+        # the queue is empty: the arrays' summaries that no last task sent (settle_array)
+        now = time.monotonic()
+        for aid, (_e, seen) in list(unsettled.items()):
+            if now - seen > SETTLE_MAX_S and aid not in settling:
+                del unsettled[aid]
+        pending = [a for a in unsettled if a not in settling]
+        if pending and not todo and now >= next_settle \
+                and all(k == "settle" for _n, _t, _e, k, _b in running.values()):
+            for aid in pending:
+                e = unsettled[aid][0]
+                settling.add(aid)
+                running[fork(settle_array, e, SETTLE_GRACE_S)] = (
+                    f"settle:{aid}", now, e, "settle", 3 * DEFAULT_TIMEOUT_S)
+            next_settle = now + SETTLE_POLL_S
+        if running or todo or unsettled:
             idle_since = None
         elif idle_since is None:
             idle_since = time.monotonic()
