@@ -215,7 +215,7 @@ def job_epilog(env: dict[str, str], waited: float) -> None:
 
 
 def _child(work: Work, env: dict[str, str], waited: Any, close: tuple[int, ...],
-           nice: int = gate.NICE) -> None:
+           nice: int = 19) -> None:
     """In the forked child: niced, the drainer's fds closed, the job's environment. Never
     returns: EXIT_DONE once work returned, EXIT_CUT when it raised (or its watchdog ended
     it)."""
@@ -224,8 +224,8 @@ def _child(work: Work, env: dict[str, str], waited: Any, close: tuple[int, ...],
         for fd in close:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        with contextlib.suppress(OSError):
-            os.nice(nice)
+        with contextlib.suppress(OSError):  # absolute: root may raise a Prolog's priority
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
         os.environ.clear()
         os.environ.update(env)
         work(env, waited)
@@ -432,13 +432,15 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
 
     def fork(fn: Work, env: dict[str, str], arg: Any, kind: str = "") -> int:
         pid = os.fork()
-        if pid == 0:  # a Prolog is on its job's way to start: not niced below the drainer
-            _child(fn, env, arg, (lock, dfd), 0 if kind == PROLOG_SUFFIX else gate.NICE)
+        if pid == 0:  # a Prolog is on its job's way to start: not niced; the rest at 19
+            _child(fn, env, arg, (lock, dfd), 0 if kind == PROLOG_SUFFIX else 19)
         return pid
 
     idle_since: float | None = None
+    listed = 0.0
     while True:
         # reap the children that ended; kill those past their bound
+        reaped = False
         while running:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -448,6 +450,7 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
             if pid == 0:
                 break
             name, _t, env, kind, bound = running.pop(pid, ("", 0.0, {}, "", 0.0))
+            reaped = True
             if not name:
                 continue
             done = os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_DONE
@@ -474,10 +477,25 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
             if now - started > bound + KILL_MARGIN_S:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        # start the queued hooks while slots are free: node Epilogs first, then the oldest
-        todo = queued(dfd) if len(running) < slots else []
-        for mt, name in todo[:slots - len(running)]:
+        # start the queued hooks while their pools have room: the Prologs' own (a job waits
+        # to start on each: never behind a job epilog's wait on slurmctld), the Epilogs'
+        # shared, at most half of it job epilogs (their Slurm calls load slurmctld)
+        busy = {k: sum(1 for r in running.values() if r[3] == k) for k in KINDS}
+        room = {PROLOG_SUFFIX: slots - busy[PROLOG_SUFFIX],
+                NODE_SUFFIX: slots - busy[NODE_SUFFIX] - busy[SUFFIX],
+                SUFFIX: min(slots - busy[NODE_SUFFIX] - busy[SUFFIX],
+                            max(1, slots // 2) - busy[SUFFIX])}
+        looked = any(n > 0 for n in room.values()) and (reaped or now - listed >= 0.2)
+        todo = queued(dfd) if looked else []  # a look costs a stat per queued file
+        if looked:
+            listed = now
+        for mt, name in todo:
             kind = name[name.rfind("."):]
+            if room.get(kind, 0) <= 0:
+                continue
+            room[kind] -= 1
+            if kind != PROLOG_SUFFIX:  # the two share one pool
+                room[NODE_SUFFIX if kind == SUFFIX else SUFFIX] -= 1
             run_name = name + RUNNING
             try:
                 env = read_env(dfd, name)
@@ -510,7 +528,7 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
             if now - seen > SETTLE_MAX_S and aid not in settling:
                 del unsettled[aid]
         pending = [a for a in unsettled if a not in settling]
-        if pending and not todo and now >= next_settle \
+        if pending and looked and not todo and now >= next_settle \
                 and all(k == "settle" for _n, _t, _e, k, _b in running.values()):
             for aid in pending:
                 e = unsettled[aid][0]
@@ -518,8 +536,8 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
                 running[fork(settle_array, e, SETTLE_GRACE_S)] = (
                     f"settle:{aid}", now, e, "settle", 3 * DEFAULT_TIMEOUT_S)
             next_settle = now + SETTLE_POLL_S
-        if running or todo or unsettled:
-            idle_since = None
+        if running or todo or unsettled or not looked:
+            idle_since = None if (running or todo or unsettled) else idle_since
         elif idle_since is None:
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since >= idle_s:
