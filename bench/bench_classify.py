@@ -18,12 +18,16 @@ The baseline is `grep -c error FILE` (GNU grep, one literal) on the same file in
 the scanner is also run with GPUALERT_SCAN_PYTHON_FIRST=0 (grep from a range's start, the engine
 before Python-first) beside it.
 The scanner itself hands files of 1 MiB or more to GNU grep (the rules as EREs; see
-gpualert_slurm/classify/scan.py), so the ratio says how close it comes to grep's own floor;
+gpualert_slurm/classify/scan/), so the ratio says how close it comes to grep's own floor;
 the CPU seconds (the child and its grep, user + system) are printed too, since on a busy
 machine wall time says more about the machine than about the scanner.
 Targets: >= 500 MB/s ordinary, >= 200 MB/s gated, short and nccl, <= 100 MB peak RSS.
 
     python bench/bench_classify.py [--size-mb N] [--kinds ordinary,gated,short,nccl] [--repeat N]
+                                   [--baseline REV]
+
+--baseline REV runs REV's scanner (git archive of its gpualert_slurm) on each file too, in the
+same run, and prints both: a change's before and after on the same machine, load and file.
 
 With --repeat N each kind is measured N times on the same file (grep -c, then the scanner, each
 time) and the medians are printed: the machine may be shared, and one run says little.
@@ -155,13 +159,16 @@ def gen_nccl(f, size: int, rnd: random.Random) -> None:
 GEN = {"ordinary": gen_ordinary, "gated": gen_gated, "short": gen_short, "nccl": gen_nccl}
 
 
-def run_child(cmd: list[str], env_add: dict | None = None) -> tuple[float, int, str, float]:
+def run_child(cmd: list[str], env_add: dict | None = None,
+              tree: Path = REPO) -> tuple[float, int, str, float]:
     """Wall seconds, peak RSS (KiB) of this child (wait4), stdout, CPU seconds (the child and
-    the children it waited for: the scanner's grep)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), **(env_add or {}))
+    the children it waited for: the scanner's grep). `tree`: where gpualert_slurm is imported
+    from (the checkout, or a --baseline revision's copy)."""
+    env = dict(os.environ, PYTHONPATH=str(tree), **(env_add or {}))
     with tempfile.TemporaryFile() as out:
         t = time.monotonic()
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
+        # run in `tree`: `python -m` puts the working directory first on sys.path
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env, cwd=tree)
         _, status, usage = os.wait4(p.pid, 0)
         dt = time.monotonic() - t
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -172,21 +179,26 @@ def run_child(cmd: list[str], env_add: dict | None = None) -> tuple[float, int, 
         return dt, usage.ru_maxrss, out.read().decode(), usage.ru_utime + usage.ru_stime
 
 
-def measure(path: Path) -> dict:
+def measure(path: Path, baseline: Path | None = None) -> dict:
     """One run: grep -c (the baseline), the scanner, and the scanner with grep from the start
     of each range (GPUALERT_SCAN_PYTHON_FIRST=0: the engine before Python-first), on the same
-    cached file."""
+    cached file; with `baseline` (a revision's gpualert_slurm), that scanner too."""
     gdt, _, _, gcpu = run_child(["grep", "-c", "error", str(path)])
     cmd = [sys.executable, "-m", "gpualert_slurm", "classify", "--json", "--exit-code", "1",
            str(path)]
     dt, rss, out, cpu = run_child(cmd)
     v = json.loads(out)
     odt, _, oout, ocpu = run_child(cmd, {"GPUALERT_SCAN_PYTHON_FIRST": "0"})
-    return {"dt": dt, "rss": rss, "cpu": cpu, "gdt": gdt, "gcpu": gcpu, "v": v,
-            "odt": odt, "ocpu": ocpu, "ov": json.loads(oout), "load": os.getloadavg()[0]}
+    m = {"dt": dt, "rss": rss, "cpu": cpu, "gdt": gdt, "gcpu": gcpu, "v": v,
+         "odt": odt, "ocpu": ocpu, "ov": json.loads(oout), "load": os.getloadavg()[0]}
+    if baseline is not None:
+        bdt, _, bout, bcpu = run_child(cmd, tree=baseline)
+        m.update(bdt=bdt, bcpu=bcpu, bv=json.loads(bout))
+    return m
 
 
-def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
+def bench(kind: str, path: Path, size_mb: int, repeat: int = 1,
+          baseline: tuple[str, Path] | None = None) -> bool:
     t = time.monotonic()
     with open(path, "wb") as f:
         GEN[kind](f, size_mb << 20, random.Random(7))
@@ -197,7 +209,7 @@ def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
     subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL)  # same page cache for both
     runs = []
     for r in range(repeat):
-        m = measure(path)
+        m = measure(path, baseline[1] if baseline else None)
         runs.append(m)
         mbs, gmbs = size / 1e6 / m["dt"], size / 1e6 / m["gdt"]
         if repeat > 1:
@@ -206,7 +218,8 @@ def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
                   f"RSS {m['rss'] / 1024:.0f} MiB, load {m['load']:.1f}", flush=True)
     ok = all(m["v"]["class"] == "cuda_oom" and m["ov"]["class"] == "cuda_oom" for m in runs)
     med = {k: statistics.median(m[k] for m in runs)
-           for k in ("dt", "rss", "cpu", "gdt", "gcpu", "odt", "ocpu")}
+           for k in ("dt", "rss", "cpu", "gdt", "gcpu", "odt", "ocpu", "bdt", "bcpu")
+           if k in runs[0]}
     ratio = statistics.median((size / m["dt"]) / (size / m["gdt"]) for m in runs)
     mbs, gmbs = size / 1e6 / med["dt"], size / 1e6 / med["gdt"]
     rss, v = med["rss"], runs[-1]["v"]
@@ -234,6 +247,15 @@ def bench(kind: str, path: Path, size_mb: int, repeat: int = 1) -> bool:
     print(f"   per CPU second: gpualert {size / 1e6 / max(med['cpu'], 1e-3):.0f} MB (grep-first "
           f"{size / 1e6 / max(med['ocpu'], 1e-3):.0f} MB), grep -c "
           f"{size / 1e6 / max(med['gcpu'], 1e-3):.0f} MB")
+    gib = size / 2**30
+    print(f"   CPU-s per GiB: gpualert {med['cpu'] / gib:.2f}, grep -c {med['gcpu'] / gib:.2f}")
+    if baseline is not None:  # the same file, the same minutes: before and after a change
+        bv = runs[-1]["bv"]
+        print(f"   before ({baseline[0]}): {what}{size / 1e6 / med['bdt']:7.1f} MB/s "
+              f"({med['bdt']:.2f} s, CPU {med['bcpu']:.2f} s, {med['bcpu'] / gib:.2f} CPU-s per "
+              f"GiB), verdict {bv['class']}; now {mbs:.1f} MB/s: x{med['bdt'] / med['dt']:.2f} "
+              f"wall, x{med['bcpu'] / max(med['cpu'], 1e-3):.2f} CPU")
+        ok = ok and all(m["bv"]["class"] == m["v"]["class"] for m in runs)
     print(f"   target >= {TARGET[kind]} MB/s: {'met' if mbs >= TARGET[kind] else 'NOT met'}; "
           f"<= 100 MB RSS: {'met' if rss / 1024 <= 100 else 'NOT met'}", flush=True)
     return ok
@@ -245,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default="ordinary,gated,short,nccl")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per kind on the same file (a shared machine: medians are printed)")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also run the scanner of git revision REV (its gpualert_slurm, checked "
+                         "out to a temp dir) on each file in the same run: before and after")
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     bad = [k for k in kinds if k not in GEN]
@@ -260,9 +285,27 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f}")
     ok = True
     with tempfile.TemporaryDirectory(prefix="gpualert-bench-") as d:
+        baseline = None
+        if args.baseline:
+            tree = Path(d) / "baseline"
+            tree.mkdir()
+            arch = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline,
+                                   "gpualert_slurm"], capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=arch, check=True)
+            baseline = (args.baseline, tree)
+            # each tree's rule cache in the temp dir (its key differs), built before timing
+            os.environ["GPUALERT_RULES_CACHE_DIR"] = str(Path(d) / "rules-cache")
+            (Path(d) / "rules-cache").mkdir(mode=0o755)
+            warm = Path(d) / "warm.log"
+            warm.write_text(TRACEBACK)
+            for t in (REPO, tree):
+                run_child([sys.executable, "-m", "gpualert_slurm", "classify", str(warm)],
+                          tree=t)
+            print(f"baseline: the scanner of {args.baseline} beside this checkout's (rule "
+                  "caches in the temp dir)")
         for kind in kinds:
             log = Path(d) / f"{kind}.log"
-            ok = bench(kind, log, args.size_mb, max(1, args.repeat)) and ok
+            ok = bench(kind, log, args.size_mb, max(1, args.repeat), baseline) and ok
             log.unlink()
     return 0 if ok else 1
 

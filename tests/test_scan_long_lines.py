@@ -1,5 +1,5 @@
 """A line longer than LINE_CAP (8 KiB) is matched on its first LINE_CAP bytes, else on its last
-LINE_CAP (NULs dropped), in both engines (gpualert_slurm/classify/scan.py). A NUL run (a sparse or
+LINE_CAP (NULs dropped), in both engines (gpualert_slurm/classify/scan/). A NUL run (a sparse or
 preallocated log, a log truncated under a writer that keeps its offset) has no newline, so the
 crash line written right after it ends a very long line: before this, 1 GiB, 64 MiB or 100 KiB
 of NULs then `torch.OutOfMemoryError ...` was classified `unknown`. The same for any long

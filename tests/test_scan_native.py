@@ -73,10 +73,17 @@ def _both(monkeypatch, path: Path, **kw) -> scan.ScanResult:
     return gr
 
 
-def _gated(n: int, rnd: random.Random) -> bytes:
-    return b"".join(b"step %d worker %d %s rate 0.%02d %s %d nccl id=%x\n" % (
+def _gated(n: int, rnd: random.Random, letters: bool = False) -> bytes:
+    """Lines holding gate words, each with a random id: hex (one line shape once hex ids are
+    marked, lines.hex_keys) or, `letters`, of letters that are no hex digits (a shape each)."""
+    out = b"".join(b"step %d worker %d %s rate 0.%02d %s %d nccl id=%x\n" % (
         i % 997, i % 89, GATES[i % 16].encode(), i % 97, GATES[i * 7 % 16].encode(), i % 60,
         rnd.getrandbits(40)) for i in range(n))
+    if letters:
+        table = bytes.maketrans(b"0123456789abcdef", b"ghijklmnopqrstuv")
+        out = b"\n".join(line[:line.index(b"id=") + 3] + line[line.index(b"id=") + 3:]
+                         .translate(table) if line else line for line in out.split(b"\n"))
+    return out
 
 
 def test_lines_holding_only_gate_words(tmp_path, monkeypatch):
@@ -292,7 +299,7 @@ def test_python_first_hands_over_to_grep_mid_file(tmp_path, monkeypatch):
                                                         rnd.random()) for i in range(70_000))
     log = tmp_path / "mixed.log"
     log.write_bytes(b"ModuleNotFoundError: No module named 'early'\n" + progress
-                    + b"step 9 loss=nan\n" * 20 + _gated(60_000, rnd)
+                    + b"step 9 loss=nan\n" * 20 + _gated(60_000, rnd, letters=True)
                     + b"[rank1]: NCCL WARN Timeout waiting\n" * 5 + OOM_TB)
     assert log.stat().st_size > 3 * scan.CHUNK
     grids: list[int] = []
@@ -383,7 +390,8 @@ def test_python_first_hands_over_to_a_failing_grep_and_says_so(tmp_path, monkeyp
     """The handover's grep cannot run: the range is read on in Python from where it stopped,
     engine says why, and the events are Python's."""
     log = tmp_path / "ids.log"
-    log.write_bytes(b"step 1 loss=0.5\n" * 50_000 + _gated(40_000, random.Random(6)) + OOM_TB)
+    log.write_bytes(b"step 1 loss=0.5\n" * 50_000 + _gated(40_000, random.Random(6), letters=True)
+                    + OOM_TB)
     rules = load_rules(site=False)
     monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
     monkeypatch.setattr(scan_reading, "NATIVE", False)
@@ -394,3 +402,56 @@ def test_python_first_hands_over_to_a_failing_grep_and_says_so(tmp_path, monkeyp
     res = scan.scan_file(str(log), rules, budget_s=3600.0)
     assert res.engine.startswith("python (grep failed:"), res.engine
     assert _sig(res) == want
+
+
+def _nccl_info(n: int, rnd: random.Random) -> bytes:
+    """NCCL_DEBUG=INFO's set-up lines as a 16-rank job prints them: each with its own comm
+    address and bus id (hex), so no two lines have one digit shape."""
+    out = []
+    for i in range(n):
+        head = b"gpu%03d:%d:%d [%d] NCCL INFO " % (i % 4, 2000 + i % 7, 2100 + i % 5, i % 8)
+        comm, bus = rnd.getrandbits(44) | 1 << 40, rnd.getrandbits(16) << 4 | 1 << 20
+        if i % 2:
+            out.append(head + b"comm 0x%x rank %d nranks 16 cudaDev %d busId %x - Init "
+                       b"COMPLETE\n" % (comm, i % 16, i % 8, bus))
+        else:
+            out.append(head + b"Connected all rings, comm 0x%x nRanks 16 busId %x localRanks 8"
+                       b"\n" % (comm, bus))
+    return b"".join(out)
+
+
+def test_lines_differing_in_hex_ids_are_one_shape(tmp_path, monkeypatch):
+    """NCCL's set-up lines differ only in hex ids (lines.hex_keys marks them): the rules cannot
+    tell them apart (hex_uniform), so they are matched as one shape - a few per chunk, not each
+    one - by Python, by grep and after a handover alike; the crash at the end decides."""
+    log = tmp_path / "nccl.log"
+    log.write_bytes(_nccl_info(40_000, random.Random(8)) + OOM_TB)
+    assert log.stat().st_size > 2 * scan.CHUNK
+    res = _both(monkeypatch, log)
+    setup = [e for e in res.events if e.rule.id == "collective_setup"]
+    # 3 + the last of each key a chunk (a few keys: ids of other lengths, bus ids of digits
+    # only), not one event a line (40,000, all but KEEP_EVENTS at each end dropped)
+    assert 0 < len(setup) <= 100 and res.dropped == 0
+    assert res.events[-1].rule.cls == "cuda_oom" and res.events[-1].line == res.lines
+    # the Python path reads it all (a few keys a chunk), no handover to grep
+    monkeypatch.setattr(scan_reading, "PYTHON_FIRST", True)
+    monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
+    assert scan.scan_file(str(log), load_rules(site=False), budget_s=3600.0).engine == "python"
+
+
+def test_hex_ids_a_rule_reads_keep_their_lines_apart(tmp_path, monkeypatch):
+    """'NCCL Error \\d' matches "NCCL Error 1b2c3d" but not "NCCL Error a1b2c3": lines of one
+    hex key that a rule can tell apart are matched by their digit shapes, as before, so the
+    matching ones are not lost behind a quiet first line."""
+    rules = load_rules(site=False)
+    m = scan._Matcher(rules, "log")
+    yes, no = b"worker: NCCL Error 1b2c3d here", b"worker: NCCL Error a1b2c3 here"
+    key = scan.hex_key(yes.translate(scan.NORM))
+    assert key == scan.hex_key(no.translate(scan.NORM)) and not m.hex_uniform(key, no)
+    ok = b"gpu0:1:1 [0] NCCL INFO comm 0x7f3a9c0e1b rank 3 nranks 16 - Init COMPLETE"
+    assert m.hex_uniform(scan.hex_key(ok.translate(scan.NORM)), ok)
+    log = tmp_path / "mixed.log"
+    log.write_bytes(b"step 1 loss=0.5\n" * 30_000 + (no + b"\n") * 20 + (yes + b"\n") * 5
+                    + b"step 1 loss=0.5\n" * 30_000)
+    res = _both(monkeypatch, log)
+    assert [e.rule.cls for e in res.events if e.text == yes.decode()] == ["nccl_error"] * 4

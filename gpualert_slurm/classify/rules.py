@@ -130,7 +130,7 @@ class RuleSet:
     literal_rules: dict[str, dict[str, list[tuple[Rule, tuple[int, ...]]]]] = field(
         default_factory=dict)  # literal -> (rule, the indexes of its patterns it stands for)
     # source -> the regexes (texts) over a chunk's bytes that find the rule literals, one per
-    # first character of the literals (scan.py's _found_by_search; compiled by literal_scans)
+    # first character of the literals (scan/python.py's _found_by_search; literal_scans)
     literal_scan_src: dict[str, list[str]] = field(default_factory=dict)
     # regex text -> re's compiled program for it, from the cache (rulecache.py): the literal
     # regexes are large, and re takes tens of ms to compile them

@@ -2,7 +2,8 @@
 
 The scanner in four parts, and the reading policy that uses them:
 - lines.py: what a line is to the rules: colour codes, Markdown marks and launcher prefixes
-  removed (clean_text, line_view), its shape (NORM: digits as 0), long lines capped;
+  removed (clean_text, line_view), its shape (NORM: digits as 0; hex_keys: hex ids marked),
+  long lines capped;
 - python.py: the rule matcher (_Matcher) and the Python path over a range (the dedup of line
   shapes, the literal search); Event and ScanResult;
 - ere.py: the rules' regexes as EREs for GNU grep (grep_patterns);
@@ -31,7 +32,15 @@ from gpualert_slurm.classify.scan.grep import (
     NativeError,
     _scan_range_native,
 )
-from gpualert_slurm.classify.scan.lines import LINE_CAP, NORM, LineView, clean_text, line_view
+from gpualert_slurm.classify.scan.lines import (
+    LINE_CAP,
+    NORM,
+    LineView,
+    clean_text,
+    hex_key,
+    hex_keys,
+    line_view,
+)
 from gpualert_slurm.classify.scan.python import (
     CHUNK,
     HANDOVER_SHAPES,
@@ -59,5 +68,5 @@ __all__ = [
     "HEAD_BYTES", "KEEP_EVENTS", "LINE_CAP", "NATIVE", "NATIVE_MIN", "NORM", "PYTHON_FIRST",
     "REPEAT_KEEP", "SPLIT_MIN", "TAIL_BYTES", "WORKERS", "Event", "Hit", "LineView",
     "NativeError", "ScanResult", "_Matcher", "_digit_blind", "_scan_range_native", "clean_text",
-    "grep_patterns", "line_view", "scan_file",
+    "grep_patterns", "hex_key", "hex_keys", "line_view", "scan_file",
 ]

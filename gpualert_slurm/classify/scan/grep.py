@@ -23,7 +23,7 @@ import time
 
 from gpualert_slurm.classify.scan.ere import grep_patterns
 from gpualert_slurm.classify.scan.lines import LINE_CAP, NORM, _capped, _first_sep, _roll
-from gpualert_slurm.classify.scan.python import CHUNK, Event, _Matcher, _pick
+from gpualert_slurm.classify.scan.python import CHUNK, Event, _group, _Matcher, _pick
 
 # grep reads the range through a pipe that a feeder thread fills from the file, so the reading
 # policy stays exact: the feeder stops at the byte limit or once past the deadline, then writes
@@ -386,7 +386,7 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
             limit = max(0, limit - read)
     events: list[Event] = []
     chunk_no = -1
-    groups: dict[bytes, list[tuple[int, bytes]]] = {}
+    groups: dict[bytes, list[tuple]] = {}
     meta: dict[int, tuple[int, int]] = {}  # range offset -> (segment index, line index)
 
     def flush() -> None:
@@ -413,7 +413,7 @@ def _scan_range_native(f, limit, res, col, matcher, line_base, resync=False, ord
                 flush()
                 chunk_no = k
             meta[where] = (seg, seg - n_cr)
-            groups.setdefault(raw.translate(NORM), []).append((where, raw))
+            _group(groups, raw.translate(NORM), where, raw)
 
     cuts = _pieces(f, start, limit) if WORKERS > 1 else []
     bounds = [start, *cuts]

@@ -136,3 +136,33 @@ def _first_sep(b: bytes) -> int:
     if a < 0:
         return c
     return a if c < 0 else min(a, c)
+
+
+# Hex ids in a shape (comm 0x7f3a9c0e1b20, busId 1b000, a commit or a hash): digits are "0"
+# there already, so their letters are what tells one id from another and the line shape with
+# them (NCCL_DEBUG=INFO's "Init COMPLETE" lines: each one its own shape). A key over shapes
+# marks each character of such an id "1", which no shape holds (every digit is "0"), so the
+# id's length and place stay: a run of lowercase hex after "0x", or one of at least HEX_MIN
+# standing alone that holds a digit and a letter (not a float's exponent, "1.0000e-04"). Lines
+# of one key are matched as one shape only when the rules cannot tell their ids apart
+# (python._Matcher.hex_uniform); else by their digit shapes, as before.
+HEX_MIN = 5
+_HEX_ID = re.compile(rb"\b0x([0a-f]+)\b|\b(?!0+e[-+])(?=[a-f]*0)(?=0*[a-f])[0a-f]{%d,}\b" % HEX_MIN)
+HEX_MARK = ord("1")
+
+
+def _marked(m: re.Match[bytes]) -> bytes:
+    if m.group(1) is not None:
+        return b"0x" + b"1" * (m.end() - m.start() - 2)
+    return b"1" * (m.end() - m.start())
+
+
+def hex_keys(shapes: list[bytes]) -> list[bytes]:
+    """The key of each shape (digit-normalised line): its hex ids marked, else itself."""
+    joined = b"\n".join(shapes)
+    out = _HEX_ID.sub(_marked, joined)
+    return shapes if out == joined else out.split(b"\n")
+
+
+def hex_key(shape: bytes) -> bytes:
+    return _HEX_ID.sub(_marked, shape)

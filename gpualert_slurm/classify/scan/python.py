@@ -3,7 +3,11 @@
 The Python path (smaller files, and the fallback): each chunk is normalised with one
 `bytes.translate` (every digit -> '0', CR -> LF; lines.NORM) and split into segments; a training
 log is mostly progress lines that differ only in their numbers, so the set of distinct normalised
-segments ("shapes") is tiny. Only the distinct shapes are checked for the prefilter substrings
+segments ("shapes") is tiny. Hex ids (NCCL's comm addresses and bus ids, hashes) would make
+each line its own shape: shapes are grouped by their hex key (lines.hex_keys), and a key's lines
+are one shape where the rules cannot tell its ids apart (_Matcher.hex_uniform, by rewriting each
+candidate pattern to read an id's characters as "any hex digit"), else each keeps its own.
+Only the distinct shapes are checked for the prefilter substrings
 ("gates", case-insensitive), and only lines holding a gate are decoded; a shape that matched
 nothing is remembered as quiet. A chunk of mostly distinct lines (random ids, NCCL_DEBUG=INFO
 pointers) is searched instead for the rules' own literals (one literal-prefixed regex per first
@@ -29,6 +33,8 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]  # digit-blind
 
 from gpualert_slurm.classify.rules import Rule, RuleSet, norm_text
 from gpualert_slurm.classify.scan.lines import (
+    _PREFIX_RX,
+    HEX_MARK,
     LINE_CAP,
     NORM,
     LineView,
@@ -37,6 +43,8 @@ from gpualert_slurm.classify.scan.lines import (
     _first_sep,
     _roll,
     clean_text,
+    hex_key,
+    hex_keys,
     line_view,
 )
 
@@ -199,6 +207,128 @@ def _digit_blind(source: str) -> tuple[re.Pattern[str], bool] | None:
         return None
 
 
+# ---- lines that differ in hex ids (lines.hex_keys): can the rules tell them apart? ----
+# A line of a hex key is written with each id character as _X and each other digit as _Y,
+# two word characters (as hex digits are) that no rule names. A pattern is rewritten twice:
+# "may" (each element that matches some of the characters an _X or _Y stands for also matches
+# the mark: a superset, "some variant matches") and "must" (only an element that matches all
+# of them matches the mark: "every variant matches"). The lines of the key are one shape for the
+# rules when each candidate rule either must match or may not.
+_X, _Y = "\u01c2", "\u01c1"
+_HEXCH, _DIGCH = "0123456789abcdef", "0123456789"
+
+
+class _NoRewrite(Exception):  # noqa: N818  (control flow: the pattern cannot be judged)
+    pass
+
+
+@functools.lru_cache(maxsize=4096)
+def _members(text: str, flags: int) -> tuple[bool, bool, bool, bool]:
+    """For a one-character regex `text`: (matches some hex digit, all of them, some digit,
+    all of them)."""
+    rx = re.compile(text, flags)
+    hx = [rx.fullmatch(c) is not None for c in _HEXCH]
+    dg = hx[:10]
+    return any(hx), all(hx), any(dg), all(dg)
+
+
+def _one(text: str, flags: int, must: bool) -> str:
+    some_h, all_h, some_d, all_d = _members(text, flags)
+    marks = (_X if (all_h if must else some_h) else "") + (_Y if (all_d if must else some_d)
+                                                            else "")
+    inner = f"(?![{_X}{_Y}]){text}"
+    return f"(?:{inner}|[{marks}])" if marks else f"(?:{inner})"
+
+
+def _marks_seq(items, flags: int, must: bool) -> str:
+    out = []
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            out.append(_one(re.escape(chr(av)), flags, must))
+        elif name == "NOT_LITERAL":
+            out.append(_one("[^" + re.escape(chr(av)) + "]", flags, must))
+        elif name == "ANY":
+            out.append(_one(".", flags, must))
+        elif name == "IN":
+            out.append(_one(_class_text(av), flags, must))
+        elif name == "AT":
+            out.append(_AT[str(av)])
+        elif name == "SUBPATTERN":
+            add, drop = _flags(av[1]), _flags(av[2])
+            inner = _marks_seq(av[-1], (flags | av[1]) & ~av[2], must)
+            out.append(f"(?{add}{'-' + drop if drop else ''}:{inner})")
+        elif name == "BRANCH":
+            out.append("(?:" + "|".join(_marks_seq(alt, flags, must) for alt in av[1]) + ")")
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            lo, hi = av[0], av[1]
+            rep = f"{{{lo},{'' if hi == sre_parse.MAXREPEAT else hi}}}"
+            out.append(f"(?:{_marks_seq(av[2], flags, must)}){rep}"
+                       + ("?" if name == "MIN_REPEAT" else ""))
+        elif name in ("POSSESSIVE_REPEAT", "ATOMIC_GROUP") and not must:
+            body = av if name == "ATOMIC_GROUP" else av[2]  # unlimited: more, never less
+            rep = "" if name == "ATOMIC_GROUP" else \
+                f"{{{av[0]},{'' if av[1] == sre_parse.MAXREPEAT else av[1]}}}"
+            out.append(f"(?:{_marks_seq(body, flags, must)}){rep}")
+        elif name == "ASSERT":
+            out.append(("(?=" if av[0] == 1 else "(?<=") + _marks_seq(av[1], flags, must) + ")")
+        elif name == "ASSERT_NOT":  # what must not match: judged the other way round
+            try:
+                inner = _marks_seq(av[1], flags, not must)
+            except _NoRewrite:
+                if must:
+                    raise
+                continue  # "may": left off, more, never less
+            out.append(("(?!" if av[0] == 1 else "(?<!") + inner + ")")
+        else:  # back-references, and in "must" atomic or possessive parts
+            raise _NoRewrite(name)
+    return "".join(out)
+
+
+def _class_text(av) -> str:
+    neg, body = "", []
+    for op, x in av:
+        name = str(op)
+        if name == "NEGATE":
+            neg = "^"
+        elif name == "LITERAL":
+            body.append(re.escape(chr(x)))
+        elif name == "RANGE":
+            body.append(re.escape(chr(x[0])) + "-" + re.escape(chr(x[1])))
+        elif name == "CATEGORY":
+            body.append(_CAT[str(x)])
+        else:
+            raise _NoRewrite(name)
+    return "[" + neg + "".join(body) + "]"
+
+
+@functools.lru_cache(maxsize=4096)
+def _marks_rx(source: str, must: bool) -> re.Pattern[str] | None:
+    """The pattern rewritten to read _X and _Y marks ("may" or "must"), compiled; None when
+    it cannot be (the caller then cannot judge the key)."""
+    try:
+        parsed = sre_parse.parse(source)
+        flags = parsed.state.flags & (re.IGNORECASE | re.MULTILINE | re.DOTALL | re.ASCII)
+        if flags & re.ASCII:  # the marks would not be word characters
+            return None
+        return re.compile(_marks_seq(list(parsed), flags, must), flags)
+    except (_NoRewrite, ValueError, KeyError, re.error, RecursionError):
+        return None
+
+
+def _exposed(lit: str) -> bool:
+    """Whether a rule literal (norm_text'ed) could overlap a hex id of a line: it holds a run
+    of hex characters that may touch an id's edge (an id stands between non-word characters,
+    or after "0x")."""
+    for m in re.finditer(r"[0a-f]+", lit):
+        a, b = m.start(), m.end()
+        left = a == 0 or not (lit[a - 1].isalnum() or lit[a - 1] == "_") or lit[a - 1] == "x"
+        right = b == len(lit) or not (lit[b].isalnum() or lit[b] == "_")
+        if left and right:
+            return True
+    return False
+
+
 class _Matcher:
     """Decides which rule (if any) a line belongs to; caches by the line's bytes."""
 
@@ -214,6 +344,7 @@ class _Matcher:
         # literal (e.g. "Errno 28")
         self.quiet: set[bytes] = set()
         self.uniform: dict[bytes, bool] = {}  # shape -> digit_uniform() of a line of it
+        self.hexu: dict[bytes, bool] = {}  # hex key -> hex_uniform()
         self.digit_gates = rules.digit_gates[source]
         self.native_patterns: list[bytes] | bool = False  # grep's, built on first use
         self.rules = rules.scanned(source)
@@ -270,6 +401,78 @@ class _Matcher:
                 blind = _digit_blind(r.patterns.sources[i])
                 if blind is None or (blind[1] and blind[0].search(body)):
                     return False
+        return True
+
+    @functools.cached_property
+    def _exposed_rx(self) -> re.Pattern[str] | None:
+        """The rule literals that could overlap a hex id (_exposed), each as a regex that
+        reads _X as any hex digit and must cover one _X (lines.HEX_MARK's places)."""
+        alts = []
+        for lit in self.literal_rules:
+            if _exposed(lit):
+                body = "".join(f"[{c}{_X}]" if c in _HEXCH else re.escape(c) for c in lit)
+                alts.append(f"(?=.{{0,{len(lit) - 1}}}{_X}){body}")
+        return re.compile("|".join(alts), re.DOTALL) if alts else None
+
+    def hex_uniform(self, key: bytes, raw: bytes) -> bool:
+        """Whether every line of this hex key (lines.hex_keys: its shape with each hex id
+        marked) gets from match() what raw, one of them, gets: the same rule or none."""
+        known = self.hexu.get(key)
+        if known is None:
+            if len(self.hexu) >= 20000:  # bounded memory, as the quiet shapes
+                self.hexu.clear()
+            known = self.hexu[key] = self._hex_uniform(key, raw)
+        return known
+
+    def _hex_uniform(self, key: bytes, raw: bytes) -> bool:
+        # what clean_text changes, non-ASCII and long lines: not judged (their lines are matched
+        # by their digit shapes)
+        if (len(raw) > 1024 or len(raw) != len(key) or not raw.isascii()
+                or any(c < 32 and c != 9 for c in raw) or any(c in raw for c in b"\\*`\x7f")):
+            return False
+        text = raw.decode("ascii").rstrip()
+        view = line_view(text, cleaned=True)
+        start = len(text) - len(view.body)  # where the prefixes line_view removed end
+        ids = [i for i in range(len(text)) if key[i] == HEX_MARK]
+        if not ids or ids[0] < start or _PREFIX_RX.match(view.body) is not None:
+            return False
+        chars = list(text)
+        for i in ids:
+            chars[i] = _X
+        marked_x = "".join(chars)
+        # no id could make line_view remove more: the prefixes, "may" match, do not match
+        may_prefix = _marks_rx(_PREFIX_RX.pattern, False)
+        if may_prefix is None or may_prefix.match(marked_x, start) is not None:
+            return False
+        # no rule literal could overlap an id: the same rules are tried on every line
+        pre = norm_text(text) + "\n"
+        normed = list(pre)
+        for i in ids:
+            normed[i] = _X
+        if self._exposed_rx is not None and self._exposed_rx.search("".join(normed)):
+            return False
+        hits: dict[Rule, set[int]] = {}
+        for m in self.literal_rx.finditer(pre):
+            for r, idx in self.literal_rules[m.group(1)]:
+                hits.setdefault(r, set()).update(idx)
+        for i, c in enumerate(chars):
+            if c.isdigit():
+                chars[i] = _Y
+        body = "".join(chars)[start:].lstrip()
+        for r in sorted(hits, key=self.rank):  # as match(): the first that matches decides
+            every, none = False, True
+            for i in sorted(hits[r]):
+                src = r.patterns.sources[i]
+                must, may = _marks_rx(src, True), _marks_rx(src, False)
+                if must is not None and must.search(body):
+                    every = True
+                    break
+                if may is None or may.search(body):
+                    none = False
+            if every:
+                return True  # every line of the key matches this rule: it decides for all
+            if not none:
+                return False  # some lines may match it and some may not
         return True
 
     def match(self, raw: bytes) -> tuple[Rule, str | None, str, Hit] | None:
@@ -453,60 +656,131 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
                handover=False):
     """Scan buf[:end] (end is just past a separator). Returns updated (lines, order).
     `handover`: raise _Handover (before any event) when the chunk has more than
-    HANDOVER_SHAPES distinct line shapes."""
+    HANDOVER_SHAPES distinct line shapes (hex ids marked: lines.hex_keys)."""
     normed = buf.translate(NORM)
     segs = normed.split(b"\n")
     segs.pop()  # the unfinished segment after the last separator is not ours
     nseg = len(segs)
-    uniq = set(segs)
-    del segs
-    if handover and len(uniq) > HANDOVER_SHAPES:
+    uniq = list(set(segs))
+    keys = hex_keys(uniq)
+    nkeys = len(uniq) if keys is uniq else len(set(keys))
+    if handover and nkeys > HANDOVER_SHAPES:
         raise _Handover(order, None, None, 0)  # (_scan_range fills in where)
     has_cr = buf.find(b"\r", 0, end) >= 0
-    if len(uniq) * 4 > nseg and nseg >= 256:
+    if nkeys * 4 > nseg and nseg >= 256:
         # mostly distinct lines (random ids, hashes): dedup does not pay, one search per gate does
         found = _found_by_search(buf, end, normed, matcher)
         return _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, path,
                      count)
-    if not matcher.hits(b"\n".join(uniq)):
-        if count:
+    if (keys is uniq or len(uniq) <= HANDOVER_SHAPES) and not matcher.hits(b"\n".join(uniq)):
+        if count:  # (no gate in any line; with many ids the groups below decide as cheaply)
             lines += buf.count(b"\n", 0, end) if has_cr else nseg
         return lines, order + nseg
-    # locate each occurrence of a segment holding a gate; decode and match only those
-    found = []
+    found: list = []
     quiet = matcher.quiet
-    missed = 0  # lines matched in vain (grep would not print most): what a handover bounds
-    for s in uniq:
-        if s in quiet or not matcher.hits(s):
-            continue
-        matched = 0
-        for p in _positions(normed, s):
-            raw = _capped(buf[p : p + len(s)])
-            got = matcher.match(raw)
-            if got is None and handover:
-                missed += 1
-                if missed > HANDOVER_MISSES:  # nothing emitted yet: grep redoes the chunk
-                    raise _Handover(order, None, None, 0)
-            if got is not None:
-                found.append((p, got))
-                matched += 1
-                if matched == REPEAT_KEEP and matcher.can_be_quiet(s, raw):
-                    # the same line over and over ("loss=nan" every step): its first few and
-                    # its last occurrence in this chunk are evidence enough
-                    last = normed.rfind(b"\n" + s + b"\n") + 1
-                    if last > p:
-                        got = matcher.match(_capped(buf[last : last + len(s)]))
-                        if got is not None:
-                            found.append((last, got))
-                    break
-            elif not matched and matcher.can_be_quiet(s, raw):
-                if len(s) <= 1024:  # bounded memory, as the cache above
-                    if len(quiet) >= 20000:
-                        quiet.clear()
-                    quiet.add(s)
-                break
+    missed = [0]  # lines matched in vain (grep would not print most): what a handover bounds
+
+    def miss() -> None:
+        missed[0] += 1
+        if missed[0] > HANDOVER_MISSES:  # nothing emitted yet: grep redoes the chunk
+            raise _Handover(order, None, None, 0)
+
+    on_miss = miss if handover else None
+    if keys is uniq:  # no hex ids: each shape as itself
+        del segs
+        for sh in uniq:
+            if sh not in quiet and matcher.hits(sh):
+                _walk_in(sh, normed, buf, matcher, found, None, on_miss)
+        return _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col,
+                     path, count)
+    # hex ids: the chunk once more with each line's key in place of its shape (as long), so
+    # that the lines of a key are found as a shape's are
+    key_of = dict(zip(uniq, keys, strict=True))
+    keyed = b"\n".join([key_of[sh] for sh in segs]) + b"\n"
+    members: dict[bytes, list[bytes]] = {}
+    for sh, k in key_of.items():
+        members.setdefault(k, []).append(sh)
+    where: dict[bytes, list[int]] = {}  # shape -> its lines' offsets (the shapes of a key
+    for k, ms in members.items():  # the rules can tell apart: one pass, when one is met)
+        if HEX_MARK in k:
+            if k in quiet:
+                continue
+            first = keyed.find(b"\n" + k + b"\n") + 1 if not keyed.startswith(k + b"\n") \
+                else 0
+            if keyed.find(b"\n" + k + b"\n", first) != -1 and matcher.hex_uniform(
+                    k, _capped(buf[first : first + len(k)])):  # one shape for the rules
+                _walk_in(k, keyed, buf, matcher, found, True, on_miss)
+                continue
+            if len(ms) > 1 and not where:
+                want = {sh for ms2 in members.values() if len(ms2) > 1 for sh in ms2}
+                at = 0
+                for sh in segs:
+                    if sh in want:
+                        where.setdefault(sh, []).append(at)
+                    at += len(sh) + 1
+        for sh in ms:
+            if sh in quiet or not matcher.hits(sh):
+                continue
+            if sh in where:
+                offs = where[sh]
+                _walk(sh, ((p, _capped(buf[p : p + len(sh)])) for p in offs),
+                      _last_at(buf, offs[-1], len(sh)), matcher, found, None, on_miss)
+            else:
+                _walk_in(sh, normed, buf, matcher, found, None, on_miss)
     return _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, path,
                  count)
+
+
+def _walk(s: bytes, occ, last, matcher: _Matcher, found: list, uniform: bool | None,
+          on_miss=None) -> None:
+    """The dedup rule for the lines of one shape in a chunk: `occ` yields (offset, raw line)
+    in order; they are matched until REPEAT_KEEP matched (then the last one, `last()`), and a
+    shape whose first line matched nothing is quiet, when a few of its lines stand for all
+    (can_be_quiet, or `uniform`: hex_uniform's answer for a hex key). `on_miss`: called for
+    each line matched in vain (the handover's bound)."""
+    quiet = matcher.quiet
+    matched = 0
+    for p, raw in occ:
+        got = matcher.match(raw)
+        if got is None and on_miss is not None:
+            on_miss()
+        if got is not None:
+            found.append((p, got))
+            matched += 1
+            if matched == REPEAT_KEEP and (matcher.can_be_quiet(s, raw) if uniform is None
+                                           else uniform):
+                # the same line over and over ("loss=nan" every step): its first few and
+                # its last occurrence in this chunk are evidence enough
+                lp, lraw = last()
+                if lp > p:
+                    got = matcher.match(lraw)
+                    if got is not None:
+                        found.append((lp, got))
+                break
+        elif not matched and (matcher.can_be_quiet(s, raw) if uniform is None else uniform):
+            if len(s) <= 1024:  # bounded memory, as the cache above
+                if len(quiet) >= 20000:
+                    quiet.clear()
+                quiet.add(s)
+            break
+
+
+def _last_at(buf: bytes, p: int, n: int):
+    return lambda: (p, _capped(buf[p : p + n]))
+
+
+def _walk_in(s: bytes, normed: bytes, buf: bytes, matcher: _Matcher, found: list,
+             uniform: bool | None, on_miss=None) -> None:
+    """_walk over the lines of shape (or key) `s` as `normed` (the chunk's shapes, or keys)
+    has them, each read from `buf` at the same offset."""
+    n = len(s)
+
+    def last() -> tuple[int, bytes]:
+        p = normed.rfind(b"\n" + s + b"\n") + 1
+        return p, _capped(buf[p : p + n])
+
+    _walk(s, ((p, _capped(buf[p : p + n])) for p in _positions(normed, s)), last, matcher,
+          found, uniform, on_miss)
 
 
 def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> list:
@@ -532,43 +806,48 @@ def _found_by_search(buf: bytes, end: int, normed: bytes, matcher: _Matcher) -> 
             if p - start < LINE_CAP or (line_end if line_end != -1 else end) - p <= LINE_CAP:
                 starts.append(start)  # in the part of a long line that is matched
             m = search(low, line_end + 1) if line_end != -1 else None
-    groups: dict[bytes, list[tuple[int, bytes]]] = {}
+    groups: dict[bytes, list[tuple]] = {}
     for start in sorted(set(starts)):
         stop = low.find(b"\n", start)
-        groups.setdefault(normed[start:stop], []).append(
-            (start, _capped(buf[start:stop])))
+        _group(groups, normed[start:stop], start, _capped(buf[start:stop]))
     return _pick(groups, matcher)
 
 
-def _pick(groups: dict[bytes, list[tuple[int, bytes]]], matcher: _Matcher) -> list:
+def _group(groups: dict[bytes, list[tuple]], shape: bytes, at: int, raw: bytes) -> None:
+    """Add a candidate line to its group: its hex key (with its shape, hex ids marked) or,
+    without hex ids, its shape."""
+    k = hex_key(shape)
+    if k == shape:
+        groups.setdefault(shape, []).append((at, raw))
+    else:
+        groups.setdefault(k, []).append((at, raw, shape))
+
+
+def _pick(groups: dict[bytes, list[tuple]], matcher: _Matcher) -> list:
     """The dedup path's rule for candidate lines found by a search (the literal regex, or grep):
     per shape, the lines in order until REPEAT_KEEP matched (then its last one), and a shape
-    whose first line matched nothing is quiet. `groups`: shape -> [(offset, raw line)] of one
-    chunk, in offset order; the same events as the dedup path gives for that chunk."""
-    found = []
+    whose first line matched nothing is quiet. `groups` (_group): shape or hex key ->
+    [(offset, raw line[, shape])] of one chunk, in offset order; the same events as the dedup
+    path gives for that chunk (a hex key's lines are one shape where hex_uniform says so)."""
+    found: list = []
     quiet = matcher.quiet
-    for s, occ in groups.items():
-        if s in quiet or not matcher.hits(s):
-            continue
-        matched = 0
-        for p, raw in occ:
-            got = matcher.match(raw)
-            if got is not None:
-                found.append((p, got))
-                matched += 1
-                if matched == REPEAT_KEEP and matcher.can_be_quiet(s, raw):
-                    last, lraw = occ[-1]
-                    if last > p:
-                        got = matcher.match(lraw)
-                        if got is not None:
-                            found.append((last, got))
-                    break
-            elif not matched and matcher.can_be_quiet(s, raw):
-                if len(s) <= 1024:
-                    if len(quiet) >= 20000:
-                        quiet.clear()
-                    quiet.add(s)
-                break
+    for k, occ in groups.items():
+        if HEX_MARK in k:
+            if k in quiet:
+                continue
+            if len(occ) > 1 and matcher.hex_uniform(k, occ[0][1]):
+                _walk(k, ((p, raw) for p, raw, _ in occ), lambda o=occ: o[-1][:2], matcher,
+                      found, True)
+                continue
+            shapes: dict[bytes, list[tuple[int, bytes]]] = {}
+            for p, raw, sh in occ:
+                shapes.setdefault(sh, []).append((p, raw))
+        else:
+            shapes = {k: occ}
+        for sh, lst in shapes.items():
+            if sh in quiet or not matcher.hits(sh):
+                continue
+            _walk(sh, iter(lst), lambda o=lst: o[-1], matcher, found, None)
     return found
 
 
