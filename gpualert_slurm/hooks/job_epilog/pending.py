@@ -12,6 +12,7 @@ from typing import Any
 
 from gpualert_slurm.core.config import Config
 from gpualert_slurm.core.spool import SpoolError, opened_dir, read_json_nofollow, write_json_atomic
+from gpualert_slurm.core.verdict import read_at
 from gpualert_slurm.hooks.common import HookLog
 from gpualert_slurm.hooks.job_epilog.context import Budget, JobEpilog
 from gpualert_slurm.hooks.job_epilog.delivery import fallback_report, send_job, should_send
@@ -112,7 +113,7 @@ def _finish_pending(cfg: Config, m: dict[str, Any], log: HookLog, deadline: floa
         ctx.tasks = open_task_logs(js)
         try:
             try:
-                v = read_json_nofollow("verdict.json", js.attempt_fd, owners=(0,))
+                v = read_at(js.attempt_fd).to_json()  # root's, checked as core.verdict reads
             except (FileNotFoundError, SpoolError):
                 v = None
             if isinstance(v, dict) and "report" in v:

@@ -1,6 +1,9 @@
 """The job's verdict (<attempt dir>/verdict.json): the classifier's answer for all ranks
 together, with the nodes' evidence that checked, Slurm's facts, the job's record and the notes
-the report shows; written atomically. Also the least verdict, when gpualert itself failed."""
+the report shows. Built as a core.verdict.Verdict and written through core.verdict.write_at (the
+one writer; a verdict of the wrong shape is refused there, not written). Between the writes the
+epilog adds report, artifacts and recovery to its JSON form, which the report and recovery
+read. Also the least verdict, when gpualert itself failed."""
 
 from __future__ import annotations
 
@@ -10,7 +13,15 @@ from contextlib import suppress
 from typing import Any
 
 from gpualert_slurm.core import slurm
-from gpualert_slurm.core.spool import write_json_atomic
+from gpualert_slurm.core.verdict import (
+    VERSION,
+    ArrayRef,
+    Cause,
+    JobInfo,
+    Verdict,
+    VerdictError,
+    write_at,
+)
 from gpualert_slurm.hooks.classify_child import PendingVerdict, classify_tasks
 from gpualert_slurm.hooks.job_epilog.context import JobEpilog
 from gpualert_slurm.hooks.job_epilog.facts import (
@@ -19,7 +30,10 @@ from gpualert_slurm.hooks.job_epilog.facts import (
     sealed_view,
     trusted_facts,
 )
-from gpualert_slurm.hooks.jobspool import VERDICT_VERSION, TaskLog, exit_code2
+from gpualert_slurm.hooks.jobspool import TaskLog, exit_code2
+
+# what later steps add (send_job, recover): absent from verdict.json until they do
+LATER = frozenset({"report", "artifacts", "recovery", "decision_id"})
 
 
 def build_verdict(ctx: JobEpilog, node_recs: dict[str, Any], nodes: list[str],
@@ -44,30 +58,30 @@ def build_verdict(ctx: JobEpilog, node_recs: dict[str, Any], nodes: list[str],
     array_id = env.get("SLURM_ARRAY_JOB_ID") or rec.get("ArrayJobId")
     task_id = env.get("SLURM_ARRAY_TASK_ID") or rec.get("ArrayTaskId")
     failing = pick_failing(tasks, verdict)
-    return {
-        "version": VERDICT_VERSION,
-        "job_id": env["SLURM_JOB_ID"],
-        "attempt": js.attempt,
-        "attempt_path": js.attempt_path,
-        "logs_dir": os.path.join(js.attempt_path, "tasks"),
-        "array": {"job_id": array_id, "task_id": task_id}
+    return Verdict(
+        job_id=env["SLURM_JOB_ID"],
+        attempt=js.attempt,
+        attempt_path=js.attempt_path,
+        logs_dir=os.path.join(js.attempt_path, "tasks"),
+        array=ArrayRef(job_id=array_id, task_id=task_id)
         if array_id and task_id not in (None, "", "N/A") else None,
-        "job": job_section(ctx, rec, nodes, sf, now),
-        "options": ctx.opts.to_json(),
-        "failed": failed,
-        "silent_failure": silent,
-        "verdict": verdict,
-        "classifier_error": err,
-        "tasks": [t.info() for t in tasks],
-        "nodes": {n: _node_summary(sealed_view(node_recs[n], (trusted["nodes"].get(n) or {})
-                                              .get("verified"))
-                                  if isinstance(node_recs.get(n), dict) else None)
-                  for n in nodes},
-        "trusted": trusted,
-        "last_lines": last_lines(failing) if failing is not None else None,
-        "notes": notes,
-        "time": now,
-    }
+        job=JobInfo(**job_section(ctx, rec, nodes, sf, now)),
+        options=ctx.opts.to_json(),
+        failed=failed,
+        silent_failure=silent,
+        cause=Cause.from_json(verdict),
+        classifier_error=err,
+        tasks=tuple(t.info() for t in tasks),
+        nodes={n: _node_summary(sealed_view(node_recs[n], (trusted["nodes"].get(n) or {})
+                                           .get("verified"))
+                               if isinstance(node_recs.get(n), dict) else None)
+               for n in nodes},
+        trusted=trusted,
+        last_lines=last_lines(failing) if failing is not None else None,
+        notes=tuple(notes),
+        time=now,
+        omitted=LATER,
+    ).to_json()
 
 
 def node_evidence(nodes: list[str], node_recs: dict[str, Any], trusted: dict[str, Any]
@@ -146,7 +160,7 @@ def fallback_verdict(ctx: JobEpilog, err: Exception) -> dict[str, Any]:
     """The least verdict: Slurm's exit code, the logs, and what went wrong in gpualert."""
     env, js = ctx.env, ctx.spool
     code, sig = exit_code2(env)
-    return {"version": VERDICT_VERSION, "job_id": env["SLURM_JOB_ID"], "attempt": js.attempt,
+    return {"version": VERSION, "job_id": env["SLURM_JOB_ID"], "attempt": js.attempt,
             "attempt_path": js.attempt_path, "logs_dir": os.path.join(js.attempt_path, "tasks"),
             "job": {"name": env.get("SLURM_JOB_NAME"), "user": env.get("SLURM_JOB_USER"),
                     "nodelist": env.get("SLURM_JOB_NODELIST"), "exit_code": code,
@@ -159,13 +173,13 @@ def fallback_verdict(ctx: JobEpilog, err: Exception) -> dict[str, Any]:
 
 
 def save_verdict(ctx: JobEpilog, v: dict[str, Any]) -> bool:
-    """verdict.json, atomically; a full or broken spool is logged, and the report still goes
-    out (the mail carries the same content)."""
+    """verdict.json, atomically, through core.verdict (the one writer); a full or broken spool
+    is logged, and the report still goes out (the mail carries the same content)."""
     js = ctx.spool
     try:
-        write_json_atomic(js.attempt_fd, "verdict.json", v, 0o644)
+        write_at(js.attempt_fd, Verdict.of(v))
         return True
-    except OSError as e:
+    except (OSError, VerdictError) as e:
         ctx.log.error(f"job {v.get('job_id')}: cannot write verdict.json in {js.attempt_path}: "
                       f"{e}")
         return False
