@@ -252,14 +252,10 @@ def test_node_epilogs_and_prologs_go_through_the_same_drainer(tmp_path: Path) ->
     assert _settled(tmp_path)
 
 
-def test_a_prolog_nobody_answers_runs_in_its_shim(tmp_path: Path) -> None:
-    """No drainer answers in GPUALERT_PROLOG_WAIT (here: one that hangs without draining):
-    the shim takes its job back and runs the Prolog itself; nothing stays queued."""
+def _prolog_no_answer(tmp_path: Path, drainer: str) -> tuple[subprocess.Popen, float, Path]:
     fake = tmp_path / "gpualert"
     out = tmp_path / "ran"
-    pid = tmp_path / "drainer.pid"
-    fake.write_text(f"#!/bin/sh\n[ \"$2\" = drain ] && echo $$ > {pid} && exec sleep 30\n"
-                    f"echo \"$@\" >> {out}\n")
+    fake.write_text(f"#!/bin/sh\n[ \"$2\" = drain ] && {{ {drainer}; }}\necho \"$@\" >> {out}\n")
     fake.chmod(0o755)
     env = dict(os.environ, GPUALERT_BIN=str(fake), GPUALERT_QUEUE_DIR=str(tmp_path / "q"),
                GPUALERT_PROLOG_WAIT="1", SLURM_JOB_ID="7001")
@@ -268,11 +264,31 @@ def test_a_prolog_nobody_answers_runs_in_its_shim(tmp_path: Path) -> None:
     p = subprocess.Popen(["/bin/sh", str(SHIMS / "gpualert-prolog")], env=env,
                          start_new_session=True)
     assert p.wait(30) == 0
-    assert time.time() - t0 < 10
+    return p, time.time() - t0, out
+
+
+def test_a_prolog_no_drainer_answers_runs_in_its_shim(tmp_path: Path) -> None:
+    """No drainer (here: one that exits at once, letting go of the lock): after
+    GPUALERT_PROLOG_WAIT the shim takes its job back and runs the Prolog itself."""
+    _p, took, out = _prolog_no_answer(tmp_path, "exit 0")
+    assert took < 10
     assert out.read_text().split() == ["hook", "prolog"]
     assert [x.name for x in (tmp_path / "q").iterdir()] == ["drainer.lock"]
-    with contextlib.suppress(ProcessLookupError, ValueError, OSError):
-        os.kill(int(pid.read_text()), signal.SIGKILL)  # the drainer that never answered
+
+
+def test_a_prolog_behind_a_busy_drainer_is_left_to_it(tmp_path: Path) -> None:
+    """A drainer that holds the lock but has not answered in time (a burst): the shim returns
+    within its bound and leaves the job queued for it, rather than add a cold start to the
+    burst."""
+    pid = tmp_path / "drainer.pid"
+    p, took, out = _prolog_no_answer(tmp_path, f"echo $$ > {pid}; exec sleep 30")
+    try:
+        assert took < 10
+        assert not out.exists()  # not run in the shim
+        assert [x.name for x in (tmp_path / "q").glob("7001.*.prolog")]  # still queued
+    finally:
+        with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+            os.kill(int(pid.read_text()), signal.SIGKILL)  # the drainer that never answered
 
 
 # A drainer whose job epilog is cut short (ends as its watchdog ends it: EXIT_CUT) and whose

@@ -424,11 +424,15 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
     unsettled: dict[str, tuple[dict[str, str], float]] = {}
     settling: set[str] = set()
     next_settle = 0.0
-    # files a dead drainer left .run: their child is gone once past any bound
-    for mt, name in queued(dfd, (RUNNING,)):
+    # files a dead drainer left .run: their child is gone once past any bound; FIFOs of
+    # Prolog shims that are gone (killed at Slurm's PrologEpilogTimeout)
+    for mt, name in queued(dfd, (RUNNING, DONE)):
         if time.time() - mt > 60.0 + KILL_MARGIN_S:
             with contextlib.suppress(OSError):
-                os.rename(name, name[:-len(RUNNING)], src_dir_fd=dfd, dst_dir_fd=dfd)
+                if name.endswith(DONE):
+                    os.unlink(name, dir_fd=dfd)
+                else:
+                    os.rename(name, name[:-len(RUNNING)], src_dir_fd=dfd, dst_dir_fd=dfd)
 
     def fork(fn: Work, env: dict[str, str], arg: Any, kind: str = "") -> int:
         pid = os.fork()
@@ -481,7 +485,7 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
         # to start on each: never behind a job epilog's wait on slurmctld), the Epilogs'
         # shared, at most half of it job epilogs (their Slurm calls load slurmctld)
         busy = {k: sum(1 for r in running.values() if r[3] == k) for k in KINDS}
-        room = {PROLOG_SUFFIX: slots - busy[PROLOG_SUFFIX],
+        room = {PROLOG_SUFFIX: 2 * slots - busy[PROLOG_SUFFIX],  # mostly waiting on disk
                 NODE_SUFFIX: slots - busy[NODE_SUFFIX] - busy[SUFFIX],
                 SUFFIX: min(slots - busy[NODE_SUFFIX] - busy[SUFFIX],
                             max(1, slots // 2) - busy[SUFFIX])}
