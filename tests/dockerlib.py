@@ -18,25 +18,37 @@ there (`DockerCluster.sbatch`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from clusterlib import (
     REPO,
     TEST_USER,
     ClusterError,
     ClusterFacts,
+    cancel_quietly,
+    cluster_lock,
+    make_workdir,
     node_state,
     parse_facts,
     sbatch,
     using_conf,
+    wait_final,
+    wait_state,
     wait_until,
+    write_user_file,
 )
+
+from gpualert_slurm.core import slurm
 
 DCLUSTER = REPO / "docker" / "slurm-cluster" / "dcluster"
 # Slurm version -> the environment that selects its container cluster (dcluster's header).
@@ -212,3 +224,118 @@ def docker_cluster(docker_cluster_session: DockerCluster) -> Iterator[DockerClus
     """The container cluster, with SLURM_CONF pointing at it for the module's tests."""
     with using(docker_cluster_session) as dc:
         yield dc
+
+
+# ---------------------------------------------------------------------------------------------
+# a node lost under a running job (tests/test_recovery_docker.py on 22.05, and
+# tests/test_version_matrix.py on each version): one sequence of steps, each test its asserts
+
+LOSS_SCRIPT = """#!/bin/bash
+srun -N2 -n2 bash -c 'touch "running-$SLURM_PROCID"; exec sleep 300'
+"""
+# what action mode is given to do on a lost node
+ACTION_MODE = {"mode": "action", "actions": ["requeue", "exclude_node", "drain_node"]}
+
+
+def recovery_audit(facts: ClusterFacts) -> Path:
+    return facts.spool / ".gpualert" / "recovery" / "audit.jsonl"
+
+
+def recovery_decision(audit: Path, job: int) -> dict[str, Any] | None:
+    """The recovery policy's decision record for the job's step 0 in the audit log, if any."""
+    if not audit.exists():
+        return None
+    for line in audit.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("event") == "decision" and r.get("id") == f"{job}.0":
+            return r
+    return None
+
+
+def put_gpualert_config(facts: ClusterFacts, text: str) -> None:
+    """Replace the cluster's gpualert.yaml at once (the hooks read it at each job's end)."""
+    tmp = facts.gpualert_config.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    os.replace(tmp, facts.gpualert_config)
+
+
+@dataclass(frozen=True)
+class LossDecision:
+    """What lose_a_node saw. Monitor mode: `final`; action mode: `node` and `requeued`."""
+
+    job: int
+    victim: str                                 # the job's node that was not its batch host
+    decision: dict[str, Any]                    # the audit log's decision record
+    after_s: float                              # from the kill to that record
+    final: slurm.JobState | None = None         # the job's end as sacct has it (monitor)
+    node: slurm.NodeInfo | None = None          # the victim once gpualert drained it (action)
+    requeued: slurm.JobState | None = None      # the job once it excludes the victim (action)
+
+
+def lose_a_node(dc: DockerCluster, workdir_name: str, action: bool = False) -> LossDecision:
+    """A 2-node job (LOSS_SCRIPT) whose non-batch node's container is killed once both ranks
+    run; returns when gpualert's recovery decision for it is in the audit log, after the job
+    ended (monitor mode, --no-requeue) or once Slurm shows gpualert's actions (action mode,
+    --requeue: the victim drained with gpualert's reason, the job excluding it). All under the
+    cluster lock. Action mode switches the cluster's gpualert config to ACTION_MODE and puts
+    it back; the victim is made usable again, whatever happens."""
+    c = dc.facts
+    audit = recovery_audit(c)
+    d = make_workdir(c, workdir_name)
+    script = write_user_file(d / "job.sh", LOSS_SCRIPT)
+    saved = c.gpualert_config.read_text()
+    job = victim = None
+    final = node = requeued = None
+    with cluster_lock(c):
+        try:
+            if action:
+                doc = yaml.safe_load(saved) or {}
+                doc["recovery"] = dict(ACTION_MODE)
+                put_gpualert_config(c, yaml.safe_dump(doc))
+                mode_args: tuple[str, ...] = ("--requeue", "--open-mode=append")
+            else:
+                mode_args = ("--no-requeue",)
+            job = dc.sbatch(script, "-N2", "--gpualert", "-o", "slurm-%j.out", *mode_args)
+            wait_state(job, "RUNNING", timeout=90, root=c.root)
+            wait_until(lambda: all((d / f"running-{r}").exists() for r in (0, 1)), 60,
+                       "both ranks running")
+            info = slurm.show_job(job)
+            victim = next(n for n in info.nodes if n != info.raw.get("BatchHost"))
+            t0 = time.monotonic()
+            dc.kill_node(victim)
+            if not action:
+                final = wait_final(job, timeout=150, root=c.root)
+            dec = wait_until(lambda: recovery_decision(audit, job), 150,
+                             f"the recovery decision for job {job} in {audit}")
+            after = time.monotonic() - t0
+            if action:
+                # The actions follow the decision record (fsynced first): wait for Slurm to
+                # show them.
+                wait_until(lambda: slurm.node_info(victim).reason.startswith("gpualert:"), 60,
+                           f"{victim} drained by gpualert")
+                wait_until(lambda: victim in str(slurm.show_job(job).raw.get("ExcNodeList",
+                                                                              "")),
+                           60, f"job {job} to exclude {victim}")
+                node = slurm.node_info(victim)
+                requeued = slurm.show_job(job)
+            print(f"Slurm {c.slurm_version}: job {job}"
+                  f"{f' {final.state}' if final else ''}, decision {after:.1f} s after "
+                  f"{victim} was killed ({'action' if action else 'monitor'} mode)")
+        finally:
+            if action:
+                put_gpualert_config(c, saved)
+            if job:
+                cancel_quietly(job)
+            if victim:
+                if action:
+                    # gpualert's drain outlives the container's restart: resume it (refused
+                    # while the node is still down), bring the container back, resume again.
+                    with contextlib.suppress(slurm.SlurmError):
+                        slurm.update_node(victim, "resume")
+                    with contextlib.suppress(AssertionError):
+                        dc.restore_node(victim)
+                    with contextlib.suppress(slurm.SlurmError):
+                        slurm.update_node(victim, "resume")
+                dc.restore_node(victim)
+    return LossDecision(job, victim, dec, after, final, node, requeued)

@@ -19,11 +19,9 @@ tests/test_docker_cluster.py already brings up):
 
 from __future__ import annotations
 
-import contextlib
 import email
 import email.policy
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -32,12 +30,12 @@ from pathlib import Path
 
 import clusterlib
 import pytest
-import yaml
-from clusterlib import make_workdir, wait_final, wait_state, wait_until, write_user_file
+from clusterlib import make_workdir, wait_final, wait_until, write_user_file
 from dockerlib import (  # noqa: F401
     DockerCluster,
     docker_cluster_2411_session,
     docker_cluster_session,
+    lose_a_node,
     using,
 )
 from spank_jobs import job_dir, require_plugin, task_files
@@ -200,50 +198,15 @@ def test_mailprog_gets_slurms_mail_and_enriches_it(vc: DockerCluster, tap_run: T
 
 
 # ---------------------------------------------------------------------------------------------
-# recovery on a node loss
-
-LOSS_SCRIPT = """#!/bin/bash
-srun -N2 -n2 bash -c 'touch "running-$SLURM_PROCID"; exec sleep 300'
-"""
-
-
-def decision(audit: Path, job: int) -> dict | None:
-    if not audit.exists():
-        return None
-    for line in audit.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("event") == "decision" and r.get("id") == f"{job}.0":
-            return r
-    return None
+# recovery on a node loss (the steps: dockerlib.lose_a_node, as tests/test_recovery_docker.py)
 
 
 def test_node_loss_is_named_and_recovery_decides(vc: DockerCluster) -> None:
     c = vc.facts
     assert "recovery" not in c.gpualert_config.read_text(), "this test expects monitor mode"
-    audit = c.spool / ".gpualert" / "recovery" / "audit.jsonl"
-    d = make_workdir(c, f"matrix-loss-{c.slurm_version}")
-    script = write_user_file(d / "job.sh", LOSS_SCRIPT)
-    job = vc.sbatch(script, "-N2", "--no-requeue", "--gpualert", "-o", "slurm-%j.out")
-    victim = None
-    with clusterlib.cluster_lock(c):
-        try:
-            wait_state(job, "RUNNING", timeout=90, root=c.root)
-            wait_until(lambda: all((d / f"running-{r}").exists() for r in (0, 1)), 60,
-                       "both ranks running")
-            info = slurm.show_job(job)
-            victim = next(n for n in info.nodes if n != info.raw.get("BatchHost"))
-            t0 = time.monotonic()
-            vc.kill_node(victim)
-            st = wait_final(job, timeout=150, root=c.root)
-            dec = wait_until(lambda: decision(audit, job), 150,
-                             f"the recovery decision for job {job} in {audit}")
-            print(f"Slurm {c.slurm_version}: job {job} {st.state}, decision "
-                  f"{time.monotonic() - t0:.1f} s after {victim} was killed")
-        finally:
-            clusterlib.cancel_quietly(job)
-            if victim:
-                vc.restore_node(victim)
-    assert st.state == "NODE_FAIL", st
+    loss = lose_a_node(vc, f"matrix-loss-{c.slurm_version}")
+    dec, victim, job, st = loss.decision, loss.victim, loss.job, loss.final
+    assert st is not None and st.state == "NODE_FAIL", st
     v = verdict_of(c, job)
     assert v["verdict"]["class"] == "node_failure" and v["verdict"]["root_node"] == victim, v
     assert dec["class"] == "node_failure" and dec["suspects"] == [victim], dec
@@ -259,56 +222,12 @@ def test_node_loss_in_action_mode_drains_it_and_requeues_the_job_without_it(
     """Action mode on a real node loss: gpualert's own Slurm commands on this version
     (scontrol update nodename=... state=DRAIN reason=..., update jobid=... ExcNodeList=...,
     requeue). The cluster's config is switched under the cluster lock and put back, and the
-    node resumed, whatever happens (as tests/test_recovery_docker.py does on 22.05)."""
+    node resumed, whatever happens (dockerlib.lose_a_node, as tests/test_recovery_docker.py
+    does on 22.05)."""
     c = vc.facts
-    audit = c.spool / ".gpualert" / "recovery" / "audit.jsonl"
-    d = make_workdir(c, f"matrix-action-{c.slurm_version}")
-    script = write_user_file(d / "job.sh", LOSS_SCRIPT)
-    saved = c.gpualert_config.read_text()
-    victim = job = None
-
-    def put_config(text: str) -> None:
-        tmp = c.gpualert_config.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o644)
-        os.replace(tmp, c.gpualert_config)
-
-    with clusterlib.cluster_lock(c):
-        try:
-            doc = yaml.safe_load(saved) or {}
-            doc["recovery"] = {"mode": "action",
-                               "actions": ["requeue", "exclude_node", "drain_node"]}
-            put_config(yaml.safe_dump(doc))
-            job = vc.sbatch(script, "-N2", "--requeue", "--gpualert", "-o", "slurm-%j.out",
-                            "--open-mode=append")
-            wait_state(job, "RUNNING", timeout=90, root=c.root)
-            wait_until(lambda: all((d / f"running-{r}").exists() for r in (0, 1)), 60,
-                       "both ranks running")
-            info = slurm.show_job(job)
-            victim = next(n for n in info.nodes if n != info.raw.get("BatchHost"))
-            vc.kill_node(victim)
-            dec = wait_until(lambda: decision(audit, job), 150,
-                             f"the recovery decision for job {job} in {audit}")
-            wait_until(lambda: slurm.node_info(victim).reason.startswith("gpualert:"), 60,
-                       f"{victim} drained by gpualert")
-            wait_until(lambda: victim in str(slurm.show_job(job).raw.get("ExcNodeList", "")),
-                       60, f"job {job} to exclude {victim}")
-            node = slurm.node_info(victim)
-            st = slurm.show_job(job)
-        finally:
-            put_config(saved)
-            if job:
-                clusterlib.cancel_quietly(job)
-            if victim:
-                # gpualert's drain outlives the container's restart: resume it (refused while
-                # the node is still down), bring the container back, resume once more.
-                with contextlib.suppress(slurm.SlurmError):
-                    slurm.update_node(victim, "resume")
-                with contextlib.suppress(AssertionError):
-                    vc.restore_node(victim)
-                with contextlib.suppress(slurm.SlurmError):
-                    slurm.update_node(victim, "resume")
-                vc.restore_node(victim)
+    loss = lose_a_node(vc, f"matrix-action-{c.slurm_version}", action=True)
+    dec, victim, node, st = loss.decision, loss.victim, loss.node, loss.requeued
+    assert node is not None and st is not None
     assert dec["class"] == "node_failure" and dec["suspects"] == [victim], dec
     assert dec["mode"] == "action", dec
     assert "DRAIN" in node.flags and node.reason.startswith("gpualert: node_failure"), node
