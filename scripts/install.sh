@@ -58,6 +58,9 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ scripts/install.sh -nt "
     touch "$stamp"
 fi
 # Not editable: the hooks and jobs (other users) import the installed copy, never the checkout.
+# setuptools copies into build/lib and never removes from it: a module deleted from the checkout
+# would still be installed (and hide a missed importer), so that copy is made afresh each time.
+rm -rf build/lib
 "$VENV/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall . >/dev/null
 chmod -R a+rX "$PREFIX"
 # The rule cache (gpualert_slurm/classify/rulecache.py, /var/cache/gpualert): built here as root,
