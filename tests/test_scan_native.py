@@ -46,6 +46,9 @@ def _both(monkeypatch, path: Path, **kw) -> scan.ScanResult:
     # engines are compared, not the time budget: on a loaded machine (load 8 on 2 cores) the
     # Python path ran past the budget's head share and read the file partially, grep did not
     kw.setdefault("budget_s", 3600.0)
+    # nor the chunk size: a chunk slower than SLOW_CHUNK_S (a loaded machine) halves the next,
+    # and a repeated line is matched a few times per chunk, so the grids must be the same
+    monkeypatch.setattr(scan_python, "SLOW_CHUNK_S", 3600.0)
     monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
     monkeypatch.setattr(scan_reading, "NATIVE", False)
     py = scan.scan_file(str(path), rules, **kw)

@@ -702,16 +702,15 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
         members.setdefault(k, []).append(sh)
     where: dict[bytes, list[int]] = {}  # shape -> its lines' offsets (the shapes of a key
     for k, ms in members.items():  # the rules can tell apart: one pass, when one is met)
-        if HEX_MARK in k:
+        if HEX_MARK in k and len(ms) > 1:  # (a key of one shape: that shape's lines, as before)
             if k in quiet:
                 continue
             first = keyed.find(b"\n" + k + b"\n") + 1 if not keyed.startswith(k + b"\n") \
                 else 0
-            if keyed.find(b"\n" + k + b"\n", first) != -1 and matcher.hex_uniform(
-                    k, _capped(buf[first : first + len(k)])):  # one shape for the rules
+            if matcher.hex_uniform(k, _capped(buf[first : first + len(k)])):  # one shape
                 _walk_in(k, keyed, buf, matcher, found, True, on_miss)
                 continue
-            if len(ms) > 1 and not where:
+            if not where:
                 want = {sh for ms2 in members.values() if len(ms2) > 1 for sh in ms2}
                 at = 0
                 for sh in segs:
@@ -828,14 +827,15 @@ def _pick(groups: dict[bytes, list[tuple]], matcher: _Matcher) -> list:
     per shape, the lines in order until REPEAT_KEEP matched (then its last one), and a shape
     whose first line matched nothing is quiet. `groups` (_group): shape or hex key ->
     [(offset, raw line[, shape])] of one chunk, in offset order; the same events as the dedup
-    path gives for that chunk (a hex key's lines are one shape where hex_uniform says so)."""
+    path gives for that chunk (the lines of a hex key of several shapes are one shape where
+    hex_uniform says so)."""
     found: list = []
     quiet = matcher.quiet
     for k, occ in groups.items():
         if HEX_MARK in k:
             if k in quiet:
                 continue
-            if len(occ) > 1 and matcher.hex_uniform(k, occ[0][1]):
+            if len({sh for _, _, sh in occ}) > 1 and matcher.hex_uniform(k, occ[0][1]):
                 _walk(k, ((p, raw) for p, raw, _ in occ), lambda o=occ: o[-1][:2], matcher,
                       found, True)
                 continue
