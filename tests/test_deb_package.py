@@ -340,5 +340,17 @@ def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smt
     assert state == "idle", state
     slurm = sh("sinfo -V").stdout.strip()
     assert re.search(r" 24\.11\." if suite == "trixie" else r" 22\.05\.", slurm), slurm
+    # purge: the conffiles go, and root's runtime state with them (/run/gpualert: the hooks'
+    # queue, which held the job's environment); slurm.conf stays, with a note that it still
+    # names gpualert.
+    assert sh("test -d /run/gpualert", check=False).returncode == 0, "no hook queue was made"
+    purge = sh("export DEBIAN_FRONTEND=noninteractive; apt-get purge -y -q gpualert-slurm",
+               timeout=300)
+    assert "/etc/slurm/slurm.conf still names gpualert" in purge.stdout, purge.stdout
+    assert sh("test -e /run/gpualert || test -e /etc/slurm/gpualert-epilog-slurmctld || "
+              "test -e /etc/gpualert/gpualert.yaml", check=False).returncode != 0
+    assert sh("dpkg-query -W -f='${Status}' gpualert-slurm", check=False).stdout in (
+        "", "unknown ok not-installed"), "still known to dpkg after purge"
+    assert sh("sha256sum /etc/slurm/slurm.conf").stdout == conf_before
     print(f"deb test ({suite}, {slurm}): apt-get install {t_inst:.0f} s, whole test "
           f"{time.monotonic() - t0:.0f} s")
