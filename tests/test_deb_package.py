@@ -229,6 +229,27 @@ def node(deb: tuple[str, Path]) -> Iterator[tuple[str, str]]:
         subprocess.run(["docker", "rm", "-f", NAME], capture_output=True, timeout=120)
 
 
+def test_deb_holds_every_module_and_data_file_of_the_package(deb: tuple[str, Path]) -> None:
+    """Every file of gpualert_slurm/ in the tree the .deb is built from (modules and the data
+    they read: classify/rules/*.yaml, data/templates/*.j2, classes, precedence, policy ...;
+    not the READMEs) is in the package, where Debian's python3 imports it from: a data file
+    that setup.cfg's package_data misses would be absent there while every checkout test
+    passes. And the NVML binding is bundled."""
+    suite, path = deb
+    listing = subprocess.run(["dpkg-deb", "-c", str(path)], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+    prefix = "./usr/lib/python3/dist-packages/"
+    shipped = {ln.split()[-1].removeprefix(prefix) for ln in listing.splitlines()
+               if ln.split()[-1].startswith(prefix)}
+    tree = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                           "gpualert_slurm"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, check=True).stdout.split()
+    want = {f for f in tree if not f.endswith(".md") and (REPO / f).is_file()}
+    assert len(want) > 100 and any(f.endswith(".j2") for f in want), sorted(want)[:20]
+    assert sorted(want - shipped) == [], f"not in the {suite} .deb"
+    assert "gpualert_slurm/_vendor/pynvml.py" in shipped
+
+
 def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smtp_server):
     suite, deb_name = node
     t0 = time.monotonic()
