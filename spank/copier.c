@@ -42,6 +42,7 @@
 #define HOSTED_FLUSH_MS 3600000    /* the same for a hosted copier: the step does not wait
                                       for it, so it may outlast a stalled spool */
 #define STUCK_MS 1000              /* a writer this long without progress is stuck (hung spool) */
+#define CLOSE_WAIT_MS 100          /* after EOF, how long an answer waits for the log's close */
 
 /* The log side's buffer: a queue of chunks, so the copier's memory (in the job's cgroup) is
  * what the spool is behind by, not the bound: a ring would touch all of its pages. */
@@ -313,6 +314,7 @@ static void *writer_main(void *arg)
         t->writer_dead = 1;
         t->log_errno = e ? e : EIO;
         drop_queue(t);
+        pthread_mutex_unlock(&t->mu);
         goto done;
     }
     for (;;) {
@@ -379,14 +381,16 @@ static void *writer_main(void *arg)
                 (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec, (long)ru.ru_stime.tv_sec,
                 (long)ru.ru_stime.tv_usec, ngaps, gap_bytes);
     }
-    pthread_mutex_lock(&t->mu);
 done:
-    t->writer_done = 1;
-    pthread_mutex_unlock(&t->mu);
+    /* Closed before the copier may say so: once task_exit has its answer, nothing of the
+     * copier's is open in the spool (the step's end may unmount it). */
     if (log >= 0)
         close(log);
     if (jfd >= 0)
         close(jfd);
+    pthread_mutex_lock(&t->mu);
+    t->writer_done = 1;
+    pthread_mutex_unlock(&t->mu);
     return NULL;
 }
 
@@ -435,9 +439,10 @@ static int pump(struct tap *t, int i, char *buf, int drain)
     }
 }
 
-/* Answers task_exit: what was logged, once nothing is pending (or now, if final, or if the
- * writer is stuck on a hung spool: then task_exit need not wait out its whole bound). */
-static void answer(struct tap *t, int final)
+/* Answers task_exit: what was logged, once nothing is pending and not held (or now, if final,
+ * or if the writer is stuck on a hung spool: then task_exit need not wait out its whole
+ * bound). */
+static void answer(struct tap *t, int final, int hold)
 {
     pthread_mutex_lock(&t->mu);
     size_t pending = t->writer_dead ? 0 : t->len;
@@ -447,7 +452,7 @@ static void answer(struct tap *t, int final)
                               .gaps = t->ngaps, .gap_bytes = t->gap_bytes,
                               .first_gap = t->first_gap, .log_errno = t->log_errno};
     pthread_mutex_unlock(&t->mu);
-    if (pending && !final)
+    if ((pending || hold) && !final)
         return;
     drain_answer(&t->drain, &dr);
 }
@@ -527,8 +532,10 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
                 open_in--;
             }
         }
-        if (task_done && t->drain.nconns)
-            answer(t, 0);
+        /* Pipes still open (the task's children hold them): answer once its bytes are logged.
+         * At EOF the answer waits for the log to be closed too (below). */
+        if (task_done && t->drain.nconns && open_in > 0)
+            answer(t, 0, 0);
         /* Trickling output (pipes far from full) while the task runs: let it gather for
          * 0.3 ms so each wake-up copies more (about 3x less CPU per GiB through srun); a full
          * pipe is never made to wait, and the drain at exit never naps. */
@@ -558,8 +565,11 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
         int done = t->writer_done;
         pthread_mutex_unlock(&t->mu);
         if (t->drain.nconns) {
-            /* answer() itself answers at once when the writer is stuck on a hung spool */
-            answer(t, done || now_ms() - start > flush_ms);
+            /* answer() itself answers at once when the writer is stuck on a hung spool; it
+             * waits for the writer to close the log (CLOSE_WAIT_MS at most: a close on a
+             * hung mount may not return) */
+            answer(t, done || now_ms() - start > flush_ms,
+                   !done && now_ms() - start < CLOSE_WAIT_MS);
             if (!t->drain.nconns)
                 asked_at = now_ms();
         }

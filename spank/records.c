@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -260,15 +261,121 @@ static int write_local_record(const char *local_dir, const struct task_id *id,
     return 0;
 }
 
+static long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
+}
+
+static void forget(struct exit_writes *ws, int i)
+{
+    struct exit_write *w = &ws->w[i];
+    siginfo_t si;
+    /* Reaped here unless slurmstepd's own wait for its tasks took it first: by the pidfd, so a
+     * pid reused meanwhile is never waited for. */
+    if (w->pidfd >= 0) {
+        waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED | WNOHANG);
+        close(w->pidfd);
+    } else {
+        waitpid(w->pid, NULL, WNOHANG);
+    }
+    close(w->rfd);
+    ws->w[i] = ws->w[--ws->n];
+}
+
+/* The child said how it went (or died without saying): said, and the local copy let go once
+ * the spool has the record. */
+static void finish(struct exit_writes *ws, int i)
+{
+    struct exit_write *w = &ws->w[i];
+    unsigned char rc = 0;
+    ssize_t k;
+    while ((k = read(w->rfd, &rc, 1)) < 0 && errno == EINTR)
+        ;
+    if (k == 1 && rc != 0)
+        slurm_info("gpualert: job %u %s.%u: no exit record: %s", w->job, w->step_name,
+                   w->rank, strerror(rc));
+    else if (k == 1 && w->local[0])
+        unlink(w->local);          /* the spool has it: the local copy is not needed */
+    forget(ws, i);
+}
+
+/* Past their budget: the spool does not answer. A task in a hung mount's wait is killable:
+ * SIGKILL ends it; each is given 1 s to go, all at once. The step writes no more records to
+ * the spool. */
+static void give_up(struct exit_writes *ws, const struct plugin_config *cfg, long now)
+{
+    int late[EXIT_WRITES_MAX], nlate = 0;
+    for (int i = 0; i < ws->n; i++)
+        if (now >= ws->w[i].deadline_ms) {
+            late[nlate++] = i;
+            if (ws->w[i].pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, ws->w[i].pidfd, SIGKILL, NULL, 0);
+            else
+                kill(ws->w[i].pid, SIGKILL);
+        }
+    if (nlate == 0)
+        return;
+    struct timespec nap = {0, 1000000};
+    for (int k = 0; k < 1000; k++) {
+        int alive = 0;
+        for (int j = 0; j < nlate; j++) {
+            struct exit_write *w = &ws->w[late[j]];
+            struct pollfd p = {w->pidfd, POLLIN, 0};
+            if (w->pidfd >= 0 ? poll(&p, 1, 0) == 0 : waitpid(w->pid, NULL, WNOHANG) == 0)
+                alive = 1;
+        }
+        if (!alive)
+            break;
+        nanosleep(&nap, NULL);
+    }
+    struct exit_write *first = &ws->w[late[0]];
+    if (!ws->hung)
+        slurm_info("gpualert: job %u %s.%u: exit record not written within %ld ms: the "
+                   "spool does not answer; this step's records stay in %s for the node "
+                   "Epilog", first->job, first->step_name, first->rank, first->budget_ms,
+                   cfg->local_dir);
+    ws->hung = 1;
+    /* From the end: forget() moves the last entry into the slot it frees. */
+    for (int j = nlate - 1; j >= 0; j--)
+        forget(ws, late[j]);
+}
+
+void exit_records_wait(struct exit_writes *ws, const struct plugin_config *cfg, int keep)
+{
+    for (;;) {
+        struct pollfd p[EXIT_WRITES_MAX];
+        long now = mono_ms(), first = -1;
+        for (int i = 0; i < ws->n; i++) {
+            p[i] = (struct pollfd){ws->w[i].rfd, POLLIN, 0};
+            if (first < 0 || ws->w[i].deadline_ms < first)
+                first = ws->w[i].deadline_ms;
+        }
+        int timeout = ws->n > keep ? (first > now ? (int)(first - now) : 0) : 0;
+        if (ws->n > 0 && poll(p, (nfds_t)ws->n, timeout) < 0 && errno == EINTR)
+            continue;
+        /* From the end: finish() moves the last entry into the slot it frees. */
+        for (int i = ws->n - 1; i >= 0; i--)
+            if (p[i].revents)
+                finish(ws, i);
+        give_up(ws, cfg, mono_ms());
+        if (ws->n <= keep)
+            return;
+    }
+}
+
 /*
  * Runs in slurmstepd (root). The spool may hang (a stalled NFS or Lustre mount): the writes
  * happen in a child that is killed when budget_ms runs out, so slurmstepd itself never waits
- * on the spool. Once one record timed out (*spool_hung), this step writes no more (they would
- * all wait).
+ * on the spool. slurmstepd does not wait for each child either: while one fsyncs its record,
+ * the step's next task ends; the last one (last) waits for them all, each within its own
+ * budget. Once one record timed out (ws->hung), this step writes no more (they would all
+ * wait).
  */
 void write_exit_record(const struct plugin_config *cfg, const struct task_id *id, int status,
                        pid_t pid, const struct drain_report *dr, long budget_ms,
-                       int *spool_hung)
+                       struct exit_writes *ws, int last)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -294,56 +401,62 @@ void write_exit_record(const struct plugin_config *cfg, const struct task_id *id
                      id->node, id->step_name, id->rank, (int)pid, exit_code, sig,
                      (WIFSIGNALED(status) && WCOREDUMP(status)) ? "true" : "false",
                      (long)ts.tv_sec, ts.tv_nsec / 1000000, status, id->attempt, logf);
-    if (n < 0 || (size_t)n >= sizeof(json))
+    if (n < 0 || (size_t)n >= sizeof(json)) {
+        if (last)
+            exit_records_wait(ws, cfg, 0);
         return;
+    }
     char local[PATH_MAX + 160] = "";
     if (write_local_record(cfg->local_dir, id, json, (size_t)n, local, sizeof(local)) != 0)
         local[0] = '\0';
-    if (*spool_hung)
-        return;
-
+    exit_records_wait(ws, cfg, ws->n < EXIT_WRITES_MAX ? ws->n : EXIT_WRITES_MAX - 1);
+    if (ws->hung)
+        goto out;
+    int res[2];
+    if (pipe2(res, O_CLOEXEC) != 0) {
+        slurm_info("gpualert: job %u %s.%u: no exit record: fork: %s", id->job,
+                   id->step_name, id->rank, strerror(errno));
+        goto out;
+    }
     pid_t child = fork();
     if (child < 0) {
         slurm_info("gpualert: job %u %s.%u: no exit record: fork: %s", id->job,
                    id->step_name, id->rank, strerror(errno));
-        return;
+        close(res[0]);
+        close(res[1]);
+        goto out;
     }
-    if (child == 0)
-        _exit(exit_record_child(cfg->spool, id, json, (size_t)n) & 0xff);
-
     if (budget_ms < 200)
         budget_ms = 200;
-    /* The write usually takes well under a millisecond: naps start at 50 us and grow. */
-    struct timespec nap = {0, 50000}, t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int wst = 0;
-    for (;;) {
-        pid_t r = waitpid(child, &wst, WNOHANG);
-        if (r == child)
-            break;
-        if (r < 0 && errno != EINTR)
-            return;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        long waited = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
-        if (waited >= budget_ms) {
-            nap.tv_nsec = 1000000;
-            /* A task in a hung mount's wait is killable: SIGKILL ends it. */
-            kill(child, SIGKILL);
-            for (int i = 0; i < 1000 && waitpid(child, &wst, WNOHANG) == 0; i++)
-                nanosleep(&nap, NULL);
-            *spool_hung = 1;
-            slurm_info("gpualert: job %u %s.%u: exit record not written within %ld ms: the "
-                       "spool does not answer; this step's records stay in %s for the node "
-                       "Epilog", id->job, id->step_name, id->rank, budget_ms, cfg->local_dir);
-            return;
+    if (child == 0) {
+        /* Should nobody be left to kill it (slurmstepd gone), it ends itself: a fatal signal
+         * ends a wait in a hung mount as SIGKILL does. */
+        sigset_t alrm;
+        sigemptyset(&alrm);
+        sigaddset(&alrm, SIGALRM);
+        signal(SIGALRM, SIG_DFL);
+        sigprocmask(SIG_UNBLOCK, &alrm, NULL);
+        alarm((unsigned)(budget_ms / 1000 + 2));
+        close(res[0]);
+        unsigned char rc = (unsigned char)(exit_record_child(cfg->spool, id, json, (size_t)n) &
+                                           0xff);
+        if (write(res[1], &rc, 1) != 1) {
+            /* slurmstepd gave up on us */
         }
-        nanosleep(&nap, NULL);
-        if (nap.tv_nsec < 2000000)
-            nap.tv_nsec *= 2;
+        _exit(rc);
     }
-    if (WIFEXITED(wst) && WEXITSTATUS(wst) != 0)
-        slurm_info("gpualert: job %u %s.%u: no exit record: %s", id->job, id->step_name,
-                   id->rank, strerror(WEXITSTATUS(wst)));
-    else if (WIFEXITED(wst) && local[0])
-        unlink(local);             /* the spool has it: the local copy is not needed */
+    close(res[1]);
+    struct exit_write *w = &ws->w[ws->n++];
+    *w = (struct exit_write){.pid = child, .rfd = res[0], .deadline_ms = mono_ms() + budget_ms,
+                             .budget_ms = budget_ms, .job = id->job, .rank = id->rank};
+    snprintf(w->step_name, sizeof(w->step_name), "%s", id->step_name);
+    snprintf(w->local, sizeof(w->local), "%s", local);
+    /* Without a pidfd, a child slurmstepd's own wait may reap could not be told apart from a
+     * new process with its pid: that one is waited for at once. */
+    w->pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+    if (w->pidfd < 0)
+        exit_records_wait(ws, cfg, ws->n - 1);
+out:
+    if (last)
+        exit_records_wait(ws, cfg, 0);
 }

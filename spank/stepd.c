@@ -28,7 +28,8 @@ static struct stepd {
     struct host host;
     struct drain_names names;
     struct timespec deadline;  /* task_exit's bound, for the whole step (drain.c) */
-    int spool_hung;            /* an exit record timed out: the step writes no more */
+    uint32_t exits;            /* task_exits so far: the last one waits for the records */
+    struct exit_writes writes; /* exit records being written (records.c) */
 } st = {.host = {.sock = -1}};
 
 /* Fills id; returns -1 for steps that are not tapped (extern, interactive) or on error. */
@@ -127,8 +128,15 @@ int stepd_task_exit(spank_t sp, int ac, char **av)
     host_close(&st.host);
     if (!tapping() || get_task_id(sp, &id) != 0)
         return 0;
-    if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)
+    /* The step's last task on this node: no record may still be on its way once it returns. */
+    uint32_t ntasks = 0;
+    int last = spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) != ESPANK_SUCCESS ||
+               ++st.exits >= ntasks;
+    if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) {
+        if (last)
+            exit_records_wait(&st.writes, &st.cfg, 0);
         return 0;
+    }
     spank_get_item(sp, S_TASK_PID, &pid);
     drain_deadline(&st.deadline);
     struct drain_report dr = {.drained = -1};
@@ -138,6 +146,6 @@ int stepd_task_exit(spank_t sp, int ac, char **av)
     if (dr.log_errno)
         slurm_info("gpualert: job %u %s.%u: output forwarded but not logged: %s", id.job,
                    id.step_name, id.rank, strerror(dr.log_errno));
-    write_exit_record(&st.cfg, &id, status, pid, &dr, RECORD_WAIT_MS, &st.spool_hung);
+    write_exit_record(&st.cfg, &id, status, pid, &dr, RECORD_WAIT_MS, &st.writes, last);
     return 0;
 }
