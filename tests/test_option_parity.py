@@ -1,4 +1,4 @@
-"""The Python parser and the C plugin (spank/gpualert.c) give the same verdict and the same
+"""The Python parser and the C plugin (spank/options.c) give the same verdict and the same
 message for every --gpualert value: the plugin checks at submit time, the hooks re-parse
 SPANK_GPUALERT, and a user must never see two different rules."""
 

@@ -11,7 +11,7 @@ verdicts and the same error texts.
     recover=on|off
 No spaces are trimmed, a key may appear once, `on`/`off` stand alone. "" is accepted here (the
 defaults) though the plugin never sets SPANK_GPUALERT to it. Each check mirrors
-spank/gpualert.c's validate_opts(); keep them in step.
+spank/options.c's validate_opts(); keep them in step.
 """
 
 from __future__ import annotations
