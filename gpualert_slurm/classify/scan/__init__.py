@@ -6,6 +6,8 @@ The scanner in four parts, and the reading policy that uses them:
   long lines capped;
 - python.py: the rule matcher (_Matcher) and the Python path over a range (the dedup of line
   shapes, the literal search); Event and ScanResult;
+- blind.py: rule patterns rewritten to judge whether lines of one shape differ for the rules
+  (digit values, hex ids);
 - ere.py: the rules' regexes as EREs for GNU grep (grep_patterns);
 - grep.py: the grep pipeline over a range (a feeder thread, one or more greps, their rows
   matched by the Python path's rule, _pick);
@@ -22,6 +24,7 @@ A test that changes a setting changes it in the module that reads it (reading.NA
 grep.WORKERS, python.HANDOVER_SHAPES, ...): the names here are copies.
 """
 
+from gpualert_slurm.classify.scan.blind import _digit_blind
 from gpualert_slurm.classify.scan.ere import grep_patterns
 from gpualert_slurm.classify.scan.grep import (
     BLOCK,
@@ -49,7 +52,6 @@ from gpualert_slurm.classify.scan.python import (
     Event,
     Hit,
     ScanResult,
-    _digit_blind,
     _Matcher,
 )
 from gpualert_slurm.classify.scan.reading import (
