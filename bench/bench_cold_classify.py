@@ -123,7 +123,7 @@ def run(tmp: Path, args: argparse.Namespace) -> int:
     else:
         print("not root: no cache can be written, so only the uncached classify is measured")
     if root:  # the cache the hit variant reads (install.sh builds it the same way)
-        subprocess.run([py, "-m", "gpualert_slurm.classify.rulecache"], env=env, cwd=tmp,
+        subprocess.run([py, "-m", "gpualert_slurm.classify.build_cache"], env=env, cwd=tmp,
                        check=True, capture_output=True)
         probe = subprocess.run([py, "-c", "from gpualert_slurm.classify import load_rules; "
                                 "print(load_rules().cached)"], env=env, cwd=tmp, check=True,

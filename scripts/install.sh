@@ -67,7 +67,7 @@ chmod -R a+rX "$PREFIX"
 # so that the first epilog and every user's `gpualert classify` load it instead of building the
 # rules (0.2 s of every run). Not fatal: without it, each run builds the rules itself.
 # (From /: the installed copy, not this checkout, is what the key is taken of.)
-(cd / && "$VENV/bin/python" -m gpualert_slurm.classify.rulecache) \
+(cd / && "$VENV/bin/python" -m gpualert_slurm.classify.build_cache) \
     || echo "install: no rule cache (above); gpualert classify builds the rules each run" >&2
 
 make -s -C spank

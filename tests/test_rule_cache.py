@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualert_slurm.classify import JobFacts, TaskInput, classify, load_rules, rulecache
+from gpualert_slurm.classify import JobFacts, TaskInput, classify, load_rules, rulecache, ruleset
 from gpualert_slurm.classify import rules as rules_mod
 
 REPO = Path(__file__).resolve().parent.parent
@@ -245,7 +245,7 @@ def test_the_classify_path_imports_no_yaml_or_jinja_on_a_hit(dirs):
 
 def test_install_step_builds_the_cache(dirs):
     cache, _ = dirs
-    p = subprocess.run([sys.executable, "-m", "gpualert_slurm.classify.rulecache"],
+    p = subprocess.run([sys.executable, "-m", "gpualert_slurm.classify.build_cache"],
                        capture_output=True, text=True, cwd="/", timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert p.returncode == 0, p.stderr
@@ -283,7 +283,7 @@ def test_a_program_gives_the_regex_re_compiles():
         (t, True) for t in rs.literal_scan_src["log"][:10]]
     line = "runtimeerror: cuda error: out of memory; nccl error 0: unhandled system error\n"
     for text, binary in texts:
-        rx = rulecache.compile_program(text, rulecache.program(text, binary), binary)
+        rx = ruleset.compile_program(text, ruleset.program(text, binary), binary)
         want = re.compile(text.encode("utf-8", "replace") if binary else text)
         assert (rx.pattern, rx.flags, rx.groups) == (want.pattern, want.flags, want.groups)
         subject = line.encode() if binary else line

@@ -4,9 +4,8 @@ then loads one JSON file instead of parsing the YAML and building the literal ta
 Key: a BLAKE2b hash of every input the built rule set depends on: the names and bytes of the
 files it is built from (classes.yaml, each shipped rules/*.yaml family file, each site rules.d
 file, in order: an edited, added or removed rule file gives another key, so it takes effect at
-once), precedence.yaml
-(whose parsed steps are kept too, see shipped_yaml), the source of rules.py and of this module
-(the code that builds and stores it), the package version and the exact Python version (re's
+once), precedence.yaml (whose parsed steps are kept too, see shipped_yaml), the source of the
+modules that build and store it (BUILDERS), the package version and the exact Python version (re's
 compiled programs are kept for the large literal regexes, and they are the interpreter's own).
 
 Trust: the file is read only when the directory and the file are owned by root and writable by
@@ -26,18 +25,21 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import stat
 import sys
 from collections.abc import Iterator, Mapping
 
-from gpualert_slurm.classify.rules import ClassInfo, Patterns, Rule, RuleSet
+from gpualert_slurm.classify.datafiles import parse_yaml, shipped_bytes
+from gpualert_slurm.classify.ruleset import Patterns, Rule, RuleSet, compile_program, program
+from gpualert_slurm.core.classes import ClassInfo
 
 CACHE_DIR = "/var/cache/gpualert"
 FORMAT = 1
 MAX_BYTES = 64 << 20
 KEEP = 16  # cache files kept in the directory (several installs and rule versions share it)
 PREFIX = "rules-"
+# the code that builds and stores a rule set: its source is part of the key
+BUILDERS = ("rules", "ruleset", "datafiles", "rulecache")
 _LOADED_DATA: dict[str, object] = {}  # shipped YAML files parsed, from the cache in use
 
 
@@ -49,7 +51,6 @@ def cache_dir() -> str | None:
 def key(files: list[tuple[str, bytes]]) -> str:
     """The cache key of a rule set built from `files` ((name, bytes), rules._rule_files)."""
     from gpualert_slurm import __version__
-    from gpualert_slurm.classify import rules
 
     try:  # CPython's own BLAKE2: hashlib's import loads OpenSSL, ms of every classify
         from _blake2 import blake2b  # type: ignore[import-not-found]
@@ -64,10 +65,11 @@ def key(files: list[tuple[str, bytes]]) -> str:
     part("format", str(FORMAT).encode())
     part("version", __version__.encode())
     part("python", f"{sys.version}|{sys.implementation.cache_tag}".encode())
-    for mod in (rules, sys.modules[__name__]):
-        with open(mod.__file__, "rb") as f:  # type: ignore[arg-type]
-            part(mod.__name__, f.read())
-    part("precedence.yaml", rules.shipped_bytes("precedence.yaml"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    for mod in BUILDERS:
+        with open(os.path.join(here, mod + ".py"), "rb") as f:
+            part(f"gpualert_slurm.classify.{mod}", f.read())
+    part("precedence.yaml", shipped_bytes("precedence.yaml"))
     for name, data in files:
         part(name, data)
     return h.hexdigest()
@@ -151,8 +153,6 @@ def shipped_yaml(name: str, shown: str):
     not YAML)."""
     if name in _LOADED_DATA:
         return _LOADED_DATA[name]
-    from gpualert_slurm.classify.rules import parse_yaml, shipped_bytes
-
     return parse_yaml(shown, shipped_bytes(name).decode("utf-8"))
 
 
@@ -278,46 +278,6 @@ def canonical(rs: RuleSet):
     return rules, rest
 
 
-# ---- re's compiled programs of the large regexes ----
-
-def program(text: str, binary: bool = False) -> list:
-    """What re.compile hands to the interpreter's _sre.compile for this regex: [flags,
-    groups, groupindex, the code as base64 of 32-bit words]."""
-    import binascii
-    from array import array
-    from re import _compiler, _parser  # type: ignore[attr-defined]
-
-    pattern = text.encode("utf-8", "replace") if binary else text
-    p = _parser.parse(pattern, 0)
-    code = array("I", _compiler._code(p, 0))
-    return [p.state.flags, p.state.groups, dict(p.state.groupdict),
-            binascii.b2a_base64(code.tobytes(), newline=False).decode("ascii")]
-
-
-def compile_program(text: str, prog: list | None, binary: bool = False) -> re.Pattern:
-    """re.compile(text) (as bytes when `binary`), from its program when one is given (the
-    same object re.compile builds, without re's parser and compiler: tens of ms for the
-    literal regexes); re.compile itself when there is none or it does not fit."""
-    pattern = text.encode("utf-8", "replace") if binary else text
-    if prog is not None:
-        try:
-            import _sre
-            import binascii
-            from array import array
-
-            flags, groups, groupindex, b64 = prog
-            code = array("I")
-            code.frombytes(binascii.a2b_base64(b64))
-            indexgroup: list[str | None] = [None] * groups
-            for name, i in groupindex.items():
-                indexgroup[i] = name
-            return _sre.compile(pattern, flags, code.tolist(), groups - 1, groupindex,
-                                tuple(indexgroup))
-        except Exception:  # noqa: BLE001  (another layout, a bad program: re decides)
-            pass
-    return re.compile(pattern)
-
-
 # ---- writing (root only) ----
 
 def payload(k: str, rs: RuleSet) -> dict | None:
@@ -340,8 +300,6 @@ def payload(k: str, rs: RuleSet) -> dict | None:
                     rs._compiled.setdefault(key, rx)
     obj["programs"] = progs
     try:
-        from gpualert_slurm.classify.rules import parse_yaml, shipped_bytes
-
         text = shipped_bytes("precedence.yaml").decode("utf-8")
         obj["data"] = {"precedence.yaml": parse_yaml("precedence.yaml", text)}
         back = json.loads(json.dumps(obj))
@@ -431,30 +389,3 @@ def _warn(msg: str) -> None:
     import logging
 
     logging.getLogger(__name__).warning("gpualert rules: %s", msg)
-
-
-def main() -> int:
-    """`python -m gpualert_slurm.classify.rulecache` (scripts/install.sh, as root): build the
-    cache for the rules as installed (with the site rules, or, when they are invalid, for the
-    shipped rules alone, as the epilog then falls back to them)."""
-    from gpualert_slurm.classify.rules import RuleError, load_rules
-
-    site = True
-    try:
-        load_rules(use_cache=False)
-    except RuleError as e:
-        print(f"gpualert rules: site rules invalid ({e}); caching the shipped rules alone",
-              file=sys.stderr)
-        site = False
-        load_rules(use_cache=False, site=False)
-    rs = load_rules(use_cache=False, site=site)  # read back: where it is, that it reads
-    if rs.cached is None:
-        print(f"gpualert rules: no rule cache written (directory {cache_dir()}, "
-              f"euid {os.geteuid()})", file=sys.stderr)
-        return 1
-    print(f"gpualert rules: {len(rs.rules)} rules cached in {rs.cached}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
