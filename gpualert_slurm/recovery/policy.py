@@ -185,13 +185,52 @@ def drained_by_user(history: list[dict[str, Any]], user: str, nodes: tuple[str, 
     return {n for n in nodes if last.get(n) == user}
 
 
+@dataclass
+class _Case:
+    """What decide's phases share about one failed run: the rule, the audit log's earlier
+    decisions, and the nodes by provenance (docs/SECURITY.md, section 3)."""
+    cfg: RecoveryConfig
+    facts: JobFacts
+    history: list[dict[str, Any]]
+    d: Decision
+    rule: Rule
+    sig: str
+    past: list[dict[str, Any]]
+    ran: set[str]
+    proven: dict[str, str]  # node -> the Slurm or root fact that backs the class there
+    refuted: dict[str, str]
+    claimed: list[str]  # suspects the verdict names, whoever named them
+    trusted: list[str]  # the proven ones
+    excludable: list[str]  # what the job's own requeue may leave out
+
+    def unbacked(self, n: str) -> str:
+        cls = self.d.cls
+        if n not in self.ran:
+            return self.refuted.get(n) or (
+                f"Slurm did not run this attempt on {n} (it ran on "
+                f"{', '.join(self.facts.nodes) or 'no node Slurm named'})")
+        return self.refuted.get(n) or f"no fact from Slurm or root on {n} says {cls}"
+
+
 def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: JobFacts,
            history: list[dict[str, Any]]) -> Decision:
     """What to do about one failed run. `history`: the audit log's records (any order).
     Drains, escalations, suspect-node statistics and the breaker go only by facts.proven
     (Slurm's or root's word about a node Slurm says ran this attempt); what the job printed
-    may requeue the job itself, excluding only nodes Slurm says it ran on (docs/SECURITY.md)."""
-    verdict = Verdict.of(verdict)
+    may requeue the job itself, excluding only nodes Slurm says it ran on (docs/SECURITY.md).
+    The phases, in order: escalation, blast radius, retry budget, then what is planned (the
+    breaker, the per-user cap, monitor mode), then the nodes flagged for the admin."""
+    c = _case(cfg, Verdict.of(verdict), facts, history)
+    _escalate(c)
+    _blast_radius(c)
+    _retry_budget(c)
+    _plan(c, _why_not_acted(c))
+    _flag_nodes(c)
+    return c.d
+
+
+def _case(cfg: RecoveryConfig, verdict: Verdict, facts: JobFacts,
+          history: list[dict[str, Any]]) -> _Case:
     cls = verdict.cause.klass
     domain = str(verdict.cause.domain or class_domains().get(cls, "unknown"))
     sig = signature(verdict, facts.nodes)
@@ -201,76 +240,80 @@ def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: Job
                  cls=cls, domain=domain, signature=sig, rule=rule.name, mode=mode,
                  shadow=rule.shadow, recommended=list(rule.do),
                  checkpoint_newest=facts.checkpoint_newest)
-    past = _decisions(history)
-    sig_classes = set(builtin_policy().get("signature_classes") or ())
     ran = set(facts.nodes)
     proven = {n: why for n, why in facts.proven if n in ran}
-    refuted = dict(facts.refuted)
     claimed = list(dict.fromkeys(facts.suspects))
     trusted = list(proven)
     d.trusted_suspects, d.backing = list(trusted), dict(proven)
     # the job's own requeue may leave out any node Slurm ran it on, whoever named it
     excludable = list(dict.fromkeys([*trusted, *(n for n in claimed if n in ran)]))
+    return _Case(cfg, facts, history, d, rule, sig, _decisions(history), ran, proven,
+                 dict(facts.refuted), claimed, trusted, excludable)
 
-    def unbacked(n: str) -> str:
-        if n not in ran:
-            return refuted.get(n) or (f"Slurm did not run this attempt on {n} (it ran on "
-                                      f"{', '.join(facts.nodes) or 'no node Slurm named'})")
-        return refuted.get(n) or f"no fact from Slurm or root on {n} says {cls}"
 
-    # Escalation: the same hardware signature on a proven node seen before, in other users'
-    # jobs: one user's program repeating an application Xid (13, 31, 43: root's facts, but
-    # caused at will) says something about the program, not the node.
-    if cls in set(builtin_policy().get("escalate_classes") or ()) and trusted:
-        since = facts.time - cfg.flag_window_s
-        for n in trusted:
-            same = [h for h in past if h.get("signature") == sig
-                    and n in (h.get("trusted_suspects") or ()) and h.get("id") != d.id
-                    and float(h.get("time") or 0) >= since]
-            seen = sum(1 for h in same if not facts.user or h.get("user") != facts.user)
-            if seen < len(same) and seen + 1 < cfg.escalate_after:
-                d.notes.append(f"not escalated: signature {sig!r} on {n} came again from "
-                               f"{facts.user}'s own jobs only")
-            if seen + 1 >= cfg.escalate_after and "drain_node" not in d.recommended:
-                d.recommended = ["drain_node", *d.recommended]
-                if "requeue" in d.recommended and "exclude_node" not in d.recommended:
-                    d.recommended.append("exclude_node")
-                d.notes.append(f"escalated: signature {sig!r} seen {seen + 1} times on {n}: "
-                               "drain for inspection")
-    # Blast radius: the same signature on many nodes lately is not the nodes' fault (counted
-    # on proven nodes only: printed text can neither hide a fault nor blame a node).
-    if cls in sig_classes:
-        since = facts.time - cfg.blast_window_s
-        nodes = {n for h in past if h.get("signature") == sig
-                 and float(h.get("time") or 0) >= since
-                 for n in (h.get("trusted_suspects") or ())}
-        nodes |= set(trusted)
-        if len(nodes) >= cfg.blast_nodes:
-            for a in ("drain_node", "exclude_node"):
-                if a in d.recommended:
-                    d.recommended.remove(a)
-                    d.not_taken.append({"action": a, "why": (
-                        f"blast radius: signature seen on {len(nodes)} nodes within "
-                        f"{cfg.blast_window_s} s: a software or workload cause, not the node")})
+def _escalate(c: _Case) -> None:
+    """The same hardware signature on a proven node seen before, in other users' jobs: one
+    user's program repeating an application Xid (13, 31, 43: root's facts, but caused at will)
+    says something about the program, not the node."""
+    cfg, facts, d, sig = c.cfg, c.facts, c.d, c.sig
+    if d.cls not in set(builtin_policy().get("escalate_classes") or ()) or not c.trusted:
+        return
+    since = facts.time - cfg.flag_window_s
+    for n in c.trusted:
+        same = [h for h in c.past if h.get("signature") == sig
+                and n in (h.get("trusted_suspects") or ()) and h.get("id") != d.id
+                and float(h.get("time") or 0) >= since]
+        seen = sum(1 for h in same if not facts.user or h.get("user") != facts.user)
+        if seen < len(same) and seen + 1 < cfg.escalate_after:
+            d.notes.append(f"not escalated: signature {sig!r} on {n} came again from "
+                           f"{facts.user}'s own jobs only")
+        if seen + 1 >= cfg.escalate_after and "drain_node" not in d.recommended:
+            d.recommended = ["drain_node", *d.recommended]
+            if "requeue" in d.recommended and "exclude_node" not in d.recommended:
+                d.recommended.append("exclude_node")
+            d.notes.append(f"escalated: signature {sig!r} seen {seen + 1} times on {n}: "
+                           "drain for inspection")
 
-    # Retry budget (Slurm's restart count is the attempts used, its own requeues included),
-    # the rule's own limit, the same cause repeating, and checkpoint progress.
-    budget = min(cfg.max_retries, rule.retries)
+
+def _blast_radius(c: _Case) -> None:
+    """The same signature on many nodes lately is not the nodes' fault (counted on proven
+    nodes only: printed text can neither hide a fault nor blame a node)."""
+    cfg, d = c.cfg, c.d
+    if d.cls not in set(builtin_policy().get("signature_classes") or ()):
+        return
+    since = c.facts.time - cfg.blast_window_s
+    nodes = {n for h in c.past if h.get("signature") == c.sig
+             and float(h.get("time") or 0) >= since
+             for n in (h.get("trusted_suspects") or ())}
+    nodes |= set(c.trusted)
+    if len(nodes) >= cfg.blast_nodes:
+        for a in ("drain_node", "exclude_node"):
+            if a in d.recommended:
+                d.recommended.remove(a)
+                d.not_taken.append({"action": a, "why": (
+                    f"blast radius: signature seen on {len(nodes)} nodes within "
+                    f"{cfg.blast_window_s} s: a software or workload cause, not the node")})
+
+
+def _retry_budget(c: _Case) -> None:
+    """Slurm's restart count is the attempts used (its own requeues included); the rule's own
+    limit, the same cause repeating and checkpoint progress stop a requeue too."""
+    cfg, facts, d = c.cfg, c.facts, c.d
+    budget = min(cfg.max_retries, c.rule.retries)
     d.retries_left = max(0, cfg.max_retries - facts.attempt)
     stop: str | None = None
-    wants_requeue = "requeue" in d.recommended or "hold" in d.recommended
-    if wants_requeue:
-        same = sum(1 for h in past if h.get("job") == facts.job_id and h.get("signature") == sig
-                   and h.get("id") != d.id) + 1
+    if "requeue" in d.recommended or "hold" in d.recommended:
+        same = sum(1 for h in c.past if h.get("job") == facts.job_id
+                   and h.get("signature") == c.sig and h.get("id") != d.id) + 1
         if facts.attempt >= cfg.max_retries:
             stop = f"retry budget spent: {facts.attempt} of {cfg.max_retries} requeues used"
         elif facts.attempt >= budget:
-            stop = f"rule {rule.name} allows {budget} requeue(s); {facts.attempt} used"
+            stop = f"rule {c.rule.name} allows {budget} requeue(s); {facts.attempt} used"
         elif same > cfg.same_cause_limit:
             stop = (f"the same cause ended {same} attempts (recovery.same_cause_limit "
                     f"{cfg.same_cause_limit})")
         elif facts.checkpoint and facts.attempt > 0:
-            prev = max((h for h in past if h.get("job") == facts.job_id
+            prev = max((h for h in c.past if h.get("job") == facts.job_id
                         and h.get("attempt", -1) < facts.attempt and h.get("id") != d.id),
                        key=lambda h: h.get("attempt", -1), default=None)
             before = prev.get("checkpoint_newest") if prev else None
@@ -285,50 +328,62 @@ def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: Job
         d.recommended = [a for a in d.recommended if a not in REQUEUE_ACTIONS]
         d.notes.append(f"not requeued: {stop}")
 
-    # What would be done -> what will be done.
-    why_not: str | None = None
-    if mode != "action":
-        why_not = (f"monitor mode (partition {facts.partition})" if facts.partition in
-                   dict(cfg.partitions) else "monitor mode")
-    elif rule.shadow:
-        why_not = f"rule {rule.name} is in shadow mode"
-    elif facts.recover is False:
-        why_not = "the user opted out (recover=off)"
+
+def _why_not_acted(c: _Case) -> str | None:
+    """Why what is planned is only what would be done (monitor mode, shadow, recover=off)."""
+    cfg, facts = c.cfg, c.facts
+    if c.d.mode != "action":
+        return (f"monitor mode (partition {facts.partition})" if facts.partition in
+                dict(cfg.partitions) else "monitor mode")
+    if c.rule.shadow:
+        return f"rule {c.rule.name} is in shadow mode"
+    if facts.recover is False:
+        return "the user opted out (recover=off)"
+    return None
+
+
+def _targets(c: _Case, a: str) -> list[str] | None:
+    """What action `a` would act on (None: nothing, said in not_taken): a drain only proven
+    nodes, the requeue's exclusion only nodes Slurm ran this attempt on, others the job."""
+    d = c.d
+    if a == "drain_node":
+        for n in c.claimed:
+            if n not in c.proven:
+                d.not_taken.append({"action": a, "target": n, "why": c.unbacked(n),
+                                    "provenance": True})
+        if not c.trusted and not c.claimed:
+            d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
+        return c.trusted or None
+    if a == "exclude_node":
+        for n in c.claimed:
+            if n not in c.ran:
+                d.not_taken.append({"action": a, "target": n, "why": c.unbacked(n),
+                                    "provenance": True})
+        if not c.excludable and not c.claimed:
+            d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
+        return c.excludable or None
+    return [c.facts.job_id]
+
+
+def _plan(c: _Case, why_not: str | None) -> None:
+    """The recommended actions, each on its targets, through the action whitelist, the
+    breaker and the per-user cap; in monitor mode (why_not) what would be done."""
+    cfg, facts, d = c.cfg, c.facts, c.d
     # The breaker counts state: the nodes of the node set gpualert has drained now, those
     # drained within the window and those planned meanwhile; a partition Slurm does not know
     # gets no allowance. The per-user cap counts the same for this user's jobs only.
     since = facts.time - cfg.breaker_window_s
     size = len(facts.node_set) or facts.partition_size
-    drains_before = drains_in_window(history, facts.partition, since, facts.node_set) \
+    drains_before = drains_in_window(c.history, facts.partition, since, facts.node_set) \
         | set(facts.drained_now)
     allowed_drains = max(1, math.floor(cfg.breaker_share * size)) if size else 0
-    user_before = (drains_in_window(history, facts.partition, since, (), facts.user)
-                   | drained_by_user(history, facts.user, facts.drained_now)) \
+    user_before = (drains_in_window(c.history, facts.partition, since, (), facts.user)
+                   | drained_by_user(c.history, facts.user, facts.drained_now)) \
         if facts.user else set()
     for a in d.recommended:
-        if a == "drain_node":
-            for n in claimed:
-                if n not in proven:
-                    d.not_taken.append({"action": a, "target": n, "why": unbacked(n),
-                                        "provenance": True})
-            targets = trusted
-            if not targets and not claimed:
-                d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
-            if not targets:
-                continue
-        elif a == "exclude_node":
-            for n in claimed:
-                if n not in ran:
-                    d.not_taken.append({"action": a, "target": n, "why": unbacked(n),
-                                        "provenance": True})
-            targets = excludable
-            if not targets:
-                if not claimed:
-                    d.not_taken.append({"action": a, "why": "no suspect node named by the "
-                                        "verdict"})
-                continue
-        else:
-            targets = [facts.job_id]
+        targets = _targets(c, a)
+        if targets is None:
+            continue
         if a not in cfg.actions:
             d.not_taken.append({"action": a, "why": f"{a} is not in recovery.actions"})
             continue
@@ -337,30 +392,9 @@ def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: Job
             continue  # carried out with the requeue
         for t in targets:
             if a == "drain_node":
-                if facts.breaker_open:
-                    d.not_taken.append({"action": a, "target": t, "why": (
-                        f"circuit breaker open for partition {facts.partition}: no new drains "
-                        "until an admin runs `gpualert resume --breaker`")})
-                    continue
-                if not size:
-                    d.not_taken.append({"action": a, "target": t, "why": (
-                        f"partition {facts.partition or '(none)'} is not known to Slurm: no "
-                        "drain allowance")})
-                    continue
-                if facts.user and t not in user_before \
-                        and len(user_before) + 1 > cfg.breaker_per_user:
-                    d.not_taken.append({"action": a, "target": t, "why": (
-                        f"per-user cap: {len(user_before)} node(s) drained for "
-                        f"{facts.user}'s jobs (now or within {cfg.breaker_window_s} s), at "
-                        f"most {cfg.breaker_per_user}")})
-                    continue
-                if t not in drains_before and len(drains_before) + 1 > allowed_drains:
-                    d.trip_breaker = True
-                    d.not_taken.append({"action": a, "target": t, "why": (
-                        f"circuit breaker trips: {len(drains_before) + 1} nodes of partition "
-                        f"{facts.partition} drained by gpualert (now or within "
-                        f"{cfg.breaker_window_s} s), more than {cfg.breaker_share:.0%} of its "
-                        f"{size} nodes")})
+                why = _drain_refused(c, t, size, drains_before, allowed_drains, user_before)
+                if why:
+                    d.not_taken.append({"action": a, "target": t, "why": why})
                     continue
                 drains_before = drains_before | {t}
                 user_before = user_before | {t}
@@ -380,15 +414,41 @@ def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: Job
     if any(p["action"] == "requeue" for p in d.planned + d.would):
         d.retries_left = max(0, d.retries_left - 1)
 
-    # Nodes drained often lately are flagged for the admin (proven nodes only).
-    since = facts.time - cfg.flag_window_s
-    for n in trusted:
-        times = [h for h in history if h.get("event") == "result" and h.get("outcome") == "done"
-                 and h.get("action") == "drain_node" and h.get("target") == n
-                 and float(h.get("time") or 0) >= since]
+
+def _drain_refused(c: _Case, t: str, size: int, drains_before: set[str], allowed: int,
+                   user_before: set[str]) -> str | None:
+    """Why node t is not drained: the breaker open or tripping, an unknown partition, the
+    per-user cap; None: it is (trip_breaker set when this drain trips it)."""
+    cfg, facts = c.cfg, c.facts
+    if facts.breaker_open:
+        return (f"circuit breaker open for partition {facts.partition}: no new drains "
+                "until an admin runs `gpualert resume --breaker`")
+    if not size:
+        return (f"partition {facts.partition or '(none)'} is not known to Slurm: no "
+                "drain allowance")
+    if facts.user and t not in user_before and len(user_before) + 1 > cfg.breaker_per_user:
+        return (f"per-user cap: {len(user_before)} node(s) drained for "
+                f"{facts.user}'s jobs (now or within {cfg.breaker_window_s} s), at "
+                f"most {cfg.breaker_per_user}")
+    if t not in drains_before and len(drains_before) + 1 > allowed:
+        c.d.trip_breaker = True
+        return (f"circuit breaker trips: {len(drains_before) + 1} nodes of partition "
+                f"{facts.partition} drained by gpualert (now or within "
+                f"{cfg.breaker_window_s} s), more than {cfg.breaker_share:.0%} of its "
+                f"{size} nodes")
+    return None
+
+
+def _flag_nodes(c: _Case) -> None:
+    """Nodes drained often lately are flagged for the admin (proven nodes only)."""
+    cfg, d = c.cfg, c.d
+    since = c.facts.time - cfg.flag_window_s
+    for n in c.trusted:
+        times = [h for h in c.history if h.get("event") == "result"
+                 and h.get("outcome") == "done" and h.get("action") == "drain_node"
+                 and h.get("target") == n and float(h.get("time") or 0) >= since]
         will = any(p["action"] == "drain_node" and p["target"] == n for p in d.planned)
         if len(times) + will >= cfg.flag_drains:
             d.flagged_nodes.append(n)
             d.notes.append(f"node {n} drained {len(times) + will} times within "
                            f"{cfg.flag_window_s} s: flagged for the admin")
-    return d
