@@ -345,24 +345,16 @@ def _why_not_acted(c: _Case) -> str | None:
 def _targets(c: _Case, a: str) -> list[str] | None:
     """What action `a` would act on (None: nothing, said in not_taken): a drain only proven
     nodes, the requeue's exclusion only nodes Slurm ran this attempt on, others the job."""
-    d = c.d
-    if a == "drain_node":
-        for n in c.claimed:
-            if n not in c.proven:
-                d.not_taken.append({"action": a, "target": n, "why": c.unbacked(n),
-                                    "provenance": True})
-        if not c.trusted and not c.claimed:
-            d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
-        return c.trusted or None
-    if a == "exclude_node":
-        for n in c.claimed:
-            if n not in c.ran:
-                d.not_taken.append({"action": a, "target": n, "why": c.unbacked(n),
-                                    "provenance": True})
-        if not c.excludable and not c.claimed:
-            d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
-        return c.excludable or None
-    return [c.facts.job_id]
+    if a not in ("drain_node", "exclude_node"):
+        return [c.facts.job_id]
+    ok, targets = (c.proven, c.trusted) if a == "drain_node" else (c.ran, c.excludable)
+    for n in c.claimed:
+        if n not in ok:
+            c.d.not_taken.append({"action": a, "target": n, "why": c.unbacked(n),
+                                  "provenance": True})
+    if not targets and not c.claimed:
+        c.d.not_taken.append({"action": a, "why": "no suspect node named by the verdict"})
+    return targets or None
 
 
 def _plan(c: _Case, why_not: str | None) -> None:

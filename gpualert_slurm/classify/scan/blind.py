@@ -76,20 +76,7 @@ _CAT = {"CATEGORY_DIGIT": "\\d", "CATEGORY_NOT_DIGIT": "\\D", "CATEGORY_SPACE": 
 
 def _blind_class(av, dep: list[bool]) -> str:
     """A character class, with all ten ASCII digits added when it holds some but not all."""
-    neg, body = "", []
-    for op, x in av:
-        name = str(op)
-        if name == "NEGATE":
-            neg = "^"
-        elif name == "LITERAL":
-            body.append(re.escape(chr(x)))
-        elif name == "RANGE":
-            body.append(re.escape(chr(x[0])) + "-" + re.escape(chr(x[1])))
-        elif name == "CATEGORY":
-            body.append(_CAT[str(x)])
-        else:
-            raise ValueError(name)
-    cls = "[" + neg + "".join(body) + "]"
+    cls = _class_text(av, ValueError)
     rx = re.compile(cls)
     n = sum(1 for d in "0123456789" if rx.match(d))
     dep.append(n not in (0, 10))
@@ -188,7 +175,8 @@ def _marks_seq(items, flags: int, must: bool) -> str:
     return "".join(out)
 
 
-def _class_text(av) -> str:
+def _class_text(av, unknown: type[Exception] = _NoRewrite) -> str:
+    """A character class as regex text (`unknown` raised for an item it cannot write)."""
     neg, body = "", []
     for op, x in av:
         name = str(op)
@@ -201,7 +189,7 @@ def _class_text(av) -> str:
         elif name == "CATEGORY":
             body.append(_CAT[str(x)])
         else:
-            raise _NoRewrite(name)
+            raise unknown(name)
     return "[" + neg + "".join(body) + "]"
 
 
