@@ -28,3 +28,24 @@ def test_all_recorded_lets_the_summary_go() -> None:
     # no task; sacct not answering must not hold the summary either)
     state = {"array_id": "999999003", "accounted": {"1": 0.0}}
     assert array_acct.still_to_come(state, {"1"}, time.time()) == set()
+
+
+def test_an_array_slurmctld_forgot_has_no_active_task(cluster) -> None:
+    """squeue says 'Invalid job id specified' for an array slurmctld no longer holds (all
+    tasks past MinJobAge): none of its tasks is active, which lets the drainer settle its
+    summary; Slurm not answering at all is not that."""
+    import clusterlib as cl
+
+    with cl.using_conf(cluster):
+        assert array_acct.active_tasks("999999004") == set()
+    import os
+
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = "/nonexistent/slurm.conf"
+    try:
+        assert array_acct.active_tasks("999999004", timeout=10) is None
+    finally:
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old

@@ -93,6 +93,8 @@ def active_tasks(array_id: str, timeout: float = SACCT_S) -> set[str] | None:
     try:
         out = slurm.run(["squeue", "-h", "-r", "-t", "all", "-j", array_id,
                          "-o", "%F|%K|%T"], timeout=timeout)
+    except slurm.JobNotFound:
+        return set()  # slurmctld forgot the whole array (MinJobAge): none is active
     except slurm.SlurmError:
         return None
     return {p[1] for p in (ln.split("|") for ln in out.splitlines())

@@ -487,7 +487,7 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
         # 500-task burst 2 job epilogs at once took 300 s to drain (Slurm calls ~1 s a job).
         busy = {k: sum(1 for r in running.values() if r[3] == k) for k in KINDS}
         shared = 2 * slots - busy[NODE_SUFFIX] - busy[SUFFIX]  # at nice 19, mostly waiting
-        room = {PROLOG_SUFFIX: 4 * slots - busy[PROLOG_SUFFIX],  # mostly waiting on fsync
+        room = {PROLOG_SUFFIX: 2 * slots - busy[PROLOG_SUFFIX],  # mostly waiting on fsync
                 NODE_SUFFIX: shared, SUFFIX: min(shared, slots - busy[SUFFIX])}
         looked = any(n > 0 for n in room.values()) and (reaped or now - listed >= 0.2)
         todo = queued(dfd) if looked else []  # a look costs a stat per queued file
