@@ -240,6 +240,7 @@ def test_node_epilogs_and_prologs_go_through_the_same_drainer(tmp_path: Path) ->
     assert prolog_rec["end"] <= returned  # the Prolog's work was done before its shim returned
     assert prolog_rec["kind"] == "gpualert-prolog" and prolog_rec["nice"] - os.nice(0) < 19
     assert returned - t0 < 15
+    assert not list((tmp_path / "q").glob("*.done"))  # its FIFO is gone
     recs = {k: v[0] for k, v in _records(tmp_path, 7).items()}
     # one slot for the Epilogs: the first job epilog may already run; after it, the node
     # Epilogs, then the other job epilogs; the Prolog has a pool of its own

@@ -473,7 +473,10 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
                                                        bound)
                     continue
             if kind == PROLOG_SUFFIX:
-                tell_done(dfd, name[:-len(PROLOG_SUFFIX + RUNNING)])
+                base = name[:-len(PROLOG_SUFFIX + RUNNING)]
+                tell_done(dfd, base)
+                with contextlib.suppress(OSError):  # a shim still waiting keeps its open end
+                    os.unlink(base + DONE, dir_fd=dfd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=dfd)
         now = time.monotonic()
