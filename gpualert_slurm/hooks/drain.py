@@ -126,15 +126,10 @@ def _lock_fd(qdir: str) -> int | None:
 
 
 def _job_epilog() -> Any:
-    """The job epilog's package (hooks/job_epilog/), or its one module before that split."""
-    try:
-        from gpualert_slurm.hooks import job_epilog
+    """The job epilog's package (hooks/job_epilog/)."""
+    from gpualert_slurm.hooks import job_epilog
 
-        return job_epilog
-    except ImportError:
-        from gpualert_slurm.hooks import epilog_slurmctld
-
-        return epilog_slurmctld
+    return job_epilog
 
 
 def _warm(suffix: str) -> None:
@@ -149,21 +144,18 @@ def _warm(suffix: str) -> None:
             from gpualert_slurm.hooks import prolog  # noqa: F401
         return
     with contextlib.suppress(Exception):
-        je = _job_epilog()
-        warm = getattr(je, "_warm_up", None)
-        if warm is None:
-            from gpualert_slurm.hooks.job_epilog.delivery import warm_up as warm
-        warm()
+        from gpualert_slurm.hooks.job_epilog.delivery import warm_up
+
+        _job_epilog()
+        warm_up()
     with contextlib.suppress(Exception):
         from gpualert_slurm import notify  # noqa: F401
 
 
 def _node_epilog() -> Any:
-    """The node Epilog's function (hooks/node_epilog.py, or hooks/epilog.py before the split)."""
-    try:
-        from gpualert_slurm.hooks.node_epilog import node_epilog
-    except ImportError:
-        from gpualert_slurm.hooks.epilog import node_epilog
+    """The node Epilog's function (hooks/node_epilog.py)."""
+    from gpualert_slurm.hooks.node_epilog import node_epilog
+
     return node_epilog
 
 
@@ -282,26 +274,17 @@ def _record(cfg: Any, env: dict[str, str], v: dict[str, Any], log: HookLog, why:
     task sends the summary), and the summary when it is the last."""
     jobid, array_id, task_id = (env.get("SLURM_JOB_ID", "?"), env["SLURM_ARRAY_JOB_ID"],
                                 env["SLURM_ARRAY_TASK_ID"])
-    try:
-        from gpualert_slurm.hooks.job_epilog.arrays import array_step
-        from gpualert_slurm.hooks.job_epilog.context import Budget, JobEpilog
-        from gpualert_slurm.hooks.job_epilog.delivery import send_array
-        from gpualert_slurm.hooks.jobspool import job_options
+    from gpualert_slurm.hooks.job_epilog.arrays import array_step
+    from gpualert_slurm.hooks.job_epilog.context import Budget, JobEpilog
+    from gpualert_slurm.hooks.job_epilog.delivery import send_array
+    from gpualert_slurm.hooks.jobspool import job_options
 
-        ctx = JobEpilog(cfg=cfg, opts=job_options(env, cfg, log), env=env, log=log,
-                        budget=Budget(DEFAULT_TIMEOUT_S))
-        s = array_step(ctx, v)
-        log.info(f"job {jobid}: array {array_id} task {task_id} recorded unclassified ({why})")
-        if s is not None:
-            send_array(ctx, s)
-    except ImportError:  # before the job epilog's split into hooks/job_epilog/
-        from gpualert_slurm.hooks import epilog_slurmctld as ec
-        from gpualert_slurm.hooks.epilog import job_options
-
-        s = ec.array_step(cfg, v, array_id, task_id, jobid, log)
-        log.info(f"job {jobid}: array {array_id} task {task_id} recorded unclassified ({why})")
-        if s is not None:
-            ec._send_array(cfg, job_options(env, cfg, log), env, s, log)
+    ctx = JobEpilog(cfg=cfg, opts=job_options(env, cfg, log), env=env, log=log,
+                    budget=Budget(DEFAULT_TIMEOUT_S))
+    s = array_step(ctx, v)
+    log.info(f"job {jobid}: array {array_id} task {task_id} recorded unclassified ({why})")
+    if s is not None:
+        send_array(ctx, s)
 
 
 def array_state(env: dict[str, str]) -> dict[str, Any] | None:
