@@ -111,6 +111,27 @@ def test_a_site_rule_change_takes_effect_at_once(dirs, tmp_path):
     assert len(list(cache.glob("rules-*.json"))) == 3
 
 
+def test_a_kept_rule_set_is_dropped_when_its_files_change(dirs, monkeypatch):
+    """A long-lived drainer (hooks/drain.py) loads the rules once and forks its workers; in each
+    worker drop_if_stale() makes the files in use now decide: an edited site rule, or another
+    GPUALERT_RULES_DIR in the job's environment, takes effect as in a fresh process."""
+    _, site = dirs
+    monkeypatch.setattr(rules_mod, "_DEFAULT", None)
+    first = load_rules()
+    rules_mod.drop_if_stale()
+    assert load_rules() is first  # nothing changed: the kept set, no rebuild
+    (site / "site.yaml").write_text(SITE_RULE.format(cls="disk_full"))
+    assert load_rules() is first  # kept: nothing looked at the files
+    rules_mod.drop_if_stale()
+    second = load_rules()
+    assert second is not first and any(r.origin.endswith("site.yaml") for r in second.rules)
+    other = site.parent / "other.d"
+    other.mkdir(mode=0o755)
+    monkeypatch.setenv("GPUALERT_RULES_DIR", str(other))
+    rules_mod.drop_if_stale()
+    assert not any(r.origin.endswith("site.yaml") for r in load_rules().rules)
+
+
 def planted(cache: Path) -> Path:
     """The current key's cache file, rewritten to say CUDA OOM is a segfault: whoever reads it
     as trusted classifies a CUDA OOM log as segfault."""

@@ -232,6 +232,7 @@ def _site_files() -> list[str]:
 
 
 _DEFAULT: RuleSet | None = None
+_DEFAULT_FILES: list[tuple[str, bytes]] = []  # what _DEFAULT was built from
 def _rule_files(site: bool, extra_files: list[Path] | None) -> list[tuple[str, bytes]]:
     """(name shown in errors, bytes) of each file the rule set is built from, in order: the
     class table, the shipped rule files (RULES_DIR/*.yaml), the site rules, the extra files."""
@@ -263,7 +264,7 @@ def load_rules(
     from the on-disk cache when it holds one built from these very files (rulecache.py: keyed
     by their bytes, so an edited site rule takes effect at once), and root writes it there.
     """
-    global _DEFAULT
+    global _DEFAULT, _DEFAULT_FILES
     use_cache = use_cache and site and extra_files is None
     if use_cache and _DEFAULT is not None:
         return _DEFAULT
@@ -282,8 +283,24 @@ def load_rules(
         if key:
             rulecache.save(key, rs)
     if use_cache:
-        _DEFAULT = rs
+        _DEFAULT, _DEFAULT_FILES = rs, files
     return rs
+
+
+def drop_if_stale() -> None:
+    """For a long-lived process that forks its workers (hooks/drain.py): the rule set an earlier
+    load_rules() kept is dropped when the files it was built from are not those in use now (an
+    edited or added site rule, another GPUALERT_RULES_DIR in the job's environment), so that the
+    next load reads them, as a fresh process would."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        return
+    try:
+        same = _rule_files(True, None) == _DEFAULT_FILES
+    except RuleError:  # an unreadable site file: the next load says so
+        same = False
+    if not same:
+        _DEFAULT = None
 
 
 def build_rules(files: list[tuple[str, bytes]]) -> RuleSet:

@@ -27,6 +27,7 @@ import errno
 import fcntl
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -220,6 +221,9 @@ def _child(work: Work, env: dict[str, str], waited: Any, close: tuple[int, ...],
             os.setpriority(os.PRIO_PROCESS, 0, nice)
         os.environ.clear()
         os.environ.update(env)
+        rules = sys.modules.get("gpualert_slurm.classify.rules")
+        if rules is not None:  # warmed up in the drainer: this job's rule files decide
+            rules.drop_if_stale()
         work(env, waited)
         code = EXIT_DONE
     except BaseException as e:
