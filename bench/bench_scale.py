@@ -29,6 +29,7 @@ this process alone, stopped at the end). Prints figures, never pass/fail.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -481,6 +482,7 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
                     if e and e[0].isdigit()), default=None)
     states = sorted({ln.split("|")[2] for ln in rows if ln.count("|") >= 2})
     costs = read_costs(f, ids)
+    logs_kept, prolog_late, no_job_json = spool_outcomes(f, ids) if gpualert else (0, 0, 0)
     ctld_cpu = [c["cpu"] for c in costs["ctld"].values()]
     waits = [c["wait"] for c in costs["ctld"].values() if c.get("wait") is not None]
     node_cpu = [c["cpu"] for c in costs["node"].values()]
@@ -502,9 +504,29 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
         "squeue_p50": statistics.median(s) if s else None,
         "squeue_n": len(s), "squeue_failed": sampler.failed, "hooks_gave_up": gave_up,
         "drained": resume_drained(f),
+        "logs_kept": logs_kept, "prolog_late": prolog_late, "no_job_json": no_job_json,
+        "state_counts": dict(sorted(collections.Counter(
+            ln.split("|")[2] for ln in rows if ln.count("|") >= 2).items())),
         "gate_wait_max": max(waits) if waits else None,
         "gate_wait_p50": statistics.median(waits) if waits else None,
     }
+
+
+def spool_outcomes(f: cl.ClusterFacts, ids: set[str]) -> tuple[int, int, int]:
+    """(tasks whose log holds their traceback, tasks whose Prolog ran more than 1 s after its
+    shim, tasks with no job.json) from the spool: what a report of each task can show."""
+    kept = late = missing = 0
+    for jid in ids:
+        d = f.spool / jid
+        with contextlib.suppress(OSError):
+            kept += "FileNotFoundError" in (d / "tasks" / "batch.0.log").read_text(
+                errors="replace")
+        try:
+            rec = json.loads((d / "job.json").read_text())
+            late += (rec.get("prolog_delay_s") or 0) > 1.0
+        except (OSError, ValueError):
+            missing += 1
+    return kept, late, missing
 
 
 def print_arrays(rows: list[dict[str, Any]]) -> None:
@@ -525,6 +547,10 @@ def print_arrays(rows: list[dict[str, Any]]) -> None:
               f"{r['squeue_failed']} failed (timed out); hooks that gave up at their bound: "
               f"{r['hooks_gave_up']}; job epilogs' wait for a slot: max "
               f"{fmt(r['gate_wait_max'], '.1f')}, p50 {fmt(r['gate_wait_p50'], '.1f')}")
+        print(f"    task states {r['state_counts']}" + (
+            f"; {r['logs_kept']} of {r['tasks']} tasks' logs kept in the spool (their "
+            f"traceback there); {r['prolog_late']} Prologs ran > 1 s after their shim; "
+            f"{r['no_job_json']} tasks without job.json" if r["gpualert"] else ""))
         if r["drained"]:
             print(f"    Slurm drained {', '.join(r['drained'])} during the burst (resumed)")
     on = next((r for r in rows if r["gpualert"]), None)

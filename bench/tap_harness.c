@@ -1,12 +1,13 @@
 /*
  * The tap's own cost per task, without Slurm: plays slurmstepd to the plugin (bench/bench_tap.py
- * --harness builds and runs it). Each step is a fresh process that calls slurm_spank_init and
- * user_init, forks NTASKS tasks (task_init, then exec /bin/true) with task_post_fork after each
- * fork, reaps them (ignoring other children, as slurmstepd does) and calls task_exit for each.
+ * --harness builds and runs it). Each step is a fresh process that calls slurm_spank_init,
+ * init_post_opt and user_init, forks NTASKS tasks (task_init, then exec /bin/true) with
+ * task_post_fork after each fork, reaps them (ignoring other children, as slurmstepd does) and calls task_exit for each.
  * The SPANK calls the plugin makes are answered here. PLUGIN "none" runs the same steps with no
  * plugin: the baseline. Prints one line per step:
  *   step WALL_MS task_init MEAN_MS task_exit SUM_MS
- * Usage: tap_harness PLUGIN|none NTASKS STEPS SPOOL LOCAL (as root; SPOOL/4242 must exist)
+ * Usage: tap_harness PLUGIN|none NTASKS STEPS SPOOL LOCAL (as root; the plugin makes SPOOL/4242
+ * when it is missing, as it does when the Prolog is late)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -25,6 +26,9 @@
 static int cur_task = -1, cur_status, ntasks;
 static pid_t cur_pid;
 static uint32_t stepid;
+/* HARNESS_UID, HARNESS_GID: the job's user (root if unset); HARNESS_RESTARTS: its attempt */
+static uid_t job_uid;
+static gid_t job_gid;
 
 spank_context_t spank_context(void) { return S_CTX_REMOTE; }
 int spank_remote(spank_t sp) { (void)sp; return 1; }
@@ -41,6 +45,10 @@ spank_err_t spank_job_control_setenv(spank_t sp, const char *a, const char *b, i
 spank_err_t spank_getenv(spank_t sp, const char *var, char *buf, int len)
 {
     (void)sp;
+    if (strcmp(var, "SLURM_RESTART_COUNT") == 0 && getenv("HARNESS_RESTARTS")) {
+        snprintf(buf, (size_t)len, "%s", getenv("HARNESS_RESTARTS"));
+        return ESPANK_SUCCESS;
+    }
     if (strcmp(var, "SLURMD_NODENAME") != 0)
         return ESPANK_ENV_NOEXIST;
     snprintf(buf, (size_t)len, "n1");
@@ -56,8 +64,8 @@ spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
     switch (item) {
     case S_JOB_ID: *(uint32_t *)p = 4242; break;
     case S_JOB_STEPID: *(uint32_t *)p = stepid; break;
-    case S_JOB_UID: *(uid_t *)p = 0; break;
-    case S_JOB_GID: *(gid_t *)p = 0; break;
+    case S_JOB_UID: *(uid_t *)p = job_uid; break;
+    case S_JOB_GID: *(gid_t *)p = job_gid; break;
     case S_JOB_LOCAL_TASK_COUNT: *(uint32_t *)p = (uint32_t)ntasks; break;
     case S_TASK_EXIT_STATUS: *(int *)p = cur_status; break;
     case S_TASK_PID: *(pid_t *)p = cur_pid; break;
@@ -103,11 +111,15 @@ int main(int argc, char **argv)
         return 2;
     ntasks = atoi(argv[2]);
     int steps = atoi(argv[3]);
+    if (getenv("HARNESS_UID"))
+        job_uid = (uid_t)atoi(getenv("HARNESS_UID"));
+    if (getenv("HARNESS_GID"))
+        job_gid = (gid_t)atoi(getenv("HARNESS_GID"));
     char spool[4200], local[4200];
     snprintf(spool, sizeof(spool), "spool=%s", argv[4]);
     snprintf(local, sizeof(local), "local=%s", argv[5]);
     char *args[] = {spool, "default=on", local};
-    cb_t init = NULL, user_init = NULL, post_fork = NULL, task_init = NULL, task_exit = NULL;
+    cb_t init = NULL, post_opt = NULL, user_init = NULL, post_fork = NULL, task_init = NULL, task_exit = NULL;
     if (strcmp(argv[1], "none") != 0) {
         void *h = dlopen(argv[1], RTLD_NOW);
         if (!h) {
@@ -115,6 +127,7 @@ int main(int argc, char **argv)
             return 1;
         }
         init = (cb_t)dlsym(h, "slurm_spank_init");
+        post_opt = (cb_t)dlsym(h, "slurm_spank_init_post_opt");  /* absent in old builds */
         user_init = (cb_t)dlsym(h, "slurm_spank_user_init");
         post_fork = (cb_t)dlsym(h, "slurm_spank_task_post_fork");
         task_init = (cb_t)dlsym(h, "slurm_spank_task_init");
@@ -130,6 +143,8 @@ int main(int argc, char **argv)
         if (stepd == 0) {
             if (init) {
                 init(NULL, 3, args);
+                if (post_opt)
+                    post_opt(NULL, 3, args);
                 user_init(NULL, 3, args);
             }
             pid_t *pids = calloc((size_t)ntasks, sizeof(pid_t));

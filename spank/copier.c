@@ -41,6 +41,7 @@
 #define FINAL_FLUSH_MS 60000       /* after EOF, how long the log may take to catch up */
 #define HOSTED_FLUSH_MS 3600000    /* the same for a hosted copier: the step does not wait
                                       for it, so it may outlast a stalled spool */
+#define JOB_DIR_WAIT_MS 3000       /* for the job dir slurmstepd's child makes (records.c) */
 #define STUCK_MS 1000              /* a writer this long without progress is stuck (hung spool) */
 #define CLOSE_WAIT_MS 100          /* after EOF, how long an answer waits for the log's close */
 
@@ -305,6 +306,14 @@ static void *writer_main(void *arg)
 {
     struct tap *t = arg;
     int jfd = open_job_dir(t->cfg->spool, &t->id);
+    /* slurmstepd's maker of the job dir may still be at work (a slow disk; records.c,
+     * make_job_dir): the output waits in the buffer meanwhile, the task does not. */
+    long until = now_ms() + JOB_DIR_WAIT_MS;
+    while (jfd < 0 && errno == ENOENT && now_ms() < until) {
+        struct timespec nap = {0, 10 * 1000000};
+        nanosleep(&nap, NULL);
+        jfd = open_job_dir(t->cfg->spool, &t->id);
+    }
     int log = jfd >= 0 ? open_task_log(t, jfd) : -1;
     if (log < 0) {
         int e = errno;

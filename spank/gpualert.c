@@ -32,6 +32,8 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     case S_CTX_ALLOCATOR:
     case S_CTX_LOCAL:
         return submit_init_post_opt(sp, ac, av);
+    case S_CTX_REMOTE:
+        return stepd_init_post_opt(sp, ac, av);
     default:
         return 0;
     }

@@ -7,6 +7,7 @@
  */
 #include "records.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -178,6 +179,117 @@ void write_start_record(int tdir, const struct task_id *id, pid_t task_pid, time
     close(fd);
     if (!ok || renameat(tdir, tmp, tdir, final) != 0)
         unlinkat(tdir, tmp, 0);
+}
+
+/* mkdirat, then 0700 and the user's, through an fd (in a dir we just made nobody else can
+ * swap the name, but the mode must not depend on slurmstepd's umask). Returns 0 or -1. */
+static int make_user_subdir(int dirfd, const char *name, const struct task_id *id)
+{
+    if (mkdirat(dirfd, name, 0700) != 0)
+        return -1;
+    int fd = open_subdir(dirfd, name);
+    if (fd < 0)
+        return -1;
+    int rc = fchown(fd, id->uid, id->gid) == 0 && fchmod(fd, 0700) == 0 ? 0 : -1;
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+/* The temp dir of job_dir_child, and what it holds, gone again (it never was the job's). */
+static void remove_tmp_dir(int sfd, const char *tmp, int attempt_sub, const char *asub)
+{
+    int tfd = open_subdir(sfd, tmp);
+    if (tfd >= 0) {
+        int afd = attempt_sub ? open_subdir(tfd, asub) : fcntl(tfd, F_DUPFD_CLOEXEC, 3);
+        if (afd >= 0) {
+            unlinkat(afd, "nodes", AT_REMOVEDIR);
+            unlinkat(afd, "tasks", AT_REMOVEDIR);
+            close(afd);
+        }
+        if (attempt_sub)
+            unlinkat(tfd, asub, AT_REMOVEDIR);
+        close(tfd);
+    }
+    unlinkat(sfd, tmp, AT_REMOVEDIR);
+}
+
+/*
+ * In a child of slurmstepd (root), before any task: <spool>/<jobid> for the job's user, 0700,
+ * with the attempt's nodes/ and tasks/, exactly as the Prolog makes it (core/spool.py,
+ * create_job_dir): built under a temp name, then renamed into place without replacing
+ * anything, so that a Prolog or another node racing for it sees it whole or not at all. The
+ * Prolog that comes later joins it and writes job.json. Why here: a job must not wait for its
+ * Prolog (a burst of 500 starts held slurmctld's batch launches behind them), yet its first
+ * byte of output must have a log to go to. Nothing is done when the dir is there (the Prolog
+ * ran). Returns 0 or an errno.
+ */
+static int job_dir_child(const char *spool, const struct task_id *id)
+{
+    int sfd = open(spool, DIR_FLAGS), rc = 0;
+    struct stat st;
+    if (sfd < 0)
+        return errno;
+    /* The spool must be root's and writable by nobody else (check_spool_root). */
+    if (fstat(sfd, &st) != 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+        close(sfd);
+        return EPERM;
+    }
+    char name[16], tmp[96], asub[32];
+    snprintf(name, sizeof(name), "%u", id->job);
+    if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) {
+        close(sfd);
+        return 0;                  /* there (the readers check what it is), or not ours to say */
+    }
+    snprintf(asub, sizeof(asub), "attempt-%u", id->attempt);
+    /* Unique across the nodes sharing the spool: the node's name (as _safe_tag keeps it) and
+     * this child's pid; the gc removes a .tmp-* a killed child left. */
+    char tag[41];
+    size_t k = 0;
+    for (const char *c = id->node; *c && k < sizeof(tag) - 1; c++)
+        tag[k++] = (isalnum((unsigned char)*c) || *c == '-' || *c == '_') ? *c : '_';
+    tag[k] = '\0';
+    snprintf(tmp, sizeof(tmp), ".tmp-%u-%s-%d", id->job, k ? tag : "x", (int)getpid());
+    if (mkdirat(sfd, tmp, 0700) != 0) {
+        rc = errno;
+        close(sfd);
+        return rc;
+    }
+    int tfd = open_subdir(sfd, tmp), afd = -1;
+    if (tfd < 0)
+        goto fail;
+    if (id->attempt && make_user_subdir(tfd, asub, id) != 0)
+        goto fail;
+    afd = id->attempt ? open_subdir(tfd, asub) : fcntl(tfd, F_DUPFD_CLOEXEC, 3);
+    if (afd < 0 || make_user_subdir(afd, "nodes", id) != 0 ||
+        make_user_subdir(afd, "tasks", id) != 0)
+        goto fail;
+    if (fchown(tfd, id->uid, id->gid) != 0 || fchmod(tfd, 0700) != 0 || fsync(tfd) != 0)
+        goto fail;
+    if (syscall(SYS_renameat2, sfd, tmp, sfd, name, RENAME_NOREPLACE) != 0) {
+        /* NFS and older kernels lack the flag: a plain rename still never replaces the
+         * non-empty dir another node made, and only root can make one here. */
+        if ((errno != EINVAL && errno != ENOSYS) || renameat(sfd, tmp, sfd, name) != 0) {
+            rc = errno == EEXIST || errno == ENOTEMPTY ? 0 : errno;  /* another was quicker */
+            goto out;
+        }
+    }
+    close(afd);
+    close(tfd);
+    fsync(sfd);                    /* the name on disk before a task can crash */
+    close(sfd);
+    return 0;
+fail:
+    rc = errno ? errno : EIO;
+out:
+    if (afd >= 0)
+        close(afd);
+    if (tfd >= 0)
+        close(tfd);
+    remove_tmp_dir(sfd, tmp, id->attempt != 0, asub);
+    close(sfd);
+    return rc;
 }
 
 /* In a child of slurmstepd: create tasks/<step>.<rank>.exit. Returns 0 or an errno. */
@@ -459,4 +571,59 @@ void write_exit_record(const struct plugin_config *cfg, const struct task_id *id
 out:
     if (last)
         exit_records_wait(ws, cfg, 0);
+}
+
+/*
+ * slurmstepd (root), once per step before any task: the job's spool dir, made by a child
+ * (job_dir_child) that ends itself when budget_ms runs out. slurmstepd waits for it at most
+ * wait_ms: a spool that hangs or a disk slow to fsync never holds the step longer; the child
+ * then goes on by itself and the copier waits for the dir (copier.c). Whatever happens, the
+ * step goes on: without the dir its output is forwarded and not logged, as before.
+ */
+void make_job_dir(const struct plugin_config *cfg, const struct task_id *id, long budget_ms,
+                  long wait_ms)
+{
+    int res[2];
+    if (pipe2(res, O_CLOEXEC) != 0)
+        return;
+    pid_t child = fork();
+    if (child < 0) {
+        slurm_info("gpualert: job %u: no spool dir made: fork: %s", id->job, strerror(errno));
+        close(res[0]);
+        close(res[1]);
+        return;
+    }
+    if (child == 0) {
+        /* A fatal signal ends a wait in a hung mount as SIGKILL does. */
+        sigset_t alrm;
+        sigemptyset(&alrm);
+        sigaddset(&alrm, SIGALRM);
+        signal(SIGALRM, SIG_DFL);
+        sigprocmask(SIG_UNBLOCK, &alrm, NULL);
+        alarm((unsigned)((budget_ms + 999) / 1000));
+        close(res[0]);
+        unsigned char rc = (unsigned char)(job_dir_child(cfg->spool, id) & 0xff);
+        if (write(res[1], &rc, 1) != 1) {
+            /* slurmstepd went on without us */
+        }
+        _exit(0);
+    }
+    close(res[1]);
+    struct pollfd p = {res[0], POLLIN, 0};
+    long end = mono_ms() + wait_ms;
+    int r;
+    do {
+        long left = end - mono_ms();
+        r = poll(&p, 1, left > 0 ? (int)left : 0);
+    } while (r < 0 && errno == EINTR);
+    unsigned char rc = 0;
+    if (r == 1 && read(res[0], &rc, 1) == 1 && rc)
+        slurm_info("gpualert: job %u: spool dir %s/%u not made: %s; output is forwarded but "
+                   "not logged (see `gpualert doctor`)", id->job, cfg->spool, id->job,
+                   strerror(rc));
+    close(res[0]);
+    /* No task exists yet, so slurmstepd's own wait cannot have reaped it; one still at work
+     * is left to end by itself (its alarm), and slurmstepd's wait for children reaps it. */
+    if (r == 1)
+        waitpid(child, NULL, 0);
 }

@@ -17,6 +17,10 @@ void tap_log(int jfd, const struct task_id *id, int quiet, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* The copier, as the user, once the task's log is open in tasks/ (TDIR). */
 void write_start_record(int tdir, const struct task_id *id, pid_t task_pid, time_t start_time);
+/* slurmstepd (root), before the step's tasks: <spool>/<jobid> made if the Prolog has not yet;
+ * the maker's life is bounded by budget_ms, slurmstepd's wait for it by wait_ms. */
+void make_job_dir(const struct plugin_config *cfg, const struct task_id *id, long budget_ms,
+                  long wait_ms);
 /* Exit records being written, each by a child of slurmstepd (the step's, in stepd.c). */
 #define EXIT_WRITES_MAX 16
 struct exit_write {

@@ -21,6 +21,8 @@
 #include <slurm/slurm.h>
 
 #define RECORD_WAIT_MS 2000    /* one exit record's write, before the spool counts as hung */
+#define JOB_DIR_BUDGET_MS 3000 /* making the job's spool dir, before its maker gives up */
+#define JOB_DIR_WAIT_MS 200    /* slurmstepd's wait for it (the copier waits the rest) */
 
 /* SPANK hands a callback no pointer of ours: the step's state lives here. */
 static struct stepd {
@@ -32,13 +34,13 @@ static struct stepd {
     struct exit_writes writes; /* exit records being written (records.c) */
 } st = {.host = {.sock = -1}};
 
-/* Fills id; returns -1 for steps that are not tapped (extern, interactive) or on error. */
-static int get_task_id(spank_t sp, struct task_id *id)
+/* The step's part of id (no rank: slurmstepd's callbacks before the tasks); -1 for steps that
+ * are not tapped (extern, interactive) or on error. */
+static int get_step_id(spank_t sp, struct task_id *id)
 {
     memset(id, 0, sizeof(*id));
     if (spank_get_item(sp, S_JOB_ID, &id->job) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_STEPID, &id->step) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_TASK_GLOBAL_ID, &id->rank) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_UID, &id->uid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_GID, &id->gid) != ESPANK_SUCCESS)
         return -1;
@@ -54,15 +56,24 @@ static int get_task_id(spank_t sp, struct task_id *id)
         if (gethostname(id->node, sizeof(id->node)) != 0)
             snprintf(id->node, sizeof(id->node), "unknown");
     id->node[sizeof(id->node) - 1] = '\0';
+    /* A requeued job's tasks log into attempt-N/ (docs/CONTRACTS.md, Attempts). */
+    char restarts[16];
+    if (spank_getenv(sp, "SLURM_RESTART_COUNT", restarts, sizeof(restarts)) == ESPANK_SUCCESS)
+        id->attempt = (unsigned)strtoul(restarts, NULL, 10);
+    return 0;
+}
+
+/* Fills id for a task hook; returns -1 for steps that are not tapped or on error. */
+static int get_task_id(spank_t sp, struct task_id *id)
+{
+    if (get_step_id(sp, id) != 0 ||
+        spank_get_item(sp, S_TASK_GLOBAL_ID, &id->rank) != ESPANK_SUCCESS)
+        return -1;
     int local = -1;                /* only in the task hooks */
     if (spank_get_item(sp, S_TASK_ID, &local) == ESPANK_SUCCESS && local >= 0) {
         id->local = (uint32_t)local;
         id->has_local = 1;
     }
-    /* A requeued job's tasks log into attempt-N/ (docs/CONTRACTS.md, Attempts). */
-    char restarts[16];
-    if (spank_getenv(sp, "SLURM_RESTART_COUNT", restarts, sizeof(restarts)) == ESPANK_SUCCESS)
-        id->attempt = (unsigned)strtoul(restarts, NULL, 10);
     return 0;
 }
 
@@ -77,6 +88,18 @@ int stepd_init(spank_t sp, int ac, char **av)
     config_parse(&st.cfg, ac, av);
     /* The option is replayed here from the step's options or the job's environment. */
     options_register(sp);
+    return 0;
+}
+
+/* slurmstepd (root), options known, before any task: the job's spool dir, if its Prolog has
+ * not made it yet (records.c, make_job_dir), so that the job need not wait for the Prolog. */
+int stepd_init_post_opt(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    struct task_id id;
+    if (tapping() && get_step_id(sp, &id) == 0)
+        make_job_dir(&st.cfg, &id, JOB_DIR_BUDGET_MS, JOB_DIR_WAIT_MS);
     return 0;
 }
 

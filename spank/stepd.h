@@ -7,6 +7,7 @@
 #include <slurm/spank.h>
 
 int stepd_init(spank_t sp, int ac, char **av);
+int stepd_init_post_opt(spank_t sp, int ac, char **av);
 int stepd_user_init(spank_t sp, int ac, char **av);
 int stepd_task_post_fork(spank_t sp, int ac, char **av);
 int stepd_task_init(spank_t sp, int ac, char **av);

@@ -1,12 +1,15 @@
 """The Prolog hook under the real Slurm cluster: the job's spool dir is there, complete, before
 the job's first line runs, on every node of a multi-node job; an opted-out job gets nothing;
-the Prolog -> tap path as a real job takes it; a requeued job's attempts kept apart.
+the Prolog -> tap path as a real job takes it; a requeued job's attempts kept apart; a job
+whose Prolog comes late (a burst) keeps its logs in the dir the plugin made.
 Uses the installed package (/opt/gpualert/venv) and plugin, as Slurm does."""
 
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -203,3 +206,97 @@ def test_requeued_job_keeps_attempts_apart(cluster: ClusterFacts, workdir: Path)
         assert log == f"rank {rank} restart=1\n", log
         assert json.loads((tasks1 / f"0.{rank}.exit").read_text())["exit_code"] == 0
     assert json.loads((tasks1 / "batch.0.exit").read_text())["exit_code"] == 0
+
+
+LATE = """#!/bin/bash
+#SBATCH --gpualert=mail=gpatest@localhost
+echo "batch starts on $SLURMD_NODENAME"
+srun -N2 -n2 python3 -c '
+import os, sys
+r = int(os.environ["SLURM_PROCID"])
+print(f"rank {r} loading shard", flush=True)
+if r == 1:
+    raise ValueError("shard 1 has 0 samples")
+sys.exit(0)'
+"""
+
+
+def _cluster_name() -> str:
+    conf = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                          timeout=30, check=True).stdout
+    return next(ln.split("=", 1)[1].strip() for ln in conf.splitlines()
+                if ln.startswith("ClusterName"))
+
+
+def test_a_job_whose_prolog_comes_late_keeps_its_logs(cluster: ClusterFacts,
+                                                      workdir: Path) -> None:
+    """A burst's job: its Prolog still queued when its tasks start (here: the drainer's lock
+    held by the test, so no drainer runs and the Prolog's shim leaves the job to it after its
+    wait). The plugin's slurmstepd made the job dir before the first task, as the Prolog makes
+    it, so every line is logged; the Prolog that runs later joins the dir, and the report has
+    the logs and the root rank."""
+    import pwd
+
+    from clusterlib import held_lock, wait_for_mail
+
+    uid = pwd.getpwnam(cluster.user).pw_uid
+    qdir = Path("/run/gpualert") / f"epilog-queue-{_cluster_name()}"
+    qdir.mkdir(parents=True, exist_ok=True)
+    d = cluster.spool / str(0)
+    started_drainer = False
+    try:
+        # a drainer still warm from an earlier test lets go of the lock once its queue is empty
+        with held_lock(qdir / "drainer.lock", timeout=120, holder=" (a drainer)"):
+            job = submit(LATE, "-N2", "-o", "out-%j.txt", workdir=workdir)
+            d = cluster.spool / str(job)
+            st = wait_final(job, timeout=120)
+            assert (st.state, str(st.exit_code)) == ("FAILED", "1:0")
+            # no Prolog has run: no job.json, yet the dir and every log are there
+            assert not (d / "job.json").exists()
+            _owned(d, uid, 0o700)
+            _owned(d / "tasks", uid, 0o700)
+            _owned(d / "nodes", uid, 0o700)
+            tasks = d / "tasks"
+            batch_log = (tasks / "batch.0.log").read_text()
+            assert any(f"batch starts on {n}" in batch_log for n in st.nodes), batch_log
+            assert "ValueError: shard 1 has 0 samples" in (tasks / "0.1.log").read_text()
+            assert "rank 0 loading shard" in (tasks / "0.0.log").read_text()
+            for name in ("batch.0.exit", "0.0.exit", "0.1.exit"):
+                _owned(tasks / name, uid, 0o600)
+            assert not list(cluster.spool.glob(f".tmp-{job}-*"))
+            assert list(qdir.glob(f"{job}.*.prolog")), "the Prolog should still be queued"
+        # The lock let go: a drainer, started as a shim starts it, takes the queue.
+        subprocess.run(["setsid", "-f", "/opt/gpualert/venv/bin/gpualert", "hook", "drain"],
+                       env=dict(os.environ, GPUALERT_QUEUE_DIR=str(qdir),
+                                GPUALERT_CONFIG=str(cluster.gpualert_config),
+                                SLURM_CONF=str(cluster.conf)),
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=True, timeout=30)
+        started_drainer = True
+        wait_until(lambda: (d / "job.json").exists(), 60, f"{d}/job.json from the late Prolog")
+        rec = json.loads((d / "job.json").read_text())
+        assert rec["job_id"] == str(job) and rec["uid"] == uid
+        _owned(d / "job.json", 0, 0o644)
+        hooks_log = (cluster.spool / "gpualert-hooks.log").read_text()
+        assert f"prolog: job {job}: joined {d} " in hooks_log
+        v = wait_until(lambda: _verdict_with_report(d), 90, f"{d}/verdict.json")
+        assert v["verdict"]["class"] == "python_exception", v["verdict"]
+        assert v["verdict"]["root_rank"] == 1, v["verdict"]
+        mail = wait_for_mail(cluster.maildir, f"X-Gpualert-Job: {job}", timeout=60)
+        assert "shard 1 has 0 samples" in mail.read_text(errors="replace").replace("=\n", "")
+    finally:
+        if not started_drainer:  # never leave the cluster's queue without a drainer
+            subprocess.run(["setsid", "-f", "/opt/gpualert/venv/bin/gpualert", "hook", "drain"],
+                           env=dict(os.environ, GPUALERT_QUEUE_DIR=str(qdir),
+                                    GPUALERT_CONFIG=str(cluster.gpualert_config),
+                                    SLURM_CONF=str(cluster.conf)),
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=30)
+
+
+def _verdict_with_report(d: Path) -> dict | None:
+    p = d / "verdict.json"
+    if not p.exists():
+        return None
+    v = json.loads(p.read_text())
+    return v if "report" in v else None

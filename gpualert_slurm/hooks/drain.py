@@ -5,9 +5,10 @@ Slurm gave it, NUL-separated, `env -0`) to QUEUE_DIR/<jobid>.<pid>.<kind> (.prol
 the node Epilog, .job: the job epilog) and starts this drainer only when none holds
 QUEUE_DIR/drainer.lock (flock(1) on its fd LOCK_FD, which the drainer inherits). The Epilog
 shims return at once; the Prolog's waits (bounded, on a FIFO, without CPU) for the drainer's
-word, since its job must not start before its spool dir exists. A burst of 500 jobs then
-costs one Python start, not 1500 (each ~1 s on a loaded host whose 2 cores slurmctld shares),
-and the hooks waiting their turn are files, which cost nothing.
+word for a few seconds, so that job.json comes before the tasks when the drainer is free; the
+job's spool dir does not depend on it (the plugin makes it, spank/records.c). A burst of 500
+jobs then costs one Python start, not 1500 (each ~1 s on a loaded host whose 2 cores slurmctld
+shares), and the hooks waiting their turn are files, which cost nothing.
 
 The drainer imports each kind's hook once, then forks one child per queued file (warm: no
 import), at most gate.slots() at once: Prologs first, then node Epilogs (the job epilogs wait
@@ -171,11 +172,12 @@ class _ChildLog(HookLog):
 
 
 def prolog(env: dict[str, str], waited: float) -> None:
-    """The work of one queued Prolog (its shim waits for the drainer's word)."""
+    """The work of one queued Prolog (its shim may still wait for the drainer's word, or its
+    job may have started: the plugin made the dir, this joins it)."""
     from gpualert_slurm.hooks import prolog as p
 
     log = HookLog("prolog")
-    p.prolog(env, log, Watchdog(log, DEFAULT_TIMEOUT_S))
+    p.prolog(env, log, Watchdog(log, DEFAULT_TIMEOUT_S), queued_at=time.time() - waited)
 
 
 def tell_done(dfd: int, base: str) -> None:

@@ -1,7 +1,9 @@
 """`gpualert hook prolog`: on each node, as root, before any task of the job starts.
 
-Makes the pre-launch log guarantee true: <spool>/<jobid>/ exists, owned by the job's user, 0700,
-with job.json and nodes/<node>.prolog.json on disk, before the first task can crash. A requeued
+Writes job.json and nodes/<node>.prolog.json into <spool>/<jobid>/ (the user's, 0700), making
+the dir when the plugin's slurmstepd has not (spank/records.c, make_job_dir: the pre-launch log
+guarantee is the plugin's, so that a job need not wait for its Prolog). When the drainer is
+free this runs before the first task; in a burst it may run after the job started. A requeued
 job's run N (SLURM_JOB_RESTART_COUNT=N) gets its own attempt-N/ with nodes/ and tasks/
 (docs/CONTRACTS.md, Attempts); job.json stays at the job root and lists every attempt. Bounded by
 hook_timeout_s; returns 0 whatever happens and logs its own faults (hooks/run_hook.py).
@@ -55,14 +57,15 @@ def _int_env(env: dict[str, str], key: str) -> int:
 
 
 def _job_record(env: dict[str, str], options: Options, options_error: str | None,
-                uid: int, gid: int, node: str) -> dict[str, Any]:
+                uid: int, gid: int, node: str, queued_at: float | None) -> dict[str, Any]:
     # 22.05's slurmd Prolog sets SLURM_NODELIST; the ctld scripts set SLURM_JOB_NODELIST.
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     try:
         nodes = expand_hostlist(nodelist) if nodelist else [node]
     except SlurmError:
         nodes = []
-    now = time.time()
+    # A Prolog the drainer ran late (a burst) dates the job from when Slurm ran its shim.
+    now = time.time() if queued_at is None else queued_at
     rec: dict[str, Any] = {
         "version": RECORD_VERSION,
         "job_id": env["SLURM_JOB_ID"],
@@ -85,6 +88,7 @@ def _job_record(env: dict[str, str], options: Options, options_error: str | None
         "options_error": options_error,
         "restart_count": _restart_count(env),
         "created_by_node": node,
+        "prolog_delay_s": None if queued_at is None else round(time.time() - queued_at, 3),
     }
     rec["attempts"] = [_attempt_entry(rec)]
     return rec
@@ -106,7 +110,9 @@ def _node_record(env: dict[str, str], node: str) -> dict[str, Any]:
     }
 
 
-def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
+def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog,
+           queued_at: float | None = None) -> None:
+    """queued_at: when the shim queued it, for a Prolog the drainer runs (hooks/drain.py)."""
     jobid = env.get("SLURM_JOB_ID", "")
     cfg = load_config_logged(log)
     if cfg is None:
@@ -140,7 +146,7 @@ def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         log.error(f"job {jobid}: cannot tell the job's user: {e}; job not monitored")
         return
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
-    record = _job_record(env, options, options_error, uid, gid, node)
+    record = _job_record(env, options, options_error, uid, gid, node, queued_at)
     attempt = record["restart_count"]
     try:
         jd = create_job_dir(cfg.spool, jobid, uid, gid, record, tag=node, attempt=attempt)
