@@ -49,3 +49,21 @@ def test_an_array_slurmctld_forgot_has_no_active_task(cluster) -> None:
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = old
+
+
+def test_kept_squeue_answer_spares_slurmctld_while_a_task_is_to_come() -> None:
+    """The job epilog's array step (job_epilog/arrays.py): while a task slurmctld last said had
+    nodes has not recorded itself, this task cannot be the last one, and slurmctld is not
+    asked again (each task of a 500-task burst asked for the whole array). The array id is one
+    no Slurm knows: had it asked, the answer would be None."""
+    from gpualert_slurm.hooks.job_epilog.arrays import _still_to_come
+
+    state = {"tasks": {"1": {"task_id": "1"}, "3": {"task_id": "3", "in_flight": True,
+                                                   "since": time.time()}},
+             "to_come": ["1", "2", "3", "4"]}
+    assert _still_to_come(state, "999999005", "4") == ({"2", "3"}, set())
+    # an epilog in flight for longer than any runs is not waited for; nor this task itself
+    state["tasks"]["3"]["since"] = time.time() - 3600
+    state["tasks"]["2"] = {"task_id": "2"}
+    left, never = _still_to_come(state, "999999005", "4")
+    assert (left, never) == (None, set())  # the kept answer is spent: slurmctld was asked

@@ -59,10 +59,11 @@ def array_task_summary(v: dict[str, Any]) -> dict[str, Any]:
             "ran": True}
 
 
-def remaining_array_tasks(array_id: str) -> tuple[set[str], set[str]] | None:
+def remaining_array_tasks(array_id: str) -> tuple[set[str], set[str], set[str]] | None:
     """Task ids of the array whose job epilog is still to come: every task slurmctld still
     holds (all states), except those that ended without ever getting a node (cancelled while
-    pending: no epilog runs for them), and those never-ran ones. None when Slurm cannot be
+    pending: no epilog runs for them); those never-ran ones; and, of the first, those that
+    have nodes (running or ended: their epilog comes for sure). None when Slurm cannot be
     asked."""
     try:
         # %F: the array's job id (%A is each task's own on 22.05 with -r); %K: the task id
@@ -70,7 +71,7 @@ def remaining_array_tasks(array_id: str) -> tuple[set[str], set[str]] | None:
                          "-o", "%F|%K|%T|%N"], timeout=SLURM_CALL_S)
     except slurm.SlurmError:
         return None
-    left, never = set(), set()
+    left, never, had_nodes = set(), set(), set()
     for line in out.splitlines():
         parts = line.split("|")
         if len(parts) != 4 or parts[0] != array_id:
@@ -80,7 +81,9 @@ def remaining_array_tasks(array_id: str) -> tuple[set[str], set[str]] | None:
             never.add(task)
             continue
         left.add(task)
-    return left, never
+        if nodes not in ("", "(null)"):
+            had_nodes.add(task)
+    return left, never, had_nodes
 
 
 def array_begin(ctx: JobEpilog) -> None:
@@ -105,8 +108,7 @@ def array_step(ctx: JobEpilog, v: dict[str, Any] | None) -> dict[str, Any] | Non
         tasks = lk.state.setdefault("tasks", {})
         tasks[task_id] = array_task_summary(v) if v else {"task_id": task_id,
                                                            "job_id": own_job, "ran": False}
-        asked = remaining_array_tasks(array_id)
-        left, never = asked if asked is not None else (None, set())
+        left, never = _still_to_come(lk.state, array_id, task_id)
         for t in never - set(tasks):
             tasks[t] = {"task_id": t, "ran": False}
         done_ids = {t for t, rec in tasks.items() if not rec.get("in_flight")}
@@ -131,6 +133,32 @@ def array_step(ctx: JobEpilog, v: dict[str, Any] | None) -> dict[str, Any] | Non
             return None
         return {"array_id": array_id,
                 "tasks": {t: r for t, r in tasks.items() if not r.get("in_flight")}}
+
+
+def _still_to_come(state: dict[str, Any], array_id: str, task_id: str
+                   ) -> tuple[set[str] | None, set[str]]:
+    """(tasks whose job epilog is still to come, tasks that never ran), as
+    remaining_array_tasks says, but asking slurmctld only when its last answer (kept in
+    state['to_come']) holds no task that is still to come: while one is, this task cannot be
+    the last, whatever slurmctld says now. Every task of a 500-task burst asked for the whole
+    array (500 records each) inside the array's lock: about three asks per array now. Only
+    tasks that had nodes are kept (a pending one may yet be cancelled, and no epilog comes)."""
+    tasks = state.get("tasks") or {}
+    done = {t for t, rec in tasks.items() if isinstance(rec, dict) and not rec.get("in_flight")}
+    # an epilog in flight for longer than any epilog can run has died (as array_step says)
+    stale = {t for t, rec in tasks.items() if isinstance(rec, dict) and rec.get("in_flight")
+             and time.time() - rec.get("since", 0) > 600}
+    kept = state.get("to_come")
+    if isinstance(kept, list):
+        known = {str(t) for t in kept} - done - stale - {task_id}
+        if known:
+            return known, set()
+    asked = remaining_array_tasks(array_id)
+    if asked is None:
+        return None, set()
+    left, never, had_nodes = asked
+    state["to_come"] = sorted(had_nodes - done, key=lambda t: int(t) if t.isdigit() else 0)
+    return left, never
 
 
 def array_context(summary: dict[str, Any], spool: str) -> dict[str, Any]:
