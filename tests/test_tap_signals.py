@@ -75,6 +75,9 @@ got=
 on() { got="$got $1"; }
 for s in USR1 USR2 ALRM HUP CONT; do trap "on $s" "$s"; done
 exec {NAPFD}<> <(:)
+# The substitution's child gone before any signal: on a loaded machine it may not have run yet,
+# and a signal to the group then kills it ("User defined signal 1" from bash, at random).
+wait $! 2>/dev/null || :
 nap() { read -r -t "$1" -u "$NAPFD" _ || true; }
 wait_for() {  # wait_for SIG [most seconds, 90 by default]
     local n=0

@@ -46,6 +46,7 @@ DONE = ".done"  # a Prolog's shim waits on this FIFO for the drainer's word
 # their verdicts), then the job epilogs
 KINDS = {PROLOG_SUFFIX: ("prolog", 25.0, 0), NODE_SUFFIX: ("epilog", 25.0, 1),
          SUFFIX: ("epilog-slurmctld", 55.0, 2)}
+PROLOG_URGENT_S = 2.0  # the Prolog shim's wait while a drainer is at work (epilog.d/)
 IDLE_S = 2.0           # an empty queue is looked at for this long before the drainer exits
 KILL_MARGIN_S = 15.0   # a child past its bound by this much is killed (its watchdog failed)
 MAX_ENV_BYTES = 1 << 20
@@ -424,9 +425,14 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
                     os.rename(name, name[:-len(RUNNING)], src_dir_fd=dfd, dst_dir_fd=dfd)
 
     def fork(fn: Work, env: dict[str, str], arg: Any, kind: str = "") -> int:
+        # A Prolog whose shim may still wait for it (queued less than PROLOG_URGENT_S ago) is
+        # on its job's way to start: not niced. The rest at 19, and so are the Prologs of a
+        # burst, which no job waits for any more (the plugin made their dirs): at nice 0, 500
+        # of them took a quarter of a core from slurmctld while the array's tasks launched.
+        urgent = kind == PROLOG_SUFFIX and isinstance(arg, float) and arg < PROLOG_URGENT_S
         pid = os.fork()
-        if pid == 0:  # a Prolog is on its job's way to start: not niced; the rest at 19
-            _child(fn, env, arg, (lock, dfd), 0 if kind == PROLOG_SUFFIX else 19)
+        if pid == 0:
+            _child(fn, env, arg, (lock, dfd), 0 if urgent else 19)
         return pid
 
     idle_since: float | None = None
