@@ -594,6 +594,38 @@ def print_arrays(rows: list[dict[str, Any]]) -> None:
               f"(p50 x{on['squeue_prio_p50'] / off['squeue_prio_p50']:.2f})")
 
 
+def pin_hosts(f: cl.ClusterFacts) -> str:
+    """--pin: the controller's host and the nodes' on one CPU each, as on a real cluster where
+    slurmctld's host runs no job: slurmctld (with slurmscriptd, which runs EpilogSlurmctld),
+    slurmdbd and MariaDB on CPU 0; the slurmd (their slurmstepd, jobs, Prologs and Epilogs
+    inherit it) on CPU 1. The controller's job epilogs get a queue of their own (so their
+    drainer is the controller's, on its CPU); the node hooks keep theirs. Both runs of the
+    array, with and without --gpualert, are pinned alike."""
+    def pin(pidfile: Path, cpu: int) -> list[int]:
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return []
+        kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                              text=True).stdout.split()
+        pids = [pid, *map(int, kids)]
+        for p in pids:
+            subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(p)],
+                           capture_output=True, check=False)
+        return pids
+    ctld = [p for name in ("slurmctld", "slurmdbd", "mariadb")
+            for p in pin(f.run_dir / f"{name}.pid", 0)]
+    nodes = [p for pf in sorted(f.run_dir.glob("slurmd-*.pid")) for p in pin(pf, 1)]
+    hook = f.root / "etc" / "hooks" / "gpualert-epilog-slurmctld"
+    text = hook.read_text()
+    qdir = f"/run/gpualert/epilog-queue-{SCALE_ENV['GPUALERT_CLUSTER_NAME']}-ctld"
+    if "GPUALERT_QUEUE_DIR" not in text:
+        first, rest = text.split("\n", 1)
+        hook.write_text(f"{first}\nexport GPUALERT_QUEUE_DIR={qdir}\n{rest}")
+    return (f"pinned: {len(ctld)} controller processes on CPU 0, {len(nodes)} slurmd on CPU 1; "
+            f"the job epilogs' queue {qdir}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="3,12,48", help="node counts (comma-separated)")
@@ -608,6 +640,8 @@ def main() -> int:
     ap.add_argument("--skip-jobs", action="store_true")
     ap.add_argument("--keep", action="store_true", help="leave the scale cluster up")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--pin", action="store_true", help="the controller on CPU 0, the nodes "
+                    "on CPU 1 (a controller host that runs no job; see pin_hosts)")
     args, _ = ap.parse_known_args()
     sizes = [int(x) for x in args.nodes.split(",") if x]
     need = max(sizes + [3])
@@ -620,6 +654,8 @@ def main() -> int:
         facts = cl.cluster_up(env=env)
         print(f"cluster {env['GPUALERT_CLUSTER_NAME']}: {len(facts.nodes)} nodes up in "
               f"{time.monotonic() - t0:.1f} s; {slurmd_memory(facts)}")
+        if args.pin:
+            print(f"  {pin_hosts(facts)}", flush=True)
         try:
             with cl.using_conf(facts):
                 mail = MailWatch(facts.maildir)
