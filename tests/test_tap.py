@@ -8,6 +8,7 @@ import os
 import pwd
 import random
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -209,7 +210,14 @@ exec /usr/bin/python3 gen.py 7 {size}
         wait_final(jobid, 300, c.root)
         log = (tasks / "batch.0.log").read_bytes()
     finally:
-        subprocess.run(["umount", str(tasks)], check=True)
+        # The copier outlives the step by design (it finishes its log after the step's end,
+        # LINGER_MS at most): it may still hold the log for a moment after Slurm's final state.
+        for _ in range(40):
+            if subprocess.run(["umount", str(tasks)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.25)
+        else:
+            subprocess.run(["umount", str(tasks)], check=True)
     want = expected(7, size)
     assert sha((d / "out.bin").read_bytes()) == sha(want)
     assert 0 < len(log) < size and want.startswith(log)
