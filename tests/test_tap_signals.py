@@ -101,8 +101,10 @@ burst() {
 # it still in the script's group (seen: both stopped for good).
 CONT_HELPER = r"""
 cont_later() {
+    # Its output is not the job's: killed in its sleep by the step's end, its bash would say
+    # "Killed sleep 1" into slurm-%j.out, in one job of the pair and not the other.
     setsid bash -c 'touch "$2.helper"; for i in $(seq 60); do
-        sleep 1; [ -e "$2" ] && exit; kill -CONT -- -"$1"; done' _ "$1" "$2" &
+        sleep 1; [ -e "$2" ] && exit; kill -CONT -- -"$1"; done' _ "$1" "$2" >/dev/null 2>&1 &
     local n=0
     until [ -e "$2.helper" ]; do nap 0.05; n=$((n + 1)); [ $n -lt 1200 ] || exit 3; done
 }
@@ -145,11 +147,13 @@ def batch_case(sig: str, how: str) -> Case:
 
 # Each rank waits for the signal, then bursts into its own file (srun -o rank-%j-%t.out).
 RANK_BURST = 'wait_for {sig}\nburst "rank $SLURM_PROCID"\n'
-RANK_WAIT = ('touch "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n'
+RANK_WAIT = (': > "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n'
              'wait_for {sig} 170\nburst "rank $SLURM_PROCID"\n')
 # Both ranks (on one node) set their traps before either signals its process group, which
-# may hold the other rank too (whichever is untrapped then would die, at random).
-RANK_SELF = ('touch "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n'
+# may hold the other rank too (whichever is untrapped then would die, at random). The ready
+# files are made by a builtin (`: >`): a `touch` that had made its file but not yet exited was
+# hit by the other rank's signal, and bash said "User defined signal 1" in one job of the pair.
+RANK_SELF = (': > "ready-$SLURM_JOB_ID-$SLURM_PROCID"\n'
              'n=0; until [ -e "ready-$SLURM_JOB_ID-0" ] && [ -e "ready-$SLURM_JOB_ID-1" ]; do\n'
              '    nap 0.1; n=$((n + 1)); [ $n -lt 900 ] || exit 3; done\n'
              'kill -{sig} 0\n' + RANK_BURST)
