@@ -292,6 +292,18 @@ out:
     return rc;
 }
 
+/* In a child of slurmstepd that may wait on a hung spool: SIGALRM (default action, unblocked)
+ * after secs ends it, as SIGKILL would end a wait in a hung mount. */
+static void end_itself_after(unsigned secs)
+{
+    sigset_t alrm;
+    sigemptyset(&alrm);
+    sigaddset(&alrm, SIGALRM);
+    signal(SIGALRM, SIG_DFL);
+    sigprocmask(SIG_UNBLOCK, &alrm, NULL);
+    alarm(secs);
+}
+
 /* In a child of slurmstepd: create tasks/<step>.<rank>.exit. Returns 0 or an errno. */
 static int exit_record_child(const char *spool, const struct task_id *id, const char *json,
                              size_t n)
@@ -541,14 +553,8 @@ void write_exit_record(const struct plugin_config *cfg, const struct task_id *id
     if (budget_ms < 200)
         budget_ms = 200;
     if (child == 0) {
-        /* Should nobody be left to kill it (slurmstepd gone), it ends itself: a fatal signal
-         * ends a wait in a hung mount as SIGKILL does. */
-        sigset_t alrm;
-        sigemptyset(&alrm);
-        sigaddset(&alrm, SIGALRM);
-        signal(SIGALRM, SIG_DFL);
-        sigprocmask(SIG_UNBLOCK, &alrm, NULL);
-        alarm((unsigned)(budget_ms / 1000 + 2));
+        /* Should nobody be left to kill it (slurmstepd gone), it ends itself. */
+        end_itself_after((unsigned)(budget_ms / 1000 + 2));
         close(res[0]);
         unsigned char rc = (unsigned char)(exit_record_child(cfg->spool, id, json, (size_t)n) &
                                            0xff);
@@ -594,13 +600,7 @@ void make_job_dir(const struct plugin_config *cfg, const struct task_id *id, lon
         return;
     }
     if (child == 0) {
-        /* A fatal signal ends a wait in a hung mount as SIGKILL does. */
-        sigset_t alrm;
-        sigemptyset(&alrm);
-        sigaddset(&alrm, SIGALRM);
-        signal(SIGALRM, SIG_DFL);
-        sigprocmask(SIG_UNBLOCK, &alrm, NULL);
-        alarm((unsigned)((budget_ms + 999) / 1000));
+        end_itself_after((unsigned)((budget_ms + 999) / 1000));
         close(res[0]);
         unsigned char rc = (unsigned char)(job_dir_child(cfg->spool, id) & 0xff);
         if (write(res[1], &rc, 1) != 1) {
