@@ -254,6 +254,16 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str,
         time.sleep(interval)
 
 
+def start_now_after_requeue(job_id: int) -> None:
+    """`scontrol update StartTime=now` for a requeued job that is PENDING again. slurmd revoked
+    the old run's credential at the requeue, and a credential made in that same second counts
+    as revoked too (whole seconds, ctime <= revoked): "Killing non-startable batch JobId=J: Job
+    credential revoked", the job FAILED with exit 1 (seen once requeues got quick). So the new
+    run is not allowed to start before the next second."""
+    time.sleep(1.05 - time.time() % 1)
+    slurm.update_job(job_id, StartTime="now")
+
+
 def wait_final(job_id: int, timeout: float = 120, root: Path | None = None) -> slurm.JobState:
     """The job's final state as sacct records it, once that record has settled."""
     st = slurm.settled_final(job_id, timeout=timeout)

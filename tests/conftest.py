@@ -71,11 +71,12 @@ def smtp_server(tmp_path: Path) -> Iterator[Any]:
 def rc(recovery_cluster: clusterlib.ClusterFacts) -> clusterlib.ClusterFacts:
     """The recovery cluster (a module using it imports recoverylib.recovery_cluster), all
     nodes usable: a test before may have drained one."""
-    from recoverylib import resume_node, wait_node_usable
+    from recoverylib import resume_node, wait_kernel_log_quiet, wait_node_usable
 
     for n in recovery_cluster.nodes:
         resume_node(n)
         wait_node_usable(n)
+    wait_kernel_log_quiet()
     return recovery_cluster
 
 

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from gpualert_slurm.core import slurm
+from gpualert_slurm.core.provenance import WINDOW_SLACK_S
 
 RECOVERY_CLUSTER_ENV = {
     "GPUALERT_CLUSTER_DIR": "/var/lib/gpualert-cluster-recovery",
@@ -136,7 +138,7 @@ def start_now_when_pending(job: int, restarts: int, timeout: float = 60) -> None
             st.raw.get("Reason") != "JobHeldUser" and "COMPLETING" not in \
             st.raw.get("JobState", "")
     clusterlib.wait_until(pending, timeout, f"job {job} pending after requeue {restarts}")
-    slurm.update_job(job, StartTime="now")
+    clusterlib.start_now_after_requeue(job)
 
 
 def node_reason(node: str) -> tuple[str, str]:
@@ -168,9 +170,28 @@ def kernel_xid(xid: int = 79) -> str:
     this kernel: a job's node Epilog takes it by Slurm's window, so write it while the job
     runs. Returns the line."""
     line = XID_LINE.format(xid=xid)
-    with open("/dev/kmsg", "w") as f:
-        f.write(f"<3>{line}\n")
+    write_kmsg(f"<3>{line}")
     return line
+
+
+_last_kmsg_write = 0.0
+
+
+def write_kmsg(text: str) -> None:
+    """One line into the kernel log, as root (the one kernel all nodes and tests share)."""
+    global _last_kmsg_write
+    with open("/dev/kmsg", "w") as f:
+        f.write(f"{text}\n")
+    _last_kmsg_write = time.time()
+
+
+def wait_kernel_log_quiet() -> None:
+    """A line a test wrote to the kernel log falls in the window (Slurm's whole seconds, 2 s
+    of slack each side) of a job started within a few seconds of it: the next test's job
+    took an earlier test's Xid as its own (seen: a Python error classed gpu_hardware)."""
+    left = _last_kmsg_write + 2 * WINDOW_SLACK_S + 1.5 - time.time()
+    if left > 0:
+        time.sleep(left)
 
 
 # ---- what the recovery cluster's tests share ------------------------------------------------

@@ -112,6 +112,10 @@ def test_node_lost_in_monitor_mode_changes_nothing_and_says_what_would_be_done(
         assert not [r for r in audit_records(audit) if r.get("event") == "action"]
         v = json.loads((rc.spool / str(job) / "verdict.json").read_text())
         assert v["recovery"]["mode"] == "monitor" and v["recovery"]["would"], v["recovery"]
+        # Slurm had requeued the job when its epilog ran: the run's state and kernel window
+        # are accounting's, not the next run's record (StartTime 121 s ahead)
+        ts = v["trusted"]["slurm"]
+        assert ts["state"] == "NODE_FAIL" and ts["start"] and ts["start"] <= ts["end"], ts
     finally:
         cancel(job)
         if victim:

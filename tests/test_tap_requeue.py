@@ -30,6 +30,7 @@ from clusterlib import (
     make_workdir,
     node_state,
     restore_node,
+    start_now_after_requeue,
     wait_final,
     wait_state,
     wait_until,
@@ -86,7 +87,7 @@ def c(cluster: ClusterFacts) -> ClusterFacts:
 def start_requeued_now(job_id: int, timeout: float = 90) -> None:
     """Make a just-requeued job eligible now instead of 121 s later (see the module doc)."""
     wait_state(job_id, "PENDING", timeout)
-    slurm.update_job(job_id, StartTime="now")
+    start_now_after_requeue(job_id)
 
 
 def cancel_unless_ended(job_id: int) -> None:

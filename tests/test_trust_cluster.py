@@ -33,6 +33,7 @@ from recoverylib import (
     resume_node,
     wait_decision,
     write_config,
+    write_kmsg,
 )
 
 from gpualert_slurm.core import slurm
@@ -215,8 +216,7 @@ def test_a_deleted_job_json_does_not_open_the_kernel_window(rc: cl.ClusterFacts,
                                                             audit: Path) -> None:
     write_config(rc, audit, mode="action")
     # a line from before the job (it matches what the node Epilog collects, no rule)
-    with open("/dev/kmsg", "w") as f:
-        f.write("<6>gpualert-test: Killed process 1 (t1-probe) before the job\n")
+    write_kmsg("<6>gpualert-test: Killed process 1 (t1-probe) before the job")
     time.sleep(2 * 2 + 1)  # beyond the window's slack (2 s) before the job can start
     d = cl.make_workdir(rc, "attack7b")
     job = cl.submit(job_script(f'rm -f "{rc.spool}/$SLURM_JOB_ID/job.json"\nsleep 3\nexit 1'),

@@ -558,6 +558,35 @@ def accounting(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> JobState:
     return jobs[-1]
 
 
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One run of a job in accounting (`sacct --duplicates -X`): a requeued job has one per
+    run, in the order they ran."""
+
+    state: str
+    start: float | None
+    end: float | None
+    reason: str = "None"
+
+
+def attempt_records(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> list[AttemptRecord]:
+    """Each run of the job as accounting holds it, oldest first (the last may be the one still
+    pending). The job epilog of a run that Slurm requeued reads its run's end here: by then
+    scontrol shows the next run (PENDING, Reason=BeginTime, its future StartTime)."""
+    jid = _job_arg(job_id)
+    fields = ("JobIDRaw", "State", "Start", "End", "Reason")
+    out = run(["sacct", "-n", "-P", "-X", "--duplicates", f"--delimiter={SACCT_DELIM}", "-j",
+               jid, "-o", ",".join(fields)], timeout=timeout)
+    recs = []
+    for line in out.splitlines():
+        cols = line.split(SACCT_DELIM)
+        if len(cols) != len(fields) or cols[0] != jid.split("_")[0]:
+            continue
+        recs.append(AttemptRecord(state=_base_state(cols[1]), start=parse_time(cols[2]),
+                                  end=parse_time(cols[3]), reason=cols[4] or "None"))
+    return recs
+
+
 def settled_final(job_id: int | str, timeout: float = 120.0,
                   poll: float = 1.0) -> JobState | None:
     """Wait (bounded) for a job's final accounting record, or return None at the deadline.

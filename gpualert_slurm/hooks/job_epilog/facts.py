@@ -19,6 +19,7 @@ from gpualert_slurm.hooks.jobspool import (
     exit_code2,
     last_output,
     node_file_name,
+    restart_count,
 )
 
 # While EpilogSlurmctld runs the job is COMPLETING; Reason= already says how it ended.
@@ -26,6 +27,7 @@ REASON_STATE = {"NonZeroExitCode": "FAILED", "OutOfMemory": "OUT_OF_MEMORY",
                 "TimeLimit": "TIMEOUT", "NodeDown": "NODE_FAIL", "Prolog": "FAILED",
                 "Preempted": "PREEMPTED", "DeadLine": "DEADLINE", "BootFail": "BOOT_FAIL"}
 SLURM_CALL_S = 5.0
+REQUEUED_WAIT_S = 3.0
 
 
 def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
@@ -44,6 +46,12 @@ def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
             out["exit_code"], out["signal"] = code, sig
         if st.final:
             out["slurm_state"] = st.state
+        elif st.state == "PENDING" or st.restarts > restart_count(env):
+            # Slurm has requeued this run: the record is the next run's (Reason=BeginTime,
+            # its future StartTime), so this run's end and window come from accounting.
+            nodes = env.get("SLURM_JOB_NODELIST") or ""
+            out.update(requeued_run(jobid, st, code, sig, slurm.expand_hostlist(nodes)
+                                    if nodes not in ("", "(null)") else list(st.nodes)))
         else:
             # A node failed under the job (23.02+ name it, FailedNode=; 24.11 says Reason=None
             # while it requeues such a job): NODE_FAIL, whatever the tasks' signals say.
@@ -64,6 +72,45 @@ def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
             pass
         if out["slurm_state"] == "COMPLETED" and batch_signal in (9, 15):
             out["slurm_state"] = "CANCELLED"
+    return out
+
+
+def run_times(sf: dict[str, Any], now: float) -> tuple[float | None, float]:
+    """This run's start and end: Slurm's record, or accounting's for a run Slurm requeued
+    (the record is the next run's, its StartTime to come)."""
+    if sf.get("requeued"):
+        start, end = sf.get("run_window") or (None, None)
+        return start, end or now
+    rec = sf.get("record") or {}
+    return slurm.parse_time(rec.get("StartTime")), slurm.parse_time(rec.get("EndTime")) or now
+
+
+def requeued_run(jobid: str, st: slurm.JobState, code: int | None, sig: int | None,
+                 nodes: list[str]) -> dict[str, Any]:
+    """slurm_state and this run's start/end for a run Slurm has requeued: its accounting record
+    (NODE_FAIL, PREEMPTED, ...; waited for up to REQUEUED_WAIT_S, slurmdbd lags), else
+    NODE_FAIL when a node of the run is down now, else what the exit code says."""
+    deadline = time.monotonic() + REQUEUED_WAIT_S
+    ended = None
+    while ended is None:
+        with suppress(slurm.SlurmError):
+            ended = next((r for r in reversed(slurm.attempt_records(jobid, SLURM_CALL_S))
+                          if r.state in slurm.FINAL_STATES | {"REQUEUED"}), None)
+        if ended is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.3)
+    out: dict[str, Any] = {"requeued": True}
+    if ended is not None:
+        out["run_window"] = [ended.start, ended.end]
+    if ended is not None and ended.state not in ("REQUEUED", "COMPLETED"):
+        out["slurm_state"] = ended.state
+    elif st.failed_node or any(node_is_down(n) for n in nodes):
+        out["slurm_state"] = "NODE_FAIL"
+    elif st.reason in REASON_STATE:
+        out["slurm_state"] = REASON_STATE[st.reason]
+    else:
+        out["slurm_state"] = ("COMPLETED" if not code and not sig else
+                              "CANCELLED" if sig else "FAILED")
     return out
 
 
@@ -138,8 +185,7 @@ def node_is_down(node: str) -> bool:
 def classify_facts(ctx: JobEpilog, sf: dict[str, Any], nvml: dict[str, Any], now: float
                    ) -> dict[str, Any]:
     """The JobFacts fields for the classifier (docs/CLASSIFY-API.md)."""
-    rec = sf.get("record") or {}
-    end = slurm.parse_time(rec.get("EndTime")) or now
+    end = run_times(sf, now)[1]
     lo = last_output(ctx.tasks)
     hang = ctx.opts.hang_s if ctx.opts.hang_s is not None else ctx.cfg.hang_s
     return {"exit_code": sf["exit_code"], "signal": sf["signal"] or None,
@@ -185,8 +231,7 @@ def trusted_facts(ctx: JobEpilog, node_recs: dict[str, Any], sf: dict[str, Any],
     rec = sf.get("record") or {}
     nodelist = env.get("SLURM_JOB_NODELIST") or rec.get("NodeList") or ""
     nodes = slurm.expand_hostlist(nodelist) if nodelist not in ("", "(null)") else []
-    start = slurm.parse_time(rec.get("StartTime"))
-    end = slurm.parse_time(rec.get("EndTime")) or now
+    start, end = run_times(sf, now)
     pcfg = getattr(cfg, "provenance", None)
     socket = provenance.munge_socket(getattr(pcfg, "munge_socket", None), env)
     out: dict[str, Any] = {

@@ -12,7 +12,6 @@ import os
 from contextlib import suppress
 from typing import Any
 
-from gpualert_slurm.core import slurm
 from gpualert_slurm.core.verdict import (
     VERSION,
     ArrayRef,
@@ -27,6 +26,7 @@ from gpualert_slurm.hooks.job_epilog.context import JobEpilog
 from gpualert_slurm.hooks.job_epilog.facts import (
     classify_facts,
     log_gap_notes,
+    run_times,
     sealed_view,
     trusted_facts,
 )
@@ -130,8 +130,8 @@ def job_section(ctx: JobEpilog, rec: dict[str, Any], nodes: list[str], sf: dict[
     for n in nodes:
         with suppress(Exception):
             gpus[n] = (job.get("gpus") or {}).get(n)
-    start = slurm.parse_time(rec.get("StartTime")) or job.get("start_time")
-    end = slurm.parse_time(rec.get("EndTime")) or now
+    start, end = run_times(sf, now)
+    start = start or job.get("start_time")
     return {
         "name": rec.get("JobName") or env.get("SLURM_JOB_NAME"),
         "user": env.get("SLURM_JOB_USER") or job.get("user"),
