@@ -443,6 +443,21 @@ class SqueueSampler(threading.Thread):
         return ", ".join(f"{dt:.2f} s at +{at - t0:.0f} s" for dt, at in top)
 
 
+SDIAG_RPC = re.compile(r"^\s+([A-Z_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:(\d+)", re.M)
+
+
+def sdiag_reset() -> None:
+    """slurmctld's RPC counters back to zero (root), so that one burst's calls are counted."""
+    subprocess.run(["sdiag", "--reset"], capture_output=True, timeout=30, check=False)
+
+
+def sdiag_rpcs() -> dict[str, tuple[int, int]]:
+    """RPC type -> (count, mean time in us) since the last reset, as slurmctld counts them."""
+    out = subprocess.run(["sdiag"], capture_output=True, text=True, timeout=30).stdout
+    part = out.split("by message type", 1)[-1].split("by user", 1)[0]
+    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in SDIAG_RPC.finditer(part)}
+
+
 def array_ids(array: int) -> list[str]:
     out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", str(array), "-o", "JobIDRaw,End,State"],
                          capture_output=True, text=True, timeout=60).stdout
@@ -453,6 +468,7 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
     work = cl.make_workdir(f, f"bench-scale-array-{'on' if gpualert else 'off'}")
     sampler, prio = SqueueSampler(), SqueueSampler(nice=-10)
     ctld0, mach0 = proc_cpu(f.run_dir / "slurmctld.pid"), machine_cpu()
+    sdiag_reset()
     t0 = time.time()
     sampler.start()
     prio.start()
@@ -496,6 +512,7 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
     sampler.join(10)
     prio.join(10)
     ctld1, mach1 = proc_cpu(f.run_dir / "slurmctld.pid"), machine_cpu()
+    rpcs = sdiag_rpcs()
     rows = array_ids(jid)
     ends = [ln.split("|")[1] for ln in rows if "|" in ln]
     last_end = max((time.mktime(time.strptime(e, "%Y-%m-%dT%H:%M:%S")) for e in ends
@@ -534,6 +551,7 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
             ln.split("|")[2] for ln in rows if ln.count("|") >= 2).items())),
         "gate_wait_max": max(waits) if waits else None,
         "gate_wait_p50": statistics.median(waits) if waits else None,
+        "rpcs": rpcs,
     }
 
 
@@ -582,12 +600,24 @@ def print_arrays(rows: list[dict[str, Any]]) -> None:
             f"{r['no_job_json']} tasks without job.json" if r["gpualert"] else ""))
         if r["drained"]:
             print(f"    Slurm drained {', '.join(r['drained'])} during the burst (resumed)")
+        if r["rpcs"]:
+            top = sorted(r["rpcs"].items(), key=lambda kv: -kv[1][0])[:6]
+            print(f"    slurmctld's RPCs (sdiag, this burst and the samplers'): "
+                  f"{sum(c for c, _t in r['rpcs'].values())}; "
+                  + ", ".join(f"{k} {c} ({t} us)" for k, (c, t) in top))
     on = next((r for r in rows if r["gpualert"]), None)
     off = next((r for r in rows if not r["gpualert"]), None)
     if on and off and on["squeue_max"] and off["squeue_max"]:
         print(f"  squeue max latency with/without gpualert: "
               f"x{on['squeue_max'] / off['squeue_max']:.2f} "
               f"(p50 x{on['squeue_p50'] / off['squeue_p50']:.2f}); target <= 2x")
+    if on and off and on["rpcs"] and off["rpcs"]:
+        extra = {k: on["rpcs"][k][0] - off["rpcs"].get(k, (0, 0))[0] for k in on["rpcs"]}
+        extra = {k: v for k, v in extra.items() if v > 0}
+        print(f"  slurmctld RPCs gpualert added: {sum(extra.values())} "
+              f"({sum(extra.values()) / max(1, on['tasks']):.2f} a task): "
+              + ", ".join(f"{k} +{v}" for k, v in sorted(extra.items(), key=lambda kv: -kv[1])
+                          [:6]))
     if on and off and on["squeue_prio_max"] and off["squeue_prio_max"]:
         print(f"  the same with the squeue client at nice -10 (slurmctld's answer, the client "
               f"not starved): x{on['squeue_prio_max'] / off['squeue_prio_max']:.2f} "

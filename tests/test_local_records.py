@@ -82,3 +82,33 @@ def test_no_local_dir_is_nothing_to_do(tmp_path):
         assert restore_local_exit_records(fd, 42, 0, 0, 0, str(tmp_path / "absent")) == []
     finally:
         os.close(fd)
+
+
+# ---- the run's start, from this node's Prolog to its Epilog (spool.note_run_start) ---------
+
+def test_the_prologs_start_reaches_the_epilog_once(tmp_path):
+    from gpualert_slurm.core.spool import note_run_start, take_run_start
+
+    local = str(tmp_path / "run-gpualert")  # made by the Prolog when missing, root's 0700
+    note_run_start(42, 1, 1796175125.25, local)
+    assert os.stat(local).st_mode & 0o777 == 0o700
+    assert take_run_start(42, 0, local) is None  # another attempt's
+    assert take_run_start(421, 1, local) is None  # another job's
+    assert take_run_start(42, 1, local) == 1796175125.25
+    assert take_run_start(42, 1, local) is None  # let go once read
+
+
+def test_a_start_record_nobody_but_root_could_write_is_the_only_one_taken(tmp_path):
+    from gpualert_slurm.core.spool import note_run_start, take_run_start
+
+    local = tmp_path / "run-gpualert"
+    note_run_start(42, 0, 100.0, str(local))
+    os.chown(local / "42.0.start", 1234, 1234)  # not root's: refused, Slurm is asked instead
+    assert take_run_start(42, 0, str(local)) is None
+    (local / "43.0.start").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_text("200\n")
+    assert take_run_start(43, 0, str(local)) is None  # a link is not followed
+    note_run_start(44, 0, 300.0, str(local))
+    local.chmod(0o777)  # a local dir others can write: nothing in it is taken
+    assert take_run_start(44, 0, str(local)) is None
+    assert take_run_start("../44", 0, str(local)) is None  # not a job id

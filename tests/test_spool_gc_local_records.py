@@ -52,13 +52,18 @@ def test_plan_local_old_records_of_finished_jobs_go_running_ones_stay(tmp_path):
     _rec(d, ".74.0.0.1.exit.4242.tmp", 3 * DAY)     # a crashed slurmstepd's temp: goes
     _rec(d, "notes.txt", 30 * DAY)                  # not ours: never touched
     (d / "75.0.0.0.exit").symlink_to(tmp_path / "nowhere")  # not a plain file: not ours
+    _rec(d, "76.0.start", 3 * DAY)                  # a Prolog's start no Epilog took: goes
+    _rec(d, ".77.1.start.4242.0a1b2c3d.tmp", 3 * DAY)  # its writer's temp: goes
+    _rec(d, "78.0.start.bak", 30 * DAY)             # not ours
     recs = scan_local(str(d))
-    assert sorted(u.name for u in recs) == [".74.0.0.1.exit.4242.tmp", "71.0.batch.0.exit",
-                                           "72.1.0.3.exit", "73.0.0.0.exit"]
+    assert sorted(u.name for u in recs) == [".74.0.0.1.exit.4242.tmp",
+                                           ".77.1.start.4242.0a1b2c3d.tmp", "71.0.batch.0.exit",
+                                           "72.1.0.3.exit", "73.0.0.0.exit", "76.0.start"]
     ds = plan_local(recs, 2 * DAY, time.time(), active={72: "RUNNING"})
     why = {x.job.name: (x.remove, x.reason) for x in ds}
     assert why["71.0.batch.0.exit"][0] and "> local_max_age 2.0 d" in why["71.0.batch.0.exit"][1]
-    assert why[".74.0.0.1.exit.4242.tmp"][0]
+    assert why[".74.0.0.1.exit.4242.tmp"][0] and why["76.0.start"][0]
+    assert why[".77.1.start.4242.0a1b2c3d.tmp"][0]
     assert why["72.1.0.3.exit"] == (False, "job still in Slurm (RUNNING)")
     assert why["73.0.0.0.exit"][0] is False and "younger than local_max_age" in \
         why["73.0.0.0.exit"][1]

@@ -229,7 +229,7 @@ def test_a_deleted_job_json_does_not_open_the_kernel_window(rc: cl.ClusterFacts,
         assert not any("t1-probe" in ln for ln in kernel.get("lines") or []), kernel
         rec = json.loads((rc.spool / str(job) / "nodes" / "n1.verdict.json").read_text())
         start = slurm.parse_time(slurm.show_job(job).raw.get("StartTime")) or 0
-        assert rec["root_facts"]["window_source"] == "slurm", rec["root_facts"]
+        assert rec["root_facts"]["window_source"] == "prolog", rec["root_facts"]
         assert abs(rec["root_facts"]["window"][0] - start) < 2, (rec["root_facts"], start)
         assert all(x["time"] >= start - 2 for x in rec["root_facts"]["kernel"]["lines"])
         assert_harmless(rc, audit)

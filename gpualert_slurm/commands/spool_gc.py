@@ -56,8 +56,10 @@ MEASURE_MAX_ENTRIES = 200_000  # entries measured per job dir: a huge one cannot
 RM_MAX_DEPTH = 32  # deeper dirs are moved up to the spool root and removed as entries of their own
 RM_BATCH = 4096  # subdirectory names held per directory while removing
 # a node-local record, <job>.<attempt>.<step>.<rank>.exit, or the temp file a slurmstepd killed
-# mid-write left, .<that>.<pid>.tmp (spank/records.c write_local_record)
-_LOCAL_RECORD = re.compile(r"^(\.)?(\d+)\.\d+\.[A-Za-z0-9_-]+\.\d+\.exit(?(1)\.\d+\.tmp)$")
+# mid-write left, .<that>.<pid>.tmp (spank/records.c write_local_record); or a Prolog's
+# <job>.<attempt>.start no Epilog took (spool.note_run_start; its temp .<that>.<pid>.<hex>.tmp)
+_LOCAL_RECORD = re.compile(r"^(\.)?(\d+)\.\d+\.(?:[A-Za-z0-9_-]+\.\d+\.exit|start)"
+                           r"(?(1)\.\d+(?:\.[0-9a-f]+)?\.tmp)$")
 
 
 class GcError(RuntimeError):

@@ -95,8 +95,8 @@ def run_tool(argv: list[str], timeout: float) -> tuple[str | None, str]:
 def kernel_evidence(start: float | None, end: float | None,
                     timeout: float = 5.0) -> dict[str, Any]:
     """{"source": "dmesg"|"journalctl"|None, "lines": [...], "absent": reason|None}. `start`
-    is Slurm's start of the run: without it no line is read (lines since boot would be other
-    jobs' and other users')."""
+    is the run's start (this node's Prolog, else Slurm): without it no line is read (lines
+    since boot would be other jobs' and other users')."""
     if start is None:
         return {"source": None, "lines": [],
                 "absent": "the job's start time from Slurm is not known: no kernel lines read"}

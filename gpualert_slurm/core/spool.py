@@ -584,3 +584,51 @@ def restore_local_exit_records(tasks_fd: int, jobid: str | int, attempt: int, ui
     finally:
         os.close(dfd)
     return moved
+
+
+# ---- when this node's part of a run began --------------------------------------------------
+
+def _local_dir_fd(local_dir: str, create: bool) -> int:
+    if create:
+        with suppress(FileExistsError):
+            os.mkdir(local_dir, 0o700)
+    dfd = open_dir(local_dir)
+    st = os.fstat(dfd)
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        os.close(dfd)
+        raise SpoolError(f"{local_dir}: not root's alone: refused")
+    return dfd
+
+
+def note_run_start(jobid: str | int, attempt: int, when: float,
+                   local_dir: str = LOCAL_RECORDS) -> None:
+    """The Prolog's word to this node's Epilog (root to root, in the node-local dir the user
+    cannot reach): when the run's allocation reached this node. The Epilog's kernel window
+    then starts there without asking slurmctld, one RPC less per node and job."""
+    dfd = _local_dir_fd(local_dir, create=True)
+    try:
+        write_atomic(dfd, f"{_jobid(jobid)}.{int(attempt)}.start",
+                     f"{when:.3f}\n".encode(), 0o600, 0, 0)
+    finally:
+        os.close(dfd)
+
+
+def take_run_start(jobid: str | int, attempt: int, local_dir: str = LOCAL_RECORDS
+                   ) -> float | None:
+    """What note_run_start left for this run (and the file let go), or None: no Prolog ran
+    here, the node rebooted (tmpfs), or the record is not root's plain file."""
+    try:
+        name = f"{_jobid(jobid)}.{int(attempt)}.start"
+        dfd = _local_dir_fd(local_dir, create=False)
+    except (OSError, SpoolError):
+        return None
+    try:
+        data = read_bytes_nofollow(name, dfd, owners=(0,))
+        with suppress(OSError):
+            os.unlink(name, dir_fd=dfd)
+        t = float(data.decode("ascii", "replace").strip())
+        return t if t > 0 else None
+    except (OSError, SpoolError, ValueError):
+        return None
+    finally:
+        os.close(dfd)

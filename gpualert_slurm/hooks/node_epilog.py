@@ -23,6 +23,7 @@ from gpualert_slurm.core.spool import (
     job_dir,
     read_json_nofollow,
     restore_local_exit_records,
+    take_run_start,
     write_json_atomic,
 )
 from gpualert_slurm.hooks import cost
@@ -124,9 +125,10 @@ def write_node_record(nfd: int, js: JobSpool, env: dict[str, str], cfg: Config, 
 
     jobid = env.get("SLURM_JOB_ID", "")
     before = None
-    # The kernel window starts where Slurm says this run started: job.json is the
-    # user's to delete or replace (docs/SECURITY.md).
-    start, window_source = slurm_start(jobid, js.attempt)
+    # The kernel window starts where this node's Prolog (root, in the node-local dir) saw the
+    # run begin, else where Slurm says it started: job.json is the user's to delete or
+    # replace (docs/SECURITY.md).
+    start, window_source = run_start(jobid, js.attempt)
     with suppress(OSError, SpoolError):
         rec = read_json_nofollow(f"{node_file_name(node)}.prolog.json", nfd, owners=(0,))
         before = rec.get("nvml") if prolog_record_of_this_run(
@@ -166,6 +168,12 @@ def write_node_record(nfd: int, js: JobSpool, env: dict[str, str], cfg: Config, 
     write_json_atomic(nfd, name, record, 0o644)
     return verdict
 
+
+
+def run_start(jobid: str, attempt: int) -> tuple[float | None, str]:
+    """(When this run began on this node, where that came from or why there is none)."""
+    t = take_run_start(jobid, attempt)
+    return (t, "prolog") if t is not None else slurm_start(jobid, attempt)
 
 
 def slurm_start(jobid: str, attempt: int, timeout: float = 3.0) -> tuple[float | None, str]:

@@ -25,6 +25,7 @@ from gpualert_slurm.core.slurm import SlurmError, expand_hostlist  # one hostlis
 from gpualert_slurm.core.spool import (
     SpoolError,
     create_job_dir,
+    note_run_start,
     read_json_nofollow,
     write_json_atomic,
 )
@@ -153,6 +154,10 @@ def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog,
     except (SpoolError, OSError) as e:
         log.error(f"job {jobid}: {e}; job not monitored")
         return
+    try:
+        note_run_start(jobid, attempt, record["start_time"])
+    except (SpoolError, OSError) as e:  # the Epilog asks slurmctld instead
+        log.error(f"job {jobid}: the run's start for this node's Epilog: {e}")
     try:
         if not jd.created:
             _refresh_job_json(jd.fd, record)
