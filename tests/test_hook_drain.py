@@ -253,6 +253,32 @@ def test_node_epilogs_and_prologs_go_through_the_same_drainer(tmp_path: Path) ->
     assert _settled(tmp_path)
 
 
+def test_a_node_epilog_waits_for_its_jobs_prolog(tmp_path: Path) -> None:
+    """In a burst a job's Prolog may still be queued or at work (its own pool) when the job
+    has ended and its node Epilog is queued: the Epilog starts only after it (the Prolog's
+    start record and NVML snapshot are the Epilog's window and counters' start); another
+    job's Epilog does not wait."""
+    env = _setup(tmp_path, slots=1, T_BUSY="1.0")
+    prolog = _shim(env, 6300, shim="gpualert-prolog")
+    q = tmp_path / "q"
+    deadline = time.time() + 20
+    while time.time() < deadline and not (list(q.glob("6300.*.prolog"))
+                                          or list(q.glob("6300.*.prolog.run"))):
+        time.sleep(0.02)
+    node = _shim(env, 6300, shim="gpualert-epilog")
+    other = _shim(env, 6301, shim="gpualert-epilog")
+    assert [s.wait(30) for s in (prolog, node, other)] == [0, 0, 0]
+    recs = _records(tmp_path, 2)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(recs.get("6300", [])) < 2:
+        time.sleep(0.1)
+        recs = _records(tmp_path, 2)
+    by_kind = {r["kind"]: r for r in recs["6300"]}
+    assert by_kind["gpualert-epilog"]["start"] >= by_kind["gpualert-prolog"]["end"], recs
+    assert recs["6301"][0]["start"] < by_kind["gpualert-prolog"]["end"], recs  # no wait
+    assert _settled(tmp_path)
+
+
 def _prolog_no_answer(tmp_path: Path, drainer: str) -> tuple[subprocess.Popen, float, Path]:
     fake = tmp_path / "gpualert"
     out = tmp_path / "ran"

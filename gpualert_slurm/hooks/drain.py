@@ -491,9 +491,16 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
         todo = queued(dfd) if looked else []  # a look costs a stat per queued file
         if looked:
             listed = now
+        # a node Epilog comes after its job's Prolog on this host (which may still be queued
+        # or at work in its own pool in a burst): the Prolog's start record and NVML snapshot
+        # are what the Epilog's kernel window and counters start from
+        prologs = {r[2].get("SLURM_JOB_ID") for r in running.values() if r[3] == PROLOG_SUFFIX}
+        prologs |= {n.split(".", 1)[0] for _m, n in todo if n.endswith(PROLOG_SUFFIX)}
         for mt, name in todo:
             kind = name[name.rfind("."):]
             if room.get(kind, 0) <= 0:
+                continue
+            if kind == NODE_SUFFIX and name.split(".", 1)[0] in prologs:
                 continue
             room[kind] -= 1
             if kind != PROLOG_SUFFIX:  # the two share one pool

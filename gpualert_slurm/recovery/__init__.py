@@ -206,7 +206,10 @@ def _facts(cfg: Config, verdict: Verdict, deadline: float) -> dict[str, Any]:
     nodes = [str(n) for n in sl.get("nodes") or []]
     partition = str(sl.get("partition") or "").split(",")[0]
     suspects, proven, refuted, notes = _suspects(v2, cls, nodes, deadline)
-    node_set, drained_now = _breaker_facts(partition, deadline, notes)
+    # The breaker's facts bound drains, and a drain goes only to a proven node: without one
+    # (a workload class, most failures) they are not asked for. Two sinfo/scontrol calls
+    # each time were 4 of the ~8 slurmctld RPCs a failed job cost (bench_scale, sdiag).
+    node_set, drained_now = _breaker_facts(partition, deadline, notes) if proven else ((), ())
     return {"verdict": v2, "attribution": att, "nodes": nodes, "partition": partition,
             "suspects": suspects, "proven": proven, "refuted": refuted,
             "node_set": node_set, "drained_now": drained_now, "user": str(sl.get("user") or ""),
