@@ -476,9 +476,11 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
                     workdir=work)
     done_at = summary_at = None
     deadline = t0 + 900
+    polls = 0  # this loop's own squeue calls (sdiag counts them with gpualert's)
     while time.time() < deadline:
         mail.poll()
         if done_at is None:
+            polls += 1
             q = subprocess.run(["squeue", "-h", "-r", "-j", str(jid), "-o", "%T"],
                                capture_output=True, text=True, timeout=60).stdout.split()
             if not any(s in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING") for s in q):
@@ -552,6 +554,9 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
         "gate_wait_max": max(waits) if waits else None,
         "gate_wait_p50": statistics.median(waits) if waits else None,
         "rpcs": rpcs,
+        # the bench's own squeue calls (each one REQUEST_JOB_INFO + REQUEST_PARTITION_INFO):
+        # the two samplers, once a second for the whole run, and the loop above
+        "bench_squeues": polls + len(sampler.samples) + len(prio.samples),
     }
 
 
@@ -613,11 +618,15 @@ def print_arrays(rows: list[dict[str, Any]]) -> None:
               f"(p50 x{on['squeue_p50'] / off['squeue_p50']:.2f}); target <= 2x")
     if on and off and on["rpcs"] and off["rpcs"]:
         extra = {k: on["rpcs"][k][0] - off["rpcs"].get(k, (0, 0))[0] for k in on["rpcs"]}
+        # the run with gpualert lasts longer, and so do the bench's own squeue samples
+        more = on["bench_squeues"] - off["bench_squeues"]
+        for k in ("REQUEST_JOB_INFO", "REQUEST_PARTITION_INFO"):
+            extra[k] = extra.get(k, 0) - more
         extra = {k: v for k, v in extra.items() if v > 0}
-        print(f"  slurmctld RPCs gpualert added: {sum(extra.values())} "
-              f"({sum(extra.values()) / max(1, on['tasks']):.2f} a task): "
-              + ", ".join(f"{k} +{v}" for k, v in sorted(extra.items(), key=lambda kv: -kv[1])
-                          [:6]))
+        print(f"  slurmctld RPCs gpualert added (less the bench's own {more} more squeue "
+              f"samples): {sum(extra.values())} ({sum(extra.values()) / max(1, on['tasks']):.2f}"
+              f" a task): " + ", ".join(f"{k} +{v}" for k, v in sorted(
+                  extra.items(), key=lambda kv: -kv[1])[:7]))
     if on and off and on["squeue_prio_max"] and off["squeue_prio_max"]:
         print(f"  the same with the squeue client at nice -10 (slurmctld's answer, the client "
               f"not starved): x{on['squeue_prio_max'] / off['squeue_prio_max']:.2f} "
