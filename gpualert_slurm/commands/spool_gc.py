@@ -45,7 +45,13 @@ from gpualert_slurm.core.config import (
     config_path,
     load_config,
 )
-from gpualert_slurm.core.spool import LOCAL_RECORDS, SpoolError, check_spool_root, open_dir
+from gpualert_slurm.core.spool import (
+    LOCAL_RECORDS,
+    SpoolError,
+    check_spool_root,
+    open_dir,
+    open_local_dir,
+)
 
 LOCK_NAME = ".gc.lock"
 REMOVING_PREFIX = ".gc-"  # a job dir being removed: renamed, so nothing else touches it
@@ -299,13 +305,10 @@ def scan_local(local_dir: str) -> list[JobUsage]:
     take"), plain files only; [] when there is no such dir. Like the node Epilog
     (spool.restore_local_exit_records), it refuses a dir anyone but root can write."""
     try:
-        fd = open_dir(local_dir)
+        fd = open_local_dir(local_dir, create=False)
     except FileNotFoundError:
         return []
     try:
-        st = os.fstat(fd)
-        if st.st_uid != 0 or st.st_mode & 0o022:
-            raise SpoolError(f"{local_dir}: not root's alone: refused")
         out = []
         for name in sorted(os.listdir(fd)):
             if not _LOCAL_RECORD.match(name):
@@ -355,7 +358,7 @@ def sweep_local(local_dir: str, max_age_s: int, active: dict[int, str], now: flo
                 continue
             try:
                 if fd < 0:
-                    fd = open_dir(local_dir)
+                    fd = open_local_dir(local_dir, create=False)
                 os.unlink(d.job.name, dir_fd=fd)
                 summary.removed.append(d.job)
             except FileNotFoundError:  # a node Epilog moved it in meanwhile: done anyway

@@ -566,7 +566,6 @@ class AttemptRecord:
     state: str
     start: float | None
     end: float | None
-    reason: str = "None"
 
 
 def attempt_records(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> list[AttemptRecord]:
@@ -574,7 +573,7 @@ def attempt_records(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> list
     pending). The job epilog of a run that Slurm requeued reads its run's end here: by then
     scontrol shows the next run (PENDING, Reason=BeginTime, its future StartTime)."""
     jid = _job_arg(job_id)
-    fields = ("JobIDRaw", "State", "Start", "End", "Reason")
+    fields = ("JobIDRaw", "State", "Start", "End")
     out = run(["sacct", "-n", "-P", "-X", "--duplicates", f"--delimiter={SACCT_DELIM}", "-j",
                jid, "-o", ",".join(fields)], timeout=timeout)
     recs = []
@@ -583,7 +582,7 @@ def attempt_records(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> list
         if len(cols) != len(fields) or cols[0] != jid.split("_")[0]:
             continue
         recs.append(AttemptRecord(state=_base_state(cols[1]), start=parse_time(cols[2]),
-                                  end=parse_time(cols[3]), reason=cols[4] or "None"))
+                                  end=parse_time(cols[3])))
     return recs
 
 

@@ -554,6 +554,19 @@ def read_exit_records(job_path: str, owners: tuple[int, ...] | None = None
 LOCAL_RECORDS = "/run/gpualert"  # the plugin's local= (spank/README.md)
 
 
+def open_local_dir(local_dir: str, create: bool) -> int:
+    """The node-local dir, opened; refused unless it is root's alone."""
+    if create:
+        with suppress(FileExistsError):
+            os.mkdir(local_dir, 0o700)
+    dfd = open_dir(local_dir)
+    st = os.fstat(dfd)
+    if st.st_uid != 0 or st.st_mode & 0o022:
+        os.close(dfd)
+        raise SpoolError(f"{local_dir}: not root's alone: refused")
+    return dfd
+
+
 def restore_local_exit_records(tasks_fd: int, jobid: str | int, attempt: int, uid: int,
                                gid: int, local_dir: str = LOCAL_RECORDS) -> list[str]:
     """Move the exit records slurmstepd kept in the node-local dir (the spool hung when the task
@@ -563,13 +576,10 @@ def restore_local_exit_records(tasks_fd: int, jobid: str | int, attempt: int, ui
     prefix = f"{_jobid(jobid)}.{int(attempt)}."
     moved: list[str] = []
     try:
-        dfd = open_dir(local_dir)
+        dfd = open_local_dir(local_dir, create=False)
     except FileNotFoundError:
         return moved
     try:
-        st = os.fstat(dfd)
-        if st.st_uid != 0 or st.st_mode & 0o022:
-            raise SpoolError(f"{local_dir}: not root's alone: refused")
         for name in sorted(os.listdir(dfd)):
             if not (name.startswith(prefix) and name.endswith(".exit")):
                 continue
@@ -588,24 +598,12 @@ def restore_local_exit_records(tasks_fd: int, jobid: str | int, attempt: int, ui
 
 # ---- when this node's part of a run began --------------------------------------------------
 
-def _local_dir_fd(local_dir: str, create: bool) -> int:
-    if create:
-        with suppress(FileExistsError):
-            os.mkdir(local_dir, 0o700)
-    dfd = open_dir(local_dir)
-    st = os.fstat(dfd)
-    if st.st_uid != 0 or st.st_mode & 0o022:
-        os.close(dfd)
-        raise SpoolError(f"{local_dir}: not root's alone: refused")
-    return dfd
-
-
 def note_run_start(jobid: str | int, attempt: int, when: float,
                    local_dir: str = LOCAL_RECORDS) -> None:
     """The Prolog's word to this node's Epilog (root to root, in the node-local dir the user
     cannot reach): when the run's allocation reached this node. The Epilog's kernel window
     then starts there without asking slurmctld, one RPC less per node and job."""
-    dfd = _local_dir_fd(local_dir, create=True)
+    dfd = open_local_dir(local_dir, create=True)
     try:
         write_atomic(dfd, f"{_jobid(jobid)}.{int(attempt)}.start",
                      f"{when:.3f}\n".encode(), 0o600, 0, 0)
@@ -619,7 +617,7 @@ def take_run_start(jobid: str | int, attempt: int, local_dir: str = LOCAL_RECORD
     here, the node rebooted (tmpfs), or the record is not root's plain file."""
     try:
         name = f"{_jobid(jobid)}.{int(attempt)}.start"
-        dfd = _local_dir_fd(local_dir, create=False)
+        dfd = open_local_dir(local_dir, create=False)
     except (OSError, SpoolError):
         return None
     try:
