@@ -48,8 +48,18 @@ t1=$(date +%s.%N)
 echo "$t0 $t1" > times.$SLURM_JOB_ID
 """
 
+# The timed steps begin once the job's three Prologs are done (their per-node records are in
+# the job dir): a job no longer waits for its Prologs, and their CPU (per job, measured by
+# bench_scale) would otherwise be counted as the tap's on the first steps. Bounded: a job
+# without --gpualert has none to wait for.
 STARTS = """#!/bin/bash
 #SBATCH -N3 -n{tasks} -o out.%j
+N={spool}/$SLURM_JOB_ID/nodes
+for w in $(seq 100); do
+  [ {wait_prologs} = 0 ] || [ "$(ls "$N" 2>/dev/null | grep -c prolog)" -ge 3 ] && break
+  sleep 0.1
+done
+srun -n{tasks} true
 for i in $(seq {reps}); do
   t0=$(date +%s.%N); srun -n{tasks} true; t1=$(date +%s.%N)
   echo "$t0 $t1" >> times.$SLURM_JOB_ID
@@ -101,7 +111,8 @@ def put_build(src: Path, installed: Path) -> None:
 
 
 def start_overhead(c: ClusterFacts, d: Path, a: argparse.Namespace) -> None:
-    script = write_user_file(d / "starts.sh", STARTS.format(tasks=a.tasks, reps=a.reps))
+    scripts = {tap: write_user_file(d / f"starts-{int(tap)}.sh", STARTS.format(
+        tasks=a.tasks, reps=a.reps, spool=c.spool, wait_prologs=int(tap))) for tap in (0, 1)}
     print(f"tap start overhead: srun -n{a.tasks} true on 3 nodes, {a.reps} steps per job, "
           f"{a.start_rounds} rounds", flush=True)
     installed = Path(c.plugin or "")
@@ -117,7 +128,7 @@ def start_overhead(c: ClusterFacts, d: Path, a: argparse.Namespace) -> None:
             for name in names if r % 2 == 0 else names[::-1]:
                 if name in builds:
                     put_build(builds[name], installed)
-                walls = run_job(c, d, script, name != "without")[1]
+                walls = run_job(c, d, scripts[name != "without"], name != "without")[1]
                 steps[name] += walls
                 print(f"  round {r + 1} {name:9s}: median step "
                       f"{statistics.median(walls) * 1000:.0f} ms", flush=True)

@@ -3,6 +3,7 @@
  * --harness builds and runs it). Each step is a fresh process that calls slurm_spank_init,
  * init_post_opt and user_init, forks NTASKS tasks (task_init, then exec /bin/true) with
  * task_post_fork after each fork, reaps them (ignoring other children, as slurmstepd does) and calls task_exit for each.
+ * The tasks become HARNESS_UID before task_init, as slurmstepd's do.
  * The SPANK calls the plugin makes are answered here. PLUGIN "none" runs the same steps with no
  * plugin: the baseline. Prints one line per step:
  *   step WALL_MS task_init MEAN_MS task_exit SUM_MS
@@ -11,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -152,6 +154,10 @@ int main(int argc, char **argv)
                 pid_t c = fork();
                 if (c == 0) {
                     cur_task = i;
+                    /* As slurmstepd's tasks: the job's user before task_init. */
+                    if (job_uid != 0 && (setgroups(0, NULL) != 0 || setgid(job_gid) != 0 ||
+                                         setuid(job_uid) != 0))
+                        _exit(126);
                     double a = now();
                     if (task_init)
                         task_init(NULL, 3, args);

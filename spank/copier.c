@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -43,7 +44,11 @@
                                       for it, so it may outlast a stalled spool */
 #define JOB_DIR_WAIT_MS 3000       /* for the job dir slurmstepd's child makes (records.c) */
 #define STUCK_MS 1000              /* a writer this long without progress is stuck (hung spool) */
-#define CLOSE_WAIT_MS 100          /* after EOF, how long an answer waits for the log's close */
+#define RECORD_WAIT_MS 1000        /* after answering root, how long its exit record may take */
+#define THREAD_STACK (256 * 1024)  /* the forwarder's and the writer's stacks */
+
+/* The exit record task_exit sends back once answered (drain.c), for the writer to put in tasks/. */
+enum { REC_AWAITED, REC_READY, REC_NONE };
 
 /* The log side's buffer: a queue of chunks, so the copier's memory (in the job's cgroup) is
  * what the spool is behind by, not the bound: a ring would touch all of its pages. */
@@ -65,6 +70,10 @@ struct tap {
     struct drain_listener drain;   /* the handshake with task_exit (drain.c) */
     int stats;                     /* GPUALERT_TAP_STATS=1: byte counts and CPU to tap.log */
     int hosted;                    /* started by the host, outside the step's cgroup */
+    int threaded;                  /* two threads of the host's, not a process of its own */
+    int refs;                      /* threaded: the threads still using this (under mu) */
+    char *buf;                     /* the forwarder's read buffer, COPY_BUF */
+    struct rusage fwd_ru;          /* threaded, stats: the forwarder's CPU once at EOF */
     const struct plugin_config *cfg;
     struct task_id id;
     pid_t task_pid;
@@ -77,6 +86,10 @@ struct tap {
     struct chunk *qhead, *qtail, *spare;
     size_t cap, len;               /* bound, and bytes queued */
     int eof, writer_idle, writer_done, writer_dead, log_errno;
+    int log_closed;                /* the writer closed the log: task_exit may have its answer */
+    long answered_at;              /* when root (task_exit) was answered; -1 before */
+    int rec_state;                 /* REC_*: the exit record in drain.rec, once REC_READY */
+    int wake;                      /* eventfd: the writer's word to the forwarder's last loop */
     long progress_ms;              /* when the writer last finished a write */
     unsigned long long put;        /* bytes accepted for the log */
     unsigned long long ngaps, gap_bytes, first_gap;
@@ -92,6 +105,80 @@ struct tap {
 };
 
 static long now_ms(void);
+static void drop_queue_all(struct tap *t);
+
+/* The host's copiers still at work (threaded), for copier_wait_all. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cv = PTHREAD_COND_INITIALIZER;
+static int live;
+
+static void live_add(int n)
+{
+    pthread_mutex_lock(&live_mu);
+    live += n;
+    if (live == 0)
+        pthread_cond_broadcast(&live_cv);
+    pthread_mutex_unlock(&live_mu);
+}
+
+void copier_wait_all(void)
+{
+    pthread_mutex_lock(&live_mu);
+    while (live > 0)
+        pthread_cond_wait(&live_cv, &live_mu);
+    pthread_mutex_unlock(&live_mu);
+}
+
+/* Everything a copier holds, let go: its fds, its queue, itself (threaded: the last of its
+ * two threads to finish does it; a process copier just exits). */
+static void tap_free(struct tap *t)
+{
+    int fds[] = {t->in[0], t->in[1], t->orig[0], t->orig[1], t->pidfd, t->drain.lsock,
+                 t->drain.rec_fd, t->wake};
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    for (int k = 0; k < t->drain.nconns; k++)
+        close(t->drain.conns[k]);
+    drop_queue_all(t);
+    free(t->tail);
+    free(t->buf);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+    live_add(-1);
+}
+
+static void tap_release(struct tap *t)
+{
+    if (!t->threaded)
+        return;
+    pthread_mutex_lock(&t->mu);
+    int last = --t->refs == 0;
+    pthread_mutex_unlock(&t->mu);
+    if (last)
+        tap_free(t);
+}
+
+/* Wakes the forwarder's last loop (it polls wake[0]) when the writer closed the log or is done. */
+static void wake_forwarder(struct tap *t)
+{
+    uint64_t one = 1;
+    if (t->wake >= 0 && write(t->wake, &one, sizeof(one)) < 0) {
+        /* at its limit: a wake-up is pending anyway */
+    }
+}
+
+/* The exit record's fate, told to the writer (which waits for it before it is done). */
+static void record_is(struct tap *t, int state)
+{
+    pthread_mutex_lock(&t->mu);
+    if (t->rec_state == REC_AWAITED) {
+        t->rec_state = state;
+        pthread_cond_signal(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
 
 /* ---------------------------------------------------------------- the spool side */
 
@@ -162,6 +249,17 @@ static void drop_queue(struct tap *t)
     }
     t->qtail = NULL;
     t->len = 0;
+}
+
+/* The queue and its spares, freed (threaded copiers, whose memory the host keeps). */
+static void drop_queue_all(struct tap *t)
+{
+    drop_queue(t);
+    while (t->spare) {
+        struct chunk *x = t->spare;
+        t->spare = x->next;
+        free(x);
+    }
 }
 
 /* Takes n bytes for the log, or records them as a gap when the buffer is full. */
@@ -355,6 +453,8 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&t->mu);
         c->off += n;
         t->len -= n;
+        if (t->len == 0 && t->eof)
+            wake_forwarder(t);     /* an answer may be waiting for the last bytes */
         if (c->off == c->len) {
             if (c == t->qtail) {
                 c->off = c->len = 0;       /* the forwarder fills it again from the start */
@@ -384,22 +484,52 @@ static void *writer_main(void *arg)
     if (t->stats) {
         /* bytes[] are the forwarder's, final by now: eof was set after its last read. */
         struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
+        if (t->threaded) {
+            /* The host's other copiers are in RUSAGE_SELF too: this copier's two threads. */
+            getrusage(RUSAGE_THREAD, &ru);
+            ru.ru_utime.tv_sec += t->fwd_ru.ru_utime.tv_sec;
+            ru.ru_utime.tv_usec += t->fwd_ru.ru_utime.tv_usec;
+            ru.ru_stime.tv_sec += t->fwd_ru.ru_stime.tv_sec;
+            ru.ru_stime.tv_usec += t->fwd_ru.ru_stime.tv_usec;
+            for (struct timeval *tv = &ru.ru_utime; tv; tv = tv == &ru.ru_utime ? &ru.ru_stime
+                                                                              : NULL)
+                if (tv->tv_usec >= 1000000) {
+                    tv->tv_sec++;
+                    tv->tv_usec -= 1000000;
+                }
+        } else {
+            getrusage(RUSAGE_SELF, &ru);
+        }
         tap_log(jfd, &t->id, 1, "stats: bytes_out=%llu bytes_err=%llu user_s=%ld.%06ld "
                 "sys_s=%ld.%06ld gaps=%llu gap_bytes=%llu", t->bytes[0], t->bytes[1],
                 (long)ru.ru_utime.tv_sec, (long)ru.ru_utime.tv_usec, (long)ru.ru_stime.tv_sec,
                 (long)ru.ru_stime.tv_usec, ngaps, gap_bytes);
     }
 done:
-    /* Closed before the copier may say so: once task_exit has its answer, nothing of the
-     * copier's is open in the spool (the step's end may unmount it). */
+    /* The log is whole once task_exit has its answer (every byte written); its close and the
+     * exit record follow it in the spool. */
     if (log >= 0)
         close(log);
+    pthread_mutex_lock(&t->mu);
+    t->log_closed = 1;
+    pthread_mutex_unlock(&t->mu);
+    wake_forwarder(t);
+    /* task_exit sends the record once it has the answer; the forwarder says when none will
+     * come. Written here, as the user: root writes nothing in the user's directory. */
+    pthread_mutex_lock(&t->mu);
+    while (t->rec_state == REC_AWAITED)
+        pthread_cond_wait(&t->cv, &t->mu);
+    int have_record = t->rec_state == REC_READY;
+    pthread_mutex_unlock(&t->mu);
+    if (have_record && jfd >= 0)
+        write_exit_record(jfd, &t->id, t->drain.rec, t->drain.rec_len);
     if (jfd >= 0)
         close(jfd);
     pthread_mutex_lock(&t->mu);
     t->writer_done = 1;
     pthread_mutex_unlock(&t->mu);
+    wake_forwarder(t);
+    tap_release(t);
     return NULL;
 }
 
@@ -448,10 +578,10 @@ static int pump(struct tap *t, int i, char *buf, int drain)
     }
 }
 
-/* Answers task_exit: what was logged, once nothing is pending and not held (or now, if final,
+/* Answers task_exit: what was logged, once nothing is pending (or now, if final,
  * or if the writer is stuck on a hung spool: then task_exit need not wait out its whole
  * bound). */
-static void answer(struct tap *t, int final, int hold)
+static void answer(struct tap *t, int final)
 {
     pthread_mutex_lock(&t->mu);
     size_t pending = t->writer_dead ? 0 : t->len;
@@ -461,9 +591,21 @@ static void answer(struct tap *t, int final, int hold)
                               .gaps = t->ngaps, .gap_bytes = t->gap_bytes,
                               .first_gap = t->first_gap, .log_errno = t->log_errno};
     pthread_mutex_unlock(&t->mu);
-    if ((pending || hold) && !final)
+    if (pending && !final)
         return;
     drain_answer(&t->drain, &dr);
+    if (t->drain.rec_fd >= 0 && t->answered_at < 0)
+        t->answered_at = now_ms();
+}
+
+/* What task_exit sent back after its answer: handed to the writer, or given up on. */
+static void take_record(struct tap *t)
+{
+    if (t->drain.rec_fd < 0)
+        return;
+    int r = drain_take_record(&t->drain);
+    if (r != 0)
+        record_is(t, r > 0 ? REC_READY : REC_NONE);
 }
 
 static long now_ms(void)
@@ -473,23 +615,33 @@ static long now_ms(void)
     return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
 }
 
-static __attribute__((noreturn)) void run_copier(struct tap *t)
+static void run_copier(struct tap *t)
 {
-    static char buf[COPY_BUF];
+    char *buf = t->buf;
     int open_in = 2, task_done = 0;
     pthread_t writer;
+    pthread_attr_t attr;
 
     for (int i = 0; i < 2; i++)
         fcntl(t->in[i], F_SETFL, fcntl(t->in[i], F_GETFL) | O_NONBLOCK);
     t->progress_ms = now_ms();
-    if (pthread_create(&writer, NULL, writer_main, t) != 0) {
+    /* Small stacks: a host runs two threads per local task (the writer needs a few KiB). */
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, THREAD_STACK);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (t->threaded)
+        t->refs = 2;               /* set before the writer may release */
+    if (pthread_create(&writer, &attr, writer_main, t) != 0) {
         t->writer_dead = 1;        /* forward only */
         t->writer_done = 1;
+        t->rec_state = REC_NONE;
+        t->refs = 1;
     }
+    pthread_attr_destroy(&attr);
 
     while (open_in > 0) {
-        struct pollfd pfd[4];
-        int idx[4], n = 0;
+        struct pollfd pfd[5];
+        int idx[5], n = 0;
         for (int i = 0; i < 2; i++)
             if (t->in[i] >= 0) {
                 pfd[n] = (struct pollfd){t->in[i], POLLIN, 0};
@@ -502,6 +654,10 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
         if (t->drain.lsock >= 0) {
             pfd[n] = (struct pollfd){t->drain.lsock, POLLIN, 0};
             idx[n++] = 3;
+        }
+        if (t->drain.rec_fd >= 0) {
+            pfd[n] = (struct pollfd){t->drain.rec_fd, POLLIN, 0};
+            idx[n++] = 4;
         }
         /* Waiting for the log to catch up before answering task_exit: look again soon. */
         int timeout = task_done && t->drain.nconns ? 2 : -1;
@@ -522,6 +678,8 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
             }
             if (i == 3) {
                 drain_accept(&t->drain);
+            } else if (i == 4) {
+                take_record(t);
             } else if (i == 2) {
                 /* The task has exited: forward what it wrote, then task_exit may go on.
                  * Children it left behind may still write; we keep copying that. */
@@ -544,7 +702,7 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
         /* Pipes still open (the task's children hold them): answer once its bytes are logged.
          * At EOF the answer waits for the log to be closed too (below). */
         if (task_done && t->drain.nconns && open_in > 0)
-            answer(t, 0, 0);
+            answer(t, 0);
         /* Trickling output (pipes far from full) while the task runs: let it gather for
          * 0.3 ms so each wake-up copies more (about 3x less CPU per GiB through srun); a full
          * pipe is never made to wait, and the drain at exit never naps. */
@@ -560,36 +718,54 @@ static __attribute__((noreturn)) void run_copier(struct tap *t)
             close(t->orig[i]);
             t->orig[i] = -1;
         }
+    if (t->threaded && t->stats)
+        getrusage(RUSAGE_THREAD, &t->fwd_ru);
     pthread_mutex_lock(&t->mu);
     t->eof = 1;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
 
-    /* The task is gone. Wait (bounded) for the log to catch up, and for task_exit to ask. */
-    long start = now_ms(), asked_at = -1;
+    /* The task is gone. Wait (bounded) for the log to catch up, for task_exit to ask, and for
+     * the exit record it sends back once answered. */
+    long start = now_ms(), asked_at = t->answered_at;
     long flush_ms = t->hosted ? HOSTED_FLUSH_MS : FINAL_FLUSH_MS;
     for (;;) {
         drain_accept(&t->drain);
+        take_record(t);
         pthread_mutex_lock(&t->mu);
-        int done = t->writer_done;
+        int done = t->writer_done, closed = t->log_closed;
         pthread_mutex_unlock(&t->mu);
         if (t->drain.nconns) {
-            /* answer() itself answers at once when the writer is stuck on a hung spool; it
-             * waits for the writer to close the log (CLOSE_WAIT_MS at most: a close on a
-             * hung mount may not return) */
-            answer(t, done || now_ms() - start > flush_ms,
-                   !done && now_ms() - start < CLOSE_WAIT_MS);
-            if (!t->drain.nconns)
+            /* Once every byte is written (or the writer is stuck on a hung spool: answer()
+             * says so at once). The log's close is not waited for: it is one more wake-up
+             * on each task_exit, which run one after another (issue 20). */
+            answer(t, closed || now_ms() - start > flush_ms);
+            if (!t->drain.nconns && asked_at < 0)
                 asked_at = now_ms();
         }
+        /* No record will come: root did not ask in time, or sent none once answered (a
+         * closed connection says so at once: take_record). */
+        if ((t->answered_at < 0 && now_ms() - start > LINGER_MS) ||
+            (t->answered_at >= 0 && now_ms() - t->answered_at > RECORD_WAIT_MS))
+            record_is(t, REC_NONE);
         if (done && (asked_at >= 0 || now_ms() - start > LINGER_MS))
             break;
         if (now_ms() - start > flush_ms + LINGER_MS)
             break;
-        struct pollfd pfd = {t->drain.lsock, POLLIN, 0};
-        poll(&pfd, t->drain.lsock >= 0 ? 1 : 0, 5);
+        /* Woken by what it waits for: an ask, the record, the writer's word (eventfd). The
+         * timeout only serves the bounds above; an answer held for the log's close, or a
+         * copier without the eventfd, looks again soon. */
+        struct pollfd pfd[3] = {{t->drain.lsock, POLLIN, 0}, {t->drain.rec_fd, POLLIN, 0},
+                                {t->wake, POLLIN, 0}};
+        uint64_t woken;
+        int timeout = t->drain.nconns || t->wake < 0 ? 5 : 100;
+        if (poll(pfd, 3, timeout) > 0 && (pfd[2].revents & POLLIN) &&
+            read(t->wake, &woken, sizeof(woken)) < 0) {
+            /* nothing pending after all */
+        }
     }
-    _exit(0);
+    /* Leaving: a writer still waiting for the record waits no more. */
+    record_is(t, REC_NONE);
 }
 
 /* ---------------------------------------------------------------- setting it up */
@@ -614,39 +790,106 @@ static void close_all_but(int *keep, int n)
     close_range(lo, ~0U, 0);
 }
 
-/* The copier process itself, in either path: keeps only its fds, says it runs (ack >= 0),
- * and copies until the task's output ends. */
-void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec,
-                const struct plugin_config *cfg)
+/* The copier's state from the task's fds and what the task said of itself. */
+static void tap_init(struct tap *t, int fds[CF_N], const struct copier_spec *spec,
+                     const struct plugin_config *cfg)
 {
-    signal(SIGCHLD, SIG_DFL);
-    int keep[CF_N + 1];
-    for (int i = 0; i < CF_N; i++)
-        keep[i] = fds[i];
-    keep[CF_N] = ack;
-    close_all_but(keep, CF_N + 1);
-    static struct tap t;
-    t.in[0] = fds[CF_OUT];
-    t.in[1] = fds[CF_ERR];
-    t.orig[0] = fds[CF_ORIG_OUT];
-    t.orig[1] = fds[CF_ORIG_ERR];
-    t.pidfd = fds[CF_PIDFD];
-    t.drain.lsock = fds[CF_LSOCK];
-    t.cfg = cfg;
-    t.stats = spec->stats;
-    t.hosted = spec->hosted;
-    t.id = spec->id;
-    t.task_pid = spec->task_pid;
-    t.start_time = time(NULL);
-    t.cap = cfg->ring_bytes;
-    t.head_max = spec->id.step == SLURM_BATCH_SCRIPT ? cfg->batch_log_max : 0;
-    pthread_mutex_init(&t.mu, NULL);
-    pthread_cond_init(&t.cv, NULL);
+    t->in[0] = fds[CF_OUT];
+    t->in[1] = fds[CF_ERR];
+    t->orig[0] = fds[CF_ORIG_OUT];
+    t->orig[1] = fds[CF_ORIG_ERR];
+    t->pidfd = fds[CF_PIDFD];
+    t->drain.lsock = fds[CF_LSOCK];
+    t->cfg = cfg;
+    t->stats = spec->stats;
+    t->hosted = spec->hosted;
+    t->id = spec->id;
+    t->task_pid = spec->task_pid;
+    t->start_time = time(NULL);
+    t->cap = cfg->ring_bytes;
+    t->head_max = spec->id.step == SLURM_BATCH_SCRIPT ? cfg->batch_log_max : 0;
+    t->drain.rec_fd = -1;
+    t->answered_at = -1;
+    t->rec_state = REC_AWAITED;
+    t->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+}
+
+static void say_running(int ack)
+{
     if (ack >= 0) {
         if (write(ack, "1", 1) != 1) {
             /* the task gave up waiting and runs untapped: nothing reaches us but EOF */
         }
         close(ack);
     }
+}
+
+/* The copier process (no host: the task's grandchild): keeps only its fds, says it runs
+ * (ack >= 0), and copies until the task's output ends. */
+void copier_run(int fds[CF_N], int ack, const struct copier_spec *spec,
+                const struct plugin_config *cfg)
+{
+    static char buf[COPY_BUF];
+    static struct tap t;
+    signal(SIGCHLD, SIG_DFL);
+    int keep[CF_N + 1];
+    for (int i = 0; i < CF_N; i++)
+        keep[i] = fds[i];
+    keep[CF_N] = ack;
+    close_all_but(keep, CF_N + 1);
+    tap_init(&t, fds, spec, cfg);
+    t.buf = buf;
+    say_running(ack);
     run_copier(&t);
+    _exit(0);
+}
+
+static void *forwarder_main(void *arg)
+{
+    struct tap *t = arg;
+    run_copier(t);
+    tap_release(t);                /* the writer, if still at work, frees it after us */
+    return NULL;
+}
+
+int copier_start_thread(int fds[CF_N], int ack, const struct copier_spec *spec,
+                        const struct plugin_config *cfg)
+{
+    struct tap *t = calloc(1, sizeof(*t));
+    char *buf = malloc(COPY_BUF);
+    if (!t || !buf) {
+        free(t);
+        free(buf);
+        return -1;
+    }
+    tap_init(t, fds, spec, cfg);
+    t->buf = buf;
+    t->threaded = 1;
+    t->refs = 1;
+    live_add(1);
+    pthread_attr_t attr;
+    pthread_t th;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, THREAD_STACK);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&th, &attr, forwarder_main, t);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        /* The caller closes the task's fds (the task then starts its own copier): only what
+         * tap_init made is ours to let go. */
+        if (t->wake >= 0)
+            close(t->wake);
+        pthread_mutex_destroy(&t->mu);
+        pthread_cond_destroy(&t->cv);
+        free(buf);
+        free(t);
+        live_add(-1);
+        return -1;
+    }
+    /* A thread made is a copier that will read the pipes: the task need not wait for it to
+     * be scheduled (one wake-up less on every task's start). */
+    say_running(ack);
+    return 0;
 }

@@ -81,22 +81,29 @@ int drain_listen(const struct drain_names *dn, const struct task_id *id)
 /* Only task_exit (slurmstepd, root) or the job's user may ask: the bound name is in
  * /proc/net/unix, and another user's connections filled the slots (the real ask was closed)
  * or were answered first (the copier left before task_exit asked): log_drained null. */
-static int may_ask(int c)
+static int peer_uid(int c, uid_t *uid)
 {
     struct ucred cred;
     socklen_t len = sizeof(cred);
-    return getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0
-           && (cred.uid == 0 || cred.uid == geteuid());
+    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return -1;
+    *uid = cred.uid;
+    return 0;
 }
 
 void drain_accept(struct drain_listener *l)
 {
     int c;
-    while (l->lsock >= 0 && (c = accept4(l->lsock, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-        if (l->nconns < DRAIN_MAX_CONNS && may_ask(c))
+    uid_t uid;
+    while (l->lsock >= 0 &&
+           (c = accept4(l->lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+        if (l->nconns < DRAIN_MAX_CONNS && peer_uid(c, &uid) == 0 &&
+            (uid == 0 || uid == geteuid())) {
+            l->root[l->nconns] = uid == 0;
             l->conns[l->nconns++] = c;
-        else
+        } else {
             close(c);
+        }
     }
 }
 
@@ -109,9 +116,41 @@ void drain_answer(struct drain_listener *l, const struct drain_report *dr)
         if (write(l->conns[k], line, (size_t)n) < 0) {
             /* task_exit gave up on us; nothing to do */
         }
-        close(l->conns[k]);
+        /* Only root (task_exit) may hand us the exit record: the user's own asks are closed. */
+        if (l->root[k] && l->rec_fd < 0 && l->rec_len == 0)
+            l->rec_fd = l->conns[k];
+        else
+            close(l->conns[k]);
     }
     l->nconns = 0;
+}
+
+int drain_take_record(struct drain_listener *l)
+{
+    if (l->rec_fd < 0)
+        return -1;
+    for (;;) {
+        ssize_t n = read(l->rec_fd, l->rec + l->rec_len, sizeof(l->rec) - l->rec_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return 0;
+        if (n > 0) {
+            l->rec_len += (size_t)n;
+            if (l->rec_len < sizeof(l->rec))
+                continue;
+        }
+        break;                     /* EOF, an error, or full */
+    }
+    close(l->rec_fd);
+    l->rec_fd = -1;
+    /* One JSON line, nothing after it; anything else is not task_exit's record. */
+    int whole = l->rec_len > 2 && l->rec_len < sizeof(l->rec) && l->rec[0] == '{' &&
+                l->rec[l->rec_len - 1] == '\n' && memchr(l->rec, '\n', l->rec_len) ==
+                l->rec + l->rec_len - 1 && memchr(l->rec, '\0', l->rec_len) == NULL;
+    if (!whole)
+        l->rec_len = 0;
+    return whole ? 1 : -1;
 }
 
 /* ---------------------------------------------------------------- task_exit */
@@ -138,17 +177,17 @@ void drain_deadline(struct timespec *deadline)
     }
 }
 
-void drain_ask(const struct drain_names *dn, const struct task_id *id,
-               const struct timespec *deadline, struct drain_report *dr)
+int drain_ask(const struct drain_names *dn, const struct task_id *id,
+              const struct timespec *deadline, struct drain_report *dr)
 {
     struct sockaddr_un sa;
     socklen_t salen;
     drain_socket_name(dn, id, &sa, &salen);
     /* Non-blocking: a connect to a listener whose backlog the job filled would otherwise
      * block slurmstepd (root) for as long as the job likes. */
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), answered = 0;
     if (fd < 0)
-        return;
+        return -1;
     while (connect(fd, (struct sockaddr *)&sa, salen) != 0) {
         if (errno != EAGAIN || ms_until(deadline) <= 0)
             goto out;              /* no copier: never tapped, or already finished */
@@ -186,11 +225,26 @@ void drain_ask(const struct drain_names *dn, const struct task_id *id,
         if (strchr(line, '\n') || got == sizeof(line) - 1) {
             int drained = 0;
             if (sscanf(line, ANSWER_FMT, &drained, &dr->bytes, &dr->gaps, &dr->gap_bytes,
-                       &dr->first_gap, &dr->log_errno) == 6)
+                       &dr->first_gap, &dr->log_errno) == 6) {
                 dr->drained = drained;
+                answered = 1;
+            }
             break;
         }
     }
 out:
+    if (answered)
+        return fd;
+    close(fd);
+    return -1;
+}
+
+void drain_send_record(int fd, const char *json, size_t n)
+{
+    /* Non-blocking, into an empty socket buffer: the line goes whole or not at all, and a
+     * copier that stopped reading cannot hold slurmstepd. Closing ends the record. */
+    if (send(fd, json, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* the copier is gone: the node Epilog moves the local record in */
+    }
     close(fd);
 }

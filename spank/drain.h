@@ -28,19 +28,31 @@ void drain_socket_name(const struct drain_names *dn, const struct task_id *id,
 /* The task, before its copier starts: the bound, listening socket, or -1. */
 int drain_listen(const struct drain_names *dn, const struct task_id *id);
 
-/* The copier's end: the listening socket and the connections waiting for an answer. */
+/* The copier's end: the listening socket, the connections waiting for an answer, and root's
+ * answered one, on which task_exit sends the task's exit record back. */
+#define DRAIN_RECORD_MAX 1024
 struct drain_listener {
     int lsock;                 /* -1 if unavailable */
     int conns[DRAIN_MAX_CONNS], nconns;
+    int root[DRAIN_MAX_CONNS]; /* conns[i]'s peer is root (task_exit in slurmstepd) */
+    int rec_fd;                /* root's answered connection, until its record came; or -1 */
+    char rec[DRAIN_RECORD_MAX];
+    size_t rec_len;
 };
 void drain_accept(struct drain_listener *l);
-/* Answers (and closes) every waiting connection with dr. */
+/* Answers every waiting connection with dr; root's first one is kept (rec_fd) for the record. */
 void drain_answer(struct drain_listener *l, const struct drain_report *dr);
+/* Reads what task_exit sent on rec_fd: 1 when the record is whole in rec (rec_len bytes, one
+ * line), 0 while it may still come, -1 when it never will (closed, too long, not one line). */
+int drain_take_record(struct drain_listener *l);
 
 /* task_exit's end: sets *deadline once per step (DRAIN_WAIT_MS from the first call). */
 void drain_deadline(struct timespec *deadline);
-/* Asks the task's copier, bounded by deadline; dr is left as it was when nobody answers. */
-void drain_ask(const struct drain_names *dn, const struct task_id *id,
-               const struct timespec *deadline, struct drain_report *dr);
+/* Asks the task's copier, bounded by deadline; dr is left as it was when nobody answers.
+ * Returns the connection once the copier answered (for drain_send_record), else -1. */
+int drain_ask(const struct drain_names *dn, const struct task_id *id,
+              const struct timespec *deadline, struct drain_report *dr);
+/* Hands the copier the task's exit record to write as the user, and closes fd. Never waits. */
+void drain_send_record(int fd, const char *json, size_t n);
 
 #endif

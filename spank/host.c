@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -89,27 +90,26 @@ static __attribute__((noreturn)) void host_main(int sock, const struct plugin_co
         struct host_msg m;
         int got[CF_N + 1], ngot;
         ssize_t r = recv_task(sock, &m, got, &ngot);
-        if (r == 0 || (r == -1 && errno != EINTR))
+        if (r == 0 || (r == -1 && errno != EINTR)) {
+            /* No task will come any more: the host lives on until its last copier is done
+             * (its main thread too: /proc/<pid>/fd goes blank once a leader thread exits). */
+            close(sock);
+            copier_wait_all();
             _exit(0);
+        }
         int fds[CF_N], k = 0, ok = r == (ssize_t)sizeof(m);
         for (int i = 0; i < CF_N; i++)
             fds[i] = ok && (m.have & (1u << i)) && k < ngot ? got[k++] : -1;
         int ack = ok && k < ngot ? got[k++] : -1;
         ok = ok && k == ngot && ack >= 0 && fds[CF_OUT] >= 0 && fds[CF_ERR] >= 0 &&
              fds[CF_ORIG_OUT] >= 0 && fds[CF_ORIG_ERR] >= 0;
-        if (ok) {
-            /* One fork: the copier leads a session of its own, and SIGCHLD ignored (below)
-             * means nobody has to reap it. */
-            pid_t c = fork();
-            if (c == 0) {
-                setsid();
-                close(sock);
-                m.spec.hosted = 1;
-                copier_run(fds, ack, &m.spec, cfg);
-            }
-        }
-        /* The copier has its own copies; closing the ack end here is what tells the task
-         * "no copier" (EOF) when none was started. */
+        /* Threads, not a fork per task: a fork of this process (slurmstepd's image, ~180
+         * mappings) and its exit cost more than the rest of the tap (issue 20). The copier's
+         * threads own the fds from here on. */
+        m.spec.hosted = 1;
+        if (ok && copier_start_thread(fds, ack, &m.spec, cfg) == 0)
+            continue;
+        /* Closing the ack end here is what tells the task "no copier" (EOF): it starts one. */
         for (int i = 0; i < ngot; i++)
             close(got[i]);
     }
@@ -183,9 +183,14 @@ void host_start(spank_t sp, struct host *h, const struct plugin_config *cfg)
         if (become_user(uid, gid, groups, ngroups) != 0)
             _exit(1);
         setsid();
-        /* Copiers that end before the host are reaped by the kernel (the disposition, not the
-         * mask, decides), and copier_run restores the default for its own children. */
-        signal(SIGCHLD, SIG_IGN);
+        /* Two threads and about ten fds per local task (its pipes, Slurm's outputs, pidfd,
+         * drain socket, log, job dir): the soft limit of slurmstepd's 1024 would refuse them
+         * past ~100 tasks on a node (the task then starts its own copier). */
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+            nofile.rlim_cur = nofile.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &nofile);
+        }
         host_main(sv[1], cfg);
     }
     free(groups);

@@ -162,23 +162,52 @@ void tap_log(int jfd, const struct task_id *id, int quiet, const char *fmt, ...)
         close(fd);
 }
 
+/*
+ * A record file in tasks/ (the copier, as the user): created at its name with O_EXCL, the one
+ * write, closed. Only when the name is taken (planted by the job: a link, FIFO or directory;
+ * or put there by the node Epilog) does it go through a fresh temp file renamed over it, which
+ * replaces a link or file and is refused by a directory, never written through. Why not
+ * always the temp file: a rename into a tasks/ dir of a few thousand entries cost 60% of the
+ * copier's writer CPU (bench_tap, issue 20). Not fsynced, like the log itself: the node-local
+ * copy (exit records) and the Epilog stand in for it. Returns 0 or an errno.
+ */
+static int put_record(int tdir, const char *final, const char *json, size_t n)
+{
+    int fd = openat(tdir, final, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        int rc = write_all(fd, json, n) == 0 ? 0 : errno;
+        close(fd);
+        if (rc)
+            unlinkat(tdir, final, 0);
+        return rc;
+    }
+    if (errno != EEXIST)
+        return errno;
+    char tmp[96];
+    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", final, (int)getpid());
+    fd = openat(tdir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errno;
+    int rc = write_all(fd, json, n) == 0 ? 0 : errno;
+    close(fd);
+    if (!rc && renameat(tdir, tmp, tdir, final) != 0)
+        rc = errno;
+    if (rc)
+        unlinkat(tdir, tmp, 0);
+    return rc;
+}
+
 /* <step>.<rank>.start: which node ran the rank. A node that is lost leaves no exit record,
  * and this is then what ties its ranks to it. Best effort, as the user; tmp + rename. */
 void write_start_record(int tdir, const struct task_id *id, pid_t task_pid, time_t start_time)
 {
-    char json[256], final[64], tmp[96];
+    char json[256], final[64];
     int n = snprintf(json, sizeof(json), "{\"node\": \"%s\", \"step\": \"%s\", \"rank\": %u, "
                      "\"pid\": %d, \"start_time\": %ld, \"attempt\": %u}\n", id->node,
                      id->step_name, id->rank, (int)task_pid, (long)start_time, id->attempt);
     snprintf(final, sizeof(final), "%s.%u.start", id->step_name, id->rank);
-    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", final, (int)getpid());
-    int fd = openat(tdir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return;
-    int ok = n > 0 && (size_t)n < sizeof(json) && write_all(fd, json, (size_t)n) == 0;
-    close(fd);
-    if (!ok || renameat(tdir, tmp, tdir, final) != 0)
-        unlinkat(tdir, tmp, 0);
+    if (n > 0 && (size_t)n < sizeof(json))
+        put_record(tdir, final, json, (size_t)n);
 }
 
 /* mkdirat, then 0700 and the user's, through an fd (in a dir we just made nobody else can
@@ -304,58 +333,34 @@ static void end_itself_after(unsigned secs)
     alarm(secs);
 }
 
-/* In a child of slurmstepd: create tasks/<step>.<rank>.exit. Returns 0 or an errno. */
-static int exit_record_child(const char *spool, const struct task_id *id, const char *json,
-                             size_t n)
+/* The copier (as the user), once task_exit has sent it the record: tasks/<step>.<rank>.exit
+ * in the job dir jfd (put_record: a planted link, FIFO or directory is replaced or refused,
+ * never written through). Root writes nothing here: the record root keeps is the node-local
+ * one (write_local_exit_record). */
+void write_exit_record(int jfd, const struct task_id *id, const char *json, size_t n)
 {
-    int jfd = open_job_dir(spool, id), adir = -1, tfd = -1, rc = 0;
-    struct stat st;
-    if (jfd < 0)
-        return errno;
-    /* Only a dir that belongs to the job's user (made by the Prolog) gets root's writes. */
-    if (fstat(jfd, &st) != 0 || st.st_uid != id->uid) {
-        close(jfd);
-        return EPERM;
-    }
-    if ((adir = open_attempt_dir(jfd, id, 1)) < 0 || (tfd = open_tasks_dir(adir, id, 1)) < 0) {
+    int adir = open_attempt_dir(jfd, id, 0), tfd = -1, rc = 0;
+    if (adir < 0 || (tfd = open_tasks_dir(adir, id, 0)) < 0) {
         rc = errno;
-        tap_log(jfd, id, 0, "exit record: no usable tasks/ dir: %s", strerror(rc));
+        tap_log(jfd, id, 1, "exit record: no usable tasks/ dir: %s", strerror(rc));
         goto out;
     }
-    char final[64], tmp[96];
+    char final[64];
     snprintf(final, sizeof(final), "%s.%u.exit", id->step_name, id->rank);
-    snprintf(tmp, sizeof(tmp), ".%s.%d.tmp", final, (int)getpid());
-    /* A fresh file (O_EXCL) renamed over the name: a planted link is replaced, never used. */
-    int fd = openat(tfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        rc = errno;
-        tap_log(jfd, id, 0, "exit record: cannot create: %s", strerror(rc));
-        goto out;
-    }
-    int ok = write_all(fd, json, n) == 0 && fchown(fd, id->uid, id->gid) == 0 && fsync(fd) == 0;
-    rc = ok ? 0 : errno;
-    close(fd);
-    if (ok && renameat(tfd, tmp, tfd, final) != 0)
-        rc = errno;
-    if (rc) {
-        unlinkat(tfd, tmp, 0);
-        tap_log(jfd, id, 0, "exit record: cannot write: %s", strerror(rc));
-    }
-    /* No fsync of tasks/: a journal commit per task at every step's end, for nothing: the
-     * file's own fsync before the rename keeps the record whole. */
+    if ((rc = put_record(tfd, final, json, n)) != 0)
+        tap_log(jfd, id, 1, "exit record: cannot write: %s", strerror(rc));
 out:
     if (tfd >= 0)
         close(tfd);
     if (adir >= 0)
         close(adir);
-    close(jfd);
-    return rc;
 }
 
-/* The record in the node-local dir (root's, on tmpfs: it never hangs), so that a spool that
- * does not take it now loses nothing: the node Epilog moves it there later. Returns 0 or -1. */
-static int write_local_record(const char *local_dir, const struct task_id *id,
-                              const char *json, size_t n, char *path, size_t pathlen)
+/* Root's own copy, in the node-local dir (root's, on tmpfs: it never hangs, and the user cannot
+ * reach it): the spool's copy is the copier's, as the user, and may never come (no copier, a
+ * hung spool); the node Epilog moves this one in then. Returns 0 or -1. */
+int write_local_exit_record(const char *local_dir, const struct task_id *id, const char *json,
+                            size_t n)
 {
     if (mkdir(local_dir, 0700) != 0 && errno != EEXIST)
         return -1;
@@ -381,129 +386,17 @@ static int write_local_record(const char *local_dir, const struct task_id *id,
         return -1;
     }
     close(dfd);
-    snprintf(path, pathlen, "%s/%s", local_dir, name);
     return 0;
 }
 
-static long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
-}
-
-static void forget(struct exit_writes *ws, int i)
-{
-    struct exit_write *w = &ws->w[i];
-    siginfo_t si;
-    /* Reaped here unless slurmstepd's own wait for its tasks took it first: by the pidfd, so a
-     * pid reused meanwhile is never waited for. */
-    if (w->pidfd >= 0) {
-        waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED | WNOHANG);
-        close(w->pidfd);
-    } else {
-        waitpid(w->pid, NULL, WNOHANG);
-    }
-    close(w->rfd);
-    ws->w[i] = ws->w[--ws->n];
-}
-
-/* The child said how it went (or died without saying): said, and the local copy let go once
- * the spool has the record. */
-static void finish(struct exit_writes *ws, int i)
-{
-    struct exit_write *w = &ws->w[i];
-    unsigned char rc = 0;
-    ssize_t k;
-    while ((k = read(w->rfd, &rc, 1)) < 0 && errno == EINTR)
-        ;
-    if (k == 1 && rc != 0)
-        slurm_info("gpualert: job %u %s.%u: no exit record: %s", w->job, w->step_name,
-                   w->rank, strerror(rc));
-    else if (k == 1 && w->local[0])
-        unlink(w->local);          /* the spool has it: the local copy is not needed */
-    forget(ws, i);
-}
-
-/* Past their budget: the spool does not answer. A task in a hung mount's wait is killable:
- * SIGKILL ends it; each is given 1 s to go, all at once. The step writes no more records to
- * the spool. */
-static void give_up(struct exit_writes *ws, const struct plugin_config *cfg, long now)
-{
-    int late[EXIT_WRITES_MAX], nlate = 0;
-    for (int i = 0; i < ws->n; i++)
-        if (now >= ws->w[i].deadline_ms) {
-            late[nlate++] = i;
-            if (ws->w[i].pidfd >= 0)
-                syscall(SYS_pidfd_send_signal, ws->w[i].pidfd, SIGKILL, NULL, 0);
-            else
-                kill(ws->w[i].pid, SIGKILL);
-        }
-    if (nlate == 0)
-        return;
-    struct timespec nap = {0, 1000000};
-    for (int k = 0; k < 1000; k++) {
-        int alive = 0;
-        for (int j = 0; j < nlate; j++) {
-            struct exit_write *w = &ws->w[late[j]];
-            struct pollfd p = {w->pidfd, POLLIN, 0};
-            if (w->pidfd >= 0 ? poll(&p, 1, 0) == 0 : waitpid(w->pid, NULL, WNOHANG) == 0)
-                alive = 1;
-        }
-        if (!alive)
-            break;
-        nanosleep(&nap, NULL);
-    }
-    struct exit_write *first = &ws->w[late[0]];
-    if (!ws->hung)
-        slurm_info("gpualert: job %u %s.%u: exit record not written within %ld ms: the "
-                   "spool does not answer; this step's records stay in %s for the node "
-                   "Epilog", first->job, first->step_name, first->rank, first->budget_ms,
-                   cfg->local_dir);
-    ws->hung = 1;
-    /* From the end: forget() moves the last entry into the slot it frees. */
-    for (int j = nlate - 1; j >= 0; j--)
-        forget(ws, late[j]);
-}
-
-void exit_records_wait(struct exit_writes *ws, const struct plugin_config *cfg, int keep)
-{
-    for (;;) {
-        struct pollfd p[EXIT_WRITES_MAX];
-        long now = mono_ms(), first = -1;
-        for (int i = 0; i < ws->n; i++) {
-            p[i] = (struct pollfd){ws->w[i].rfd, POLLIN, 0};
-            if (first < 0 || ws->w[i].deadline_ms < first)
-                first = ws->w[i].deadline_ms;
-        }
-        int timeout = ws->n > keep ? (first > now ? (int)(first - now) : 0) : 0;
-        if (ws->n > 0 && poll(p, (nfds_t)ws->n, timeout) < 0 && errno == EINTR)
-            continue;
-        /* From the end: finish() moves the last entry into the slot it frees. */
-        for (int i = ws->n - 1; i >= 0; i--)
-            if (p[i].revents)
-                finish(ws, i);
-        give_up(ws, cfg, mono_ms());
-        if (ws->n <= keep)
-            return;
-    }
-}
-
-/*
- * Runs in slurmstepd (root). The spool may hang (a stalled NFS or Lustre mount): the writes
- * happen in a child that is killed when budget_ms runs out, so slurmstepd itself never waits
- * on the spool. slurmstepd does not wait for each child either: while one fsyncs its record,
- * the step's next task ends; the last one (last) waits for them all, each within its own
- * budget. Once one record timed out (ws->hung), this step writes no more (they would all
- * wait).
- */
-void write_exit_record(const struct plugin_config *cfg, const struct task_id *id, int status,
-                       pid_t pid, const struct drain_report *dr, long budget_ms,
-                       struct exit_writes *ws, int last)
+/* The record's one format (docs/CONTRACTS.md), made by slurmstepd from the task's wait status
+ * and what its copier said of the log. Returns its length, or -1 if it did not fit. */
+int exit_record_json(char *json, size_t cap, const struct task_id *id, int status, pid_t pid,
+                     const struct drain_report *dr)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    char exit_code[16] = "null", sig[16] = "null", json[768], logf[256];
+    char exit_code[16] = "null", sig[16] = "null", logf[256];
     if (WIFEXITED(status))
         snprintf(exit_code, sizeof(exit_code), "%d", WEXITSTATUS(status));
     if (WIFSIGNALED(status))
@@ -518,65 +411,21 @@ void write_exit_record(const struct plugin_config *cfg, const struct task_id *id
                  "\"log_gaps\": %llu, \"log_gap_bytes\": %llu, \"log_first_gap\": %lld",
                  dr->drained ? "true" : "false", dr->bytes, dr->gaps, dr->gap_bytes,
                  dr->gaps ? (long long)dr->first_gap : -1LL);
-    int n = snprintf(json, sizeof(json),
+    int n = snprintf(json, cap,
                      "{\"node\": \"%s\", \"step\": \"%s\", \"rank\": %u, \"pid\": %d, "
                      "\"exit_code\": %s, \"signal\": %s, \"core_dumped\": %s, "
                      "\"end_time\": %ld.%03ld, \"status\": %d, \"attempt\": %u, %s}\n",
                      id->node, id->step_name, id->rank, (int)pid, exit_code, sig,
                      (WIFSIGNALED(status) && WCOREDUMP(status)) ? "true" : "false",
                      (long)ts.tv_sec, ts.tv_nsec / 1000000, status, id->attempt, logf);
-    if (n < 0 || (size_t)n >= sizeof(json)) {
-        if (last)
-            exit_records_wait(ws, cfg, 0);
-        return;
-    }
-    char local[PATH_MAX + 160] = "";
-    if (write_local_record(cfg->local_dir, id, json, (size_t)n, local, sizeof(local)) != 0)
-        local[0] = '\0';
-    exit_records_wait(ws, cfg, ws->n < EXIT_WRITES_MAX ? ws->n : EXIT_WRITES_MAX - 1);
-    if (ws->hung)
-        goto out;
-    int res[2];
-    if (pipe2(res, O_CLOEXEC) != 0) {
-        slurm_info("gpualert: job %u %s.%u: no exit record: fork: %s", id->job,
-                   id->step_name, id->rank, strerror(errno));
-        goto out;
-    }
-    pid_t child = fork();
-    if (child < 0) {
-        slurm_info("gpualert: job %u %s.%u: no exit record: fork: %s", id->job,
-                   id->step_name, id->rank, strerror(errno));
-        close(res[0]);
-        close(res[1]);
-        goto out;
-    }
-    if (budget_ms < 200)
-        budget_ms = 200;
-    if (child == 0) {
-        /* Should nobody be left to kill it (slurmstepd gone), it ends itself. */
-        end_itself_after((unsigned)(budget_ms / 1000 + 2));
-        close(res[0]);
-        unsigned char rc = (unsigned char)(exit_record_child(cfg->spool, id, json, (size_t)n) &
-                                           0xff);
-        if (write(res[1], &rc, 1) != 1) {
-            /* slurmstepd gave up on us */
-        }
-        _exit(rc);
-    }
-    close(res[1]);
-    struct exit_write *w = &ws->w[ws->n++];
-    *w = (struct exit_write){.pid = child, .rfd = res[0], .deadline_ms = mono_ms() + budget_ms,
-                             .budget_ms = budget_ms, .job = id->job, .rank = id->rank};
-    snprintf(w->step_name, sizeof(w->step_name), "%s", id->step_name);
-    snprintf(w->local, sizeof(w->local), "%s", local);
-    /* Without a pidfd, a child slurmstepd's own wait may reap could not be told apart from a
-     * new process with its pid: that one is waited for at once. */
-    w->pidfd = (int)syscall(SYS_pidfd_open, child, 0);
-    if (w->pidfd < 0)
-        exit_records_wait(ws, cfg, ws->n - 1);
-out:
-    if (last)
-        exit_records_wait(ws, cfg, 0);
+    return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+static long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
 }
 
 /*

@@ -21,27 +21,16 @@ void write_start_record(int tdir, const struct task_id *id, pid_t task_pid, time
  * the maker's life is bounded by budget_ms, slurmstepd's wait for it by wait_ms. */
 void make_job_dir(const struct plugin_config *cfg, const struct task_id *id, long budget_ms,
                   long wait_ms);
-/* Exit records being written, each by a child of slurmstepd (the step's, in stepd.c). */
-#define EXIT_WRITES_MAX 16
-struct exit_write {
-    pid_t pid;
-    int pidfd, rfd;            /* the child; the pipe it says its result on */
-    long deadline_ms, budget_ms;
-    uint32_t job, rank;        /* for what is said of it */
-    char step_name[16];
-    char local[PATH_MAX + 160]; /* its node-local copy, let go once the spool has it */
-};
-struct exit_writes {
-    struct exit_write w[EXIT_WRITES_MAX];
-    int n;
-    int hung;                  /* one timed out: the step writes no more to the spool */
-};
-/* slurmstepd (root), in task_exit: each record bounded by budget_ms; the last one of the
- * step (last) waits for all that are still being written. */
-void write_exit_record(const struct plugin_config *cfg, const struct task_id *id, int status,
-                       pid_t pid, const struct drain_report *dr, long budget_ms,
-                       struct exit_writes *ws, int last);
-/* Until at most keep records are in flight (each within its budget). */
-void exit_records_wait(struct exit_writes *ws, const struct plugin_config *cfg, int keep);
+/* slurmstepd (root), in task_exit: the exit record's one format (docs/CONTRACTS.md) from the
+ * task's wait status and its copier's answer; returns its length, -1 if it did not fit. */
+#define EXIT_RECORD_MAX 768
+int exit_record_json(char *json, size_t cap, const struct task_id *id, int status, pid_t pid,
+                     const struct drain_report *dr);
+/* slurmstepd (root): the record kept in the node-local dir (root's alone, tmpfs), where the
+ * user cannot reach it; the node Epilog moves it into tasks/ when the spool lacks it. 0 or -1. */
+int write_local_exit_record(const char *local_dir, const struct task_id *id, const char *json,
+                            size_t n);
+/* The copier (as the user), once task_exit sent it the record: tasks/<step>.<rank>.exit. */
+void write_exit_record(int jfd, const struct task_id *id, const char *json, size_t n);
 
 #endif

@@ -20,7 +20,6 @@
 
 #include <slurm/slurm.h>
 
-#define RECORD_WAIT_MS 2000    /* one exit record's write, before the spool counts as hung */
 #define JOB_DIR_BUDGET_MS 3000 /* making the job's spool dir, before its maker gives up */
 #define JOB_DIR_WAIT_MS 200    /* slurmstepd's wait for it (the copier waits the rest) */
 
@@ -30,8 +29,6 @@ static struct stepd {
     struct host host;
     struct drain_names names;
     struct timespec deadline;  /* task_exit's bound, for the whole step (drain.c) */
-    uint32_t exits;            /* task_exits so far: the last one waits for the records */
-    struct exit_writes writes; /* exit records being written (records.c) */
 } st = {.host = {.sock = -1}};
 
 /* The step's part of id (no rank: slurmstepd's callbacks before the tasks); -1 for steps that
@@ -151,24 +148,30 @@ int stepd_task_exit(spank_t sp, int ac, char **av)
     host_close(&st.host);
     if (!tapping() || get_task_id(sp, &id) != 0)
         return 0;
-    /* The step's last task on this node: no record may still be on its way once it returns. */
-    uint32_t ntasks = 0;
-    int last = spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) != ESPANK_SUCCESS ||
-               ++st.exits >= ntasks;
-    if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) {
-        if (last)
-            exit_records_wait(&st.writes, &st.cfg, 0);
+    if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)
         return 0;
-    }
     spank_get_item(sp, S_TASK_PID, &pid);
     drain_deadline(&st.deadline);
     struct drain_report dr = {.drained = -1};
-    drain_ask(&st.names, &id, &st.deadline, &dr);
+    int copier = drain_ask(&st.names, &id, &st.deadline, &dr);
     /* The copier cannot log to slurmd's log itself; a spool it could not write is no
      * silent fault, so it is said here. */
     if (dr.log_errno)
         slurm_info("gpualert: job %u %s.%u: output forwarded but not logged: %s", id.job,
                    id.step_name, id.rank, strerror(dr.log_errno));
-    write_exit_record(&st.cfg, &id, status, pid, &dr, RECORD_WAIT_MS, &st.writes, last);
+    /* Root writes the record only where the user cannot reach (the node-local dir); the
+     * spool's copy is written by the copier, as the user, off slurmstepd's path: no fork of
+     * slurmstepd and no root write in the user's directory per task (spank/README.md). */
+    char json[EXIT_RECORD_MAX];
+    int n = exit_record_json(json, sizeof(json), &id, status, pid, &dr);
+    if (n > 0 && write_local_exit_record(st.cfg.local_dir, &id, json, (size_t)n) != 0)
+        slurm_info("gpualert: job %u %s.%u: no node-local exit record in %s: %s", id.job,
+                   id.step_name, id.rank, st.cfg.local_dir, strerror(errno));
+    if (copier >= 0) {
+        if (n > 0)
+            drain_send_record(copier, json, (size_t)n);
+        else
+            close(copier);
+    }
     return 0;
 }

@@ -1,5 +1,6 @@
-"""Exit records that a hung spool did not take wait in the node-local dir (root's); the node
-Epilog moves them into the attempt's tasks/ dir (spool.restore_local_exit_records)."""
+"""slurmstepd keeps every exit record in the node-local dir (root's); the node Epilog moves those
+the spool lacks (no copier wrote them: untapped, a hung spool) into the attempt's tasks/ dir and
+lets the rest go (spool.restore_local_exit_records)."""
 
 import json
 import os
@@ -52,6 +53,37 @@ def test_a_record_the_spool_has_is_not_replaced(dirs):
     (local / "42.0.0.0.exit").write_bytes(record("0", 0))
     assert restore(local, tasks) == []
     assert (tasks / "0.0.exit").read_text() == "spool's own\n"
+    assert list(local.iterdir()) == []
+
+
+def test_a_record_the_spool_has_is_let_go_unread(dirs):
+    """The copier wrote the spool's copy (the usual case): the local one is not even read, so
+    a local entry that is no plain root file costs nothing and is still removed."""
+    local, tasks = dirs
+    (tasks / "0.0.exit").write_text("copier's\n")
+    os.mkfifo(local / "42.0.0.0.exit")  # read_bytes_nofollow would refuse it
+    assert restore(local, tasks) == []
+    assert (tasks / "0.0.exit").read_text() == "copier's\n"
+    assert list(local.iterdir()) == []
+
+
+def test_a_record_another_epilog_took_meanwhile_is_skipped(dirs, monkeypatch):
+    """Several slurmd on one host share the local dir: a record listed, then taken by another
+    node's Epilog before this one reads it, is skipped, and the others still move in."""
+    import gpualert_slurm.core.spool as spool
+
+    local, tasks = dirs
+    (local / "42.0.0.0.exit").write_bytes(record("0", 0))
+    (local / "42.0.0.1.exit").write_bytes(record("0", 1))
+    real = spool.read_bytes_nofollow
+
+    def taken_first(name, dir_fd, **kw):
+        if name == "42.0.0.0.exit":
+            os.unlink(name, dir_fd=dir_fd)  # the other Epilog's unlink, just before our read
+        return real(name, dir_fd, **kw)
+
+    monkeypatch.setattr(spool, "read_bytes_nofollow", taken_first)
+    assert restore(local, tasks) == ["0.1.exit"]
     assert list(local.iterdir()) == []
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clusterlib import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 USER = "gpatest"  # made by scripts/install-test-deps.sh
@@ -81,10 +82,12 @@ def test_a_missing_job_dir_is_made_as_the_prolog_makes_it(harness: Path, tmp: Pa
     d = spool / JOB
     for p in (d, d / "tasks", d / "nodes"):
         _owned_dir(p, uid)
-    names = {p.name for p in (d / "tasks").iterdir()}
-    # steps 0 and 1, three ranks each: every log, start and exit record is there
+    # steps 0 and 1, three ranks each: every log, start and exit record is there (the exit
+    # records are the copiers', written a moment after their task_exit answers)
     want = {f"{s}.{r}.{k}" for s in (0, 1) for r in range(3) for k in ("log", "start", "exit")}
-    assert want <= names, sorted(want - names)
+    wait_until(lambda: want <= {p.name for p in (d / "tasks").iterdir()}, 10,
+               "every log, start and exit record",
+               diagnose=lambda: str(sorted(want - {p.name for p in (d / "tasks").iterdir()})))
     assert [p.name for p in spool.iterdir()] == [JOB]  # no .tmp-* left behind
     assert "not made" not in proc.stderr
 
@@ -97,7 +100,9 @@ def test_a_requeued_jobs_attempt_gets_its_own_dir(harness: Path, tmp: Path) -> N
     a = spool / JOB / "attempt-2"
     for p in (spool / JOB, a, a / "tasks", a / "nodes"):
         _owned_dir(p, uid)
-    assert {"0.0.log", "0.0.exit", "1.1.log"} <= {p.name for p in (a / "tasks").iterdir()}
+    wait_until(lambda: {"0.0.log", "0.0.exit", "1.1.log"} <= {p.name for p in
+                                                              (a / "tasks").iterdir()},
+               10, "the attempt's logs and exit records in attempt-2/tasks")
     assert not (spool / JOB / "tasks").exists()
 
 

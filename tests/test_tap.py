@@ -227,8 +227,10 @@ exec /usr/bin/python3 gen.py 7 {size}
 
 
 def test_copier_holds_only_its_own_fds(c: ClusterFacts) -> None:
-    """The copier keeps 7 fds (2 pipes, the 2 original outputs, log, pidfd, job dir) and none
-    of the task's other files (here: fd 7 the script opens, and its stdin)."""
+    """The copier keeps 9 fds (2 pipes, the 2 original outputs, log, job dir, pidfd, drain
+    socket, its writer's wake-up eventfd) and none of the task's other files (here: fd 7 the
+    script opens, and its stdin). It runs as two threads of the step's copier host, whose fds
+    0-2 are /dev/null and which holds nothing else of slurmstepd's."""
     d = make_workdir(c, "fds")
     script = write_user_file(d / "job.sh", """#!/bin/bash
 #SBATCH --gpualert
@@ -239,7 +241,7 @@ sleep 6
     jobid = submit_held(c, script)
     wait_until(lambda: (d / "copiers.txt").exists(), 60, f"job {jobid} to list its copiers",
                interval=0.2, diagnose=lambda: diagnostics(jobid, c.root))
-    # The copier never execs, so it stays non-dumpable: only root can list its fds.
+    # The host never execs, so it stays non-dumpable: only root can list its fds.
     found = {}
     for pid in (d / "copiers.txt").read_text().split():
         try:
@@ -251,10 +253,13 @@ sleep 6
     wait_final(jobid, 300, c.root)
     assert len(found) == 1, found
     (fds,) = found.values()
-    # 2 pipes in, the 2 original destinations, the task's pidfd, the drain socket, the job
-    # dir and the task log (both opened by the copier's writer thread).
-    assert len(fds) == 8, fds
-    assert "anon_inode:[pidfd]" in fds.values(), fds
-    assert sum(t.startswith("socket:") for t in fds.values()) == 1, fds
+    assert [fds.get(n) for n in ("0", "1", "2")] == ["/dev/null"] * 3, fds
+    own = {n: t for n, t in fds.items() if n not in ("0", "1", "2")}
+    # 2 pipes in, the 2 original destinations, the task's pidfd, the drain socket, the
+    # writer's eventfd, the job dir and the task log (both opened by the writer thread).
+    assert len(own) == 9, fds
+    assert "anon_inode:[pidfd]" in own.values(), fds
+    assert "anon_inode:[eventfd]" in own.values(), fds
+    assert sum(t.startswith("socket:") for t in own.values()) == 1, fds
+    assert sum(t.startswith("pipe:") for t in own.values()) >= 2, fds  # the task's pipes
     assert not any("held-by-task" in t for t in fds.values()), fds
-    assert "0" not in fds, fds  # the task's stdin

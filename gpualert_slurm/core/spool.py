@@ -569,8 +569,9 @@ def open_local_dir(local_dir: str, create: bool) -> int:
 
 def restore_local_exit_records(tasks_fd: int, jobid: str | int, attempt: int, uid: int,
                                gid: int, local_dir: str = LOCAL_RECORDS) -> list[str]:
-    """Move the exit records slurmstepd kept in the node-local dir (the spool hung when the task
-    ended) into the attempt's tasks/ dir, as the plugin would have written them. A record the
+    """Move the exit records slurmstepd kept in the node-local dir into the attempt's tasks/
+    dir where the spool lacks them (the task's copier writes the spool's copy; none did when
+    there was no copier, or the spool hung), and let every one of this run's go. A record the
     spool already holds is not replaced. Returns the names moved in. Root only: the local dir
     must be root's and closed to others, its files plain and root's."""
     prefix = f"{_jobid(jobid)}.{int(attempt)}."
@@ -584,13 +585,19 @@ def restore_local_exit_records(tasks_fd: int, jobid: str | int, attempt: int, ui
             if not (name.startswith(prefix) and name.endswith(".exit")):
                 continue
             target = name[len(prefix):]  # <step>.<rank>.exit
-            data = read_bytes_nofollow(name, dfd, owners=(0,))
+            # Most records are in the spool already (the copier wrote them): only the others
+            # are read. A record gone meanwhile was taken by another Epilog sharing this dir
+            # (several slurmd on one host): nothing to do for it.
             try:
-                os.stat(target, dir_fd=tasks_fd, follow_symlinks=False)
+                try:
+                    os.stat(target, dir_fd=tasks_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    data = read_bytes_nofollow(name, dfd, owners=(0,))
+                    write_atomic(tasks_fd, target, data, 0o600, uid, gid)
+                    moved.append(target)
+                os.unlink(name, dir_fd=dfd)
             except FileNotFoundError:
-                write_atomic(tasks_fd, target, data, 0o600, uid, gid)
-                moved.append(target)
-            os.unlink(name, dir_fd=dfd)
+                continue
     finally:
         os.close(dfd)
     return moved

@@ -92,7 +92,7 @@ def node_epilog(env: dict[str, str], log: HookLog, watchdog: Watchdog) -> None:
         return
     tasks: list[TaskLog] = []
     try:
-        # Exit records slurmstepd could not put in a hung spool wait on this node: first.
+        # Exit records no copier put in the spool (untapped, hung spool) wait on this node: first.
         restore_records(js, env, log)
         tasks = open_task_logs(js)
         # This node's tasks: those whose exit record names it; the batch log belongs to the
@@ -207,7 +207,8 @@ def prolog_record_of_this_run(rec: Any, node: str, attempt: int, start: float | 
 
 
 def restore_records(js: JobSpool, env: dict[str, str], log: HookLog) -> None:
-    """Move in the exit records slurmstepd kept on this node because the spool hung."""
+    """Move in the exit records slurmstepd kept on this node that the spool lacks (no copier
+    wrote them: untapped, or the spool hung), and let this run's local copies go."""
     jobid = env.get("SLURM_JOB_ID", "")
     tfd = js.subdir("tasks")
     if tfd is None:
