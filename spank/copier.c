@@ -705,8 +705,8 @@ static void run_copier(struct tap *t)
             answer(t, 0);
         /* Trickling output (pipes far from full) while the task runs: let it gather for
          * 0.3 ms so each wake-up copies more (about 3x less CPU per GiB through srun); a full
-         * pipe is never made to wait, and the drain at exit never naps. */
-        if (small && t->pidfd >= 0) {
+         * pipe is never made to wait, and the drain at exit (or at EOF) never naps. */
+        if (small && t->pidfd >= 0 && open_in > 0) {
             struct timespec nap = {0, 300000};
             nanosleep(&nap, NULL);
         }
