@@ -1,5 +1,6 @@
 """The spool layout and the careful file operations root code uses in users' directories."""
 
+import contextlib
 import json
 import os
 import stat
@@ -127,6 +128,34 @@ def test_existing_job_dir_without_subdirs_is_completed(tmp_path):
         st = (root / "6" / sub).lstat()
         assert stat.S_ISDIR(st.st_mode) and st.st_uid == 65534
         assert stat.S_IMODE(st.st_mode) == 0o700
+
+
+def test_a_subdir_added_to_a_joined_job_dir_is_never_roots_under_its_name(tmp_path,
+                                                                          monkeypatch):
+    """A late Prolog joining a job dir the job already writes to: the job's copier (the user)
+    may open tasks/ at any moment, so tasks/ must never be there under its name while root's
+    (a mkdir then chown gave the copier EACCES: a task's log lost). Checked just before each
+    ownership change: whatever is at tasks/ and nodes/ then is the user's already."""
+    root = tmp_path / "spool"
+    root.mkdir()
+    root.chmod(0o755)
+    (root / "9").mkdir(mode=0o700)
+    os.chown(root / "9", 65534, 65534)
+    seen = []
+    real_fchown, real_chown = os.fchown, os.chown
+
+    def note() -> None:
+        for d in ("tasks", "nodes"):
+            with contextlib.suppress(FileNotFoundError):
+                seen.append((d, (root / "9" / d).lstat().st_uid))
+
+    monkeypatch.setattr(os, "fchown", lambda *a, **k: (note(), real_fchown(*a, **k))[1])
+    monkeypatch.setattr(os, "chown", lambda *a, **k: (note(), real_chown(*a, **k))[1])
+    spool.create_job_dir(str(root), 9, 65534, 65534, {}, tag="n1").close()
+    assert seen, "no ownership change seen with a subdir there"
+    assert all(uid == 65534 for _, uid in seen), seen
+    assert sorted(os.listdir(root / "9")) == ["nodes", "tasks"]
+    assert all((root / "9" / d).stat().st_uid == 65534 for d in ("nodes", "tasks"))
 
 
 def test_planted_subdir_symlink_is_refused(tmp_path):

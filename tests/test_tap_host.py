@@ -1,14 +1,15 @@
-"""The copier host (spank/host.c): each task's copier is started outside the step's cgroup, as
-the job's user, in a session of its own, and nothing the host starts outlives the job's output.
+"""The copier host (spank/host.c): each task's copier runs outside the step's cgroup, as two
+threads of the step's host (one per node), as the job's user, in a session of its own, and
+nothing of it outlives the job's output.
 
 The tasks write the inode of their stdout pipe and their pid to files, then sleep; the test (root)
 finds the processes that hold the other end of each pipe: the copier. Asserted per task:
-- exactly one process other than the task holds the pipe: the copier;
+- exactly one process other than the task holds the pipe: the copier's host;
 - its freezer cgroup is not the task's (proctrack/cgroup waits for, and kills, the step's
   cgroup: a copier in it would hold the step's end on a stalled spool, tests/test_tap_stall.py);
 - it runs as the job's user (real, effective, saved), in a session other than the task's;
-- slurmstepd has no child left of the job's user that is not a task: the host ended once every
-  task had exec'd;
+- slurmstepd has no child of the job's user but the task and that host (no copier process
+  per task);
 and after the job: no process holds any of the pipes any more.
 """
 
@@ -93,11 +94,11 @@ def test_copiers_run_outside_the_step_cgroup_and_nothing_outlives_the_job(c: Clu
             assert status_ids(copier, "Uid")[:3] == [uid] * 3
             assert stat_fields(copier)[3] != stat_fields(task)[3], "copier in the task's session"
             stepd = int(stat_fields(task)[1])
-            user_children = [p for p in Path("/proc").iterdir() if p.name.isdigit()
-                             and _child_of(int(p.name), stepd, uid)]
-            assert user_children == [Path(f"/proc/{task}")], (
-                f"slurmstepd {stepd} still has children of uid {uid} besides the task "
-                f"{task}: {user_children} (the host should have ended)")
+            user_children = {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                             and _child_of(int(p.name), stepd, uid)}
+            assert user_children == {task, copier}, (
+                f"slurmstepd {stepd} has children of uid {uid} besides the task {task} and "
+                f"the copier host {copier}: {user_children}")
         write_user_file(d / "release", "", 0o644)
         st = wait_final(job, 120, c.root)
     finally:

@@ -380,12 +380,12 @@ def create_job_dir(spool: str, jobid: str | int, uid: int, gid: int,
 
 def _ensure_subdir(fd: int, path: str, sub: str, uid: int, gid: int) -> int:
     """Open (making it if missing: a job dir made by an older or other tool) a subdirectory
-    of the user's job dir; it must be a real directory of that user."""
-    try:
-        os.mkdir(sub, DIR_MODE, dir_fd=fd)
-        os.chown(sub, uid, gid, dir_fd=fd, follow_symlinks=False)
-    except FileExistsError:
-        pass
+    of the user's job dir; it must be a real directory of that user. A missing one is built
+    aside and renamed in already the user's: the job's copier may be opening it as the user
+    that moment, and a mkdir-then-chown made it root's for a moment (EACCES: a task's log
+    lost, seen when a late Prolog joined a running job's dir)."""
+    if not _exists(sub, fd):
+        _make_noreplace(fd, sub, uid, gid, "sub", lambda _tfd: None)
     sfd = open_dir(sub, fd, shown=os.path.join(path, sub))
     try:
         if os.fstat(sfd).st_uid != uid:
