@@ -11,7 +11,7 @@ __attribute__((noreturn)) void copier_run(int fds[CF_N], int ack, const struct c
                                           const struct plugin_config *cfg);
 
 /* In the host: the task's copier as two threads of the host's (forwarder, writer), no fork.
- * 0 once started (the threads own fds and ack, and say "1" on ack); -1 and nothing taken. */
+ * 0 once started (the threads own fds; "1" was said on ack); -1 and nothing taken. */
 int copier_start_thread(int fds[CF_N], int ack, const struct copier_spec *spec,
                         const struct plugin_config *cfg);
 

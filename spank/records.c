@@ -198,7 +198,7 @@ static int put_record(int tdir, const char *final, const char *json, size_t n)
 }
 
 /* <step>.<rank>.start: which node ran the rank. A node that is lost leaves no exit record,
- * and this is then what ties its ranks to it. Best effort, as the user; tmp + rename. */
+ * and this is then what ties its ranks to it. Best effort, as the user (put_record). */
 void write_start_record(int tdir, const struct task_id *id, pid_t task_pid, time_t start_time)
 {
     char json[256], final[64];
