@@ -5,7 +5,7 @@ native cluster of its own (docker/slurm-cluster/cluster with GPUALERT_CLUSTER_NO
 this process alone, stopped at the end). Prints figures, never pass/fail.
 
     bench_scale.py [--nodes 3,12,48] [--tpn 4] [--array 500] [--skip-array] [--skip-jobs]
-                   [--keep] [--seed S]
+                   [--keep] [--seed S] [--pin] [--slurmd-timeout S]
 
 1. A failing job at each node count x --tpn tasks (12, 48, 192 ranks), three times: a rank
    raises an exception and srun kills the rest (srun -K); a rank is SIGKILLed and the rest end
@@ -639,7 +639,8 @@ def pin_hosts(f: cl.ClusterFacts) -> str:
     slurmdbd and MariaDB on CPU 0; the slurmd (their slurmstepd, jobs, Prologs and Epilogs
     inherit it) on CPU 1. The controller's job epilogs get a queue of their own (so their
     drainer is the controller's, on its CPU); the node hooks keep theirs. Both runs of the
-    array, with and without --gpualert, are pinned alike."""
+    array, with and without --gpualert, are pinned alike, and so is the bench with its squeue
+    clients (on CPU 0, as a client on the controller's host)."""
     def pin(pidfile: Path, cpu: int) -> list[int]:
         try:
             pid = int(pidfile.read_text().split()[0])
@@ -681,13 +682,19 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--pin", action="store_true", help="the controller on CPU 0, the nodes "
                     "on CPU 1 (a controller host that runs no job; see pin_hosts)")
+    ap.add_argument("--slurmd-timeout", type=int, default=10, help="the cluster's "
+                    "SlurmdTimeout (10, as the test cluster's: the lost-node runs wait for it; "
+                    "Slurm's default is 300, which a --pin array run needs: 48 nodes' work on "
+                    "one core holds their slurmd past 10 s)")
     args, _ = ap.parse_known_args()
     sizes = [int(x) for x in args.nodes.split(",") if x]
     need = max(sizes + [3])
-    env = dict(SCALE_ENV, GPUALERT_CLUSTER_NODES=str(max(need, 3)))
+    env = dict(SCALE_ENV, GPUALERT_CLUSTER_NODES=str(max(need, 3)),
+               GPUALERT_CLUSTER_SLURMD_TIMEOUT=str(args.slurmd_timeout))
     seed = args.seed if args.seed is not None else int(time.time())
     rng = random.Random(seed)
-    print(f"scale bench: seed {seed}; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"scale bench: seed {seed}; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
+          f"SlurmdTimeout {args.slurmd_timeout} s")
     with cl.held_lock(SESSION_LOCK, 1800, " by another scale benchmark"):
         t0 = time.monotonic()
         facts = cl.cluster_up(env=env)
@@ -695,6 +702,10 @@ def main() -> int:
               f"{time.monotonic() - t0:.1f} s; {slurmd_memory(facts)}")
         if args.pin:
             print(f"  {pin_hosts(facts)}", flush=True)
+            # the bench and its squeue clients on the controller's CPU, not the nodes' (where
+            # 48 nodes' launches left a client, even at nice -10, 8% of a core: it measured
+            # its own wait for a CPU, not slurmctld's answer)
+            os.sched_setaffinity(0, {0})
         try:
             with cl.using_conf(facts):
                 mail = MailWatch(facts.maildir)
