@@ -18,7 +18,9 @@ The baseline is `grep -c error FILE` (GNU grep, one literal) on the same file in
 the scanner is also run with GPUALERT_SCAN_PYTHON_FIRST=0 (grep from a range's start, the engine
 before Python-first) beside it.
 The scanner itself hands files of 1 MiB or more to GNU grep (the rules as EREs; see
-gpualert_slurm/classify/scan/), so the ratio says how close it comes to grep's own floor;
+gpualert_slurm/classify/scan/), and reads a long range of few line shapes (ordinary training
+output) in pieces, one forked child per CPU (GPUALERT_SCAN_PARALLEL=0: one process), so the
+ratio says how close it comes to grep's own floor;
 the CPU seconds (the child and its grep, user + system) are printed too, since on a busy
 machine wall time says more about the machine than about the scanner.
 Targets: >= 500 MB/s ordinary, >= 200 MB/s gated, short and nccl, <= 100 MB peak RSS.

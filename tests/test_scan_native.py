@@ -316,6 +316,9 @@ def test_python_first_hands_over_to_grep_mid_file(tmp_path, monkeypatch):
     monkeypatch.setattr(scan_reading, "_scan_range_native", spy)
     monkeypatch.setattr(scan_reading, "PYTHON_FIRST", True)
     monkeypatch.setattr(scan_reading, "NATIVE_MIN", 0)
+    # one process (_both left WORKERS at 3: the range would be read in pieces, each piece's
+    # handover in a child; tests/test_scan_pieces.py compares those)
+    monkeypatch.setattr(scan_reading, "PARALLEL", False)
     hy = scan.scan_file(str(log), load_rules(site=False), budget_s=3600.0)
     assert hy.engine == "grep" and len(grids) == 1
     assert grids[0] >= scan.CHUNK and grids[0] % scan.CHUNK != 0  # mid-file, at a line start

@@ -12,14 +12,16 @@ The scanner in four parts, and the reading policy that uses them:
 - grep.py: the grep pipeline over a range (a feeder thread, one or more greps, their rows
   matched by the Python path's rule, _pick);
 - reading.py: scan_file, the reading policy (head, tail, budget, the file's end) and which
-  engine reads each range (Python first, grep from a chunk of many shapes on).
+  engine reads each range (Python first, grep from a chunk of many shapes on; a long range in
+  pieces read by forked children at once, cut on the chunk grid).
 Each module's own docstring says how its part works. This module re-exports the names that
 the classifier, the tests and the benchmark use.
 
 Environment overrides: GPUALERT_SCAN_HEAD_MB, GPUALERT_SCAN_TAIL_MB, GPUALERT_SCAN_BUDGET_S,
 GPUALERT_SCAN_NATIVE (0: no grep), GPUALERT_SCAN_NATIVE_MIN (bytes), GPUALERT_SCAN_GREP (path),
 GPUALERT_SCAN_WORKERS (1: one grep per range), GPUALERT_SCAN_SPLIT_MIN (bytes),
-GPUALERT_SCAN_PYTHON_FIRST (0: grep from the start of a range), GPUALERT_SCAN_HANDOVER_SHAPES.
+GPUALERT_SCAN_PYTHON_FIRST (0: grep from the start of a range), GPUALERT_SCAN_HANDOVER_SHAPES,
+GPUALERT_SCAN_PARALLEL (0: a Python-first range is not read in pieces by forked children).
 A test that changes a setting changes it in the module that reads it (reading.NATIVE,
 grep.WORKERS, python.HANDOVER_SHAPES, ...): the names here are copies.
 """

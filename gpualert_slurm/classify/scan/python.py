@@ -336,15 +336,18 @@ class _Handover(Exception):  # noqa: N818  (not an error: control flow, caught b
 
 
 def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base=0,
-                deadline=None, handover=False) -> int:
+                deadline=None, handover=False, lead=0) -> int:
     """Scan up to `limit` bytes (None: to EOF), stopping at a line end once past `deadline`.
 
     line_base None: line numbers unknown. `handover`: raise _Handover at a chunk of more
-    than HANDOVER_SHAPES distinct line shapes (grep is then faster than Python).
+    than HANDOVER_SHAPES distinct line shapes (grep is then faster than Python). `lead`: the
+    range is a piece of a longer one cut on its chunk grid (reading._pieces), starting `lead`
+    bytes before a grid line: its first chunk is those bytes (what the whole range's scan
+    would carry) and a whole chunk, so its chunks, hence its events, are the whole range's.
 
     Returns the segment counter at the end (events are ordered by it within the file).
     """
-    origin = f.tell()  # where the chunk grid starts (grep's, after a handover, too)
+    origin = f.tell() + lead  # where the chunk grid starts (grep's, after a handover, too)
     lines = 0  # newlines consumed in this range
     order = order_base
     carry = b""
@@ -353,9 +356,10 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
     tail = b""  # ... and the last LINE_CAP bytes skipped so far (matched at its end)
     left = limit
     size = CHUNK  # shrinks when a chunk is slow (candidate-rich lines), so the deadline holds
-    fd, pos = f.fileno(), origin  # pos: the next byte to read (f is sought there at the end)
-    while left is None or left > 0:
-        n = size if left is None else min(size, left)
+    fd, pos = f.fileno(), origin - lead  # pos: the next byte to read (f is sought there at
+    while left is None or left > 0:  # the end)
+        n = size + lead if left is None else min(size + lead, left)
+        lead = 0
         t_chunk = time.monotonic()
         chunk: bytes | None = None
         if carry:  # the unfinished line is read again with the chunk: no 2 MiB copy to join
@@ -430,6 +434,19 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
     f.seek(pos)
     return order
 
+
+
+def _few_shapes(buf: bytes) -> bool:
+    """Whether a chunk is what the Python path reads best: few distinct line shapes (hex ids
+    marked), not mostly distinct lines - no handover to grep, no literal search (_scan_body's
+    own tests). reading._pieces splits a range only then: a range grep reads is already cut
+    in pieces by grep's own."""
+    segs = buf.translate(NORM).split(b"\n")
+    segs.pop()
+    uniq = list(set(segs))
+    keys = hex_keys(uniq)
+    nkeys = len(uniq) if keys is uniq else len(set(keys))
+    return nkeys <= HANDOVER_SHAPES and not (nkeys * 4 > len(segs) and len(segs) >= 256)
 
 
 def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True,
