@@ -138,6 +138,13 @@ def _first_sep(b: bytes) -> int:
     return a if c < 0 else min(a, c)
 
 
+def _last_sep(b: bytes) -> int:
+    """Where the last separator (LF or CR) of b is; -1: none. (A CR is looked for only after
+    the last LF: b may be a 2 MiB chunk, and most hold no CR.)"""
+    nl = b.rfind(b"\n")
+    return max(nl, b.rfind(b"\r", nl + 1))
+
+
 # Hex ids in a shape (comm 0x7f3a9c0e1b20, busId 1b000, a commit or a hash): digits are "0"
 # there already, so their letters are what tells one id from another and the line shape with
 # them (NCCL_DEBUG=INFO's "Init COMPLETE" lines: each one its own shape). A key over shapes

@@ -41,6 +41,7 @@ from gpualert_slurm.classify.scan.lines import (
     _capped,
     _decode,
     _first_sep,
+    _last_sep,
     _roll,
     clean_text,
     hex_key,
@@ -392,8 +393,7 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
             skipping = False
         if chunk is not None:
             buf = chunk
-        nl = buf.rfind(b"\n")
-        end = max(nl, buf.rfind(b"\r", nl + 1)) + 1  # (a CR before the last LF: not the end)
+        end = _last_sep(buf) + 1
         if end:
             try:
                 lines, order = _scan_body(buf, end, lines, order, line_base, col, matcher,
@@ -436,17 +436,30 @@ def _scan_range(f, limit, res, col, matcher, line_base, resync=False, order_base
 
 
 
-def _few_shapes(buf: bytes) -> bool:
-    """Whether a chunk is what the Python path reads best: few distinct line shapes (hex ids
-    marked), not mostly distinct lines - no handover to grep, no literal search (_scan_body's
-    own tests). reading._pieces splits a range only then: a range grep reads is already cut
-    in pieces by grep's own."""
-    segs = buf.translate(NORM).split(b"\n")
-    segs.pop()
+def _shapes(buf: bytes) -> tuple[bytes, list[bytes], list[bytes], list[bytes], int]:
+    """A chunk's line shapes: its normalised bytes, its segments (the unfinished one after
+    the last separator dropped), its distinct shapes, their keys (hex ids marked:
+    lines.hex_keys) and how many distinct keys."""
+    normed = buf.translate(NORM)
+    segs = normed.split(b"\n")
+    segs.pop()  # the unfinished segment after the last separator is not ours
     uniq = list(set(segs))
     keys = hex_keys(uniq)
-    nkeys = len(uniq) if keys is uniq else len(set(keys))
-    return nkeys <= HANDOVER_SHAPES and not (nkeys * 4 > len(segs) and len(segs) >= 256)
+    return normed, segs, uniq, keys, len(uniq) if keys is uniq else len(set(keys))
+
+
+def _mostly_distinct(nkeys: int, nseg: int) -> bool:
+    """Random ids, hashes: dedup does not pay, one search per gate does (_found_by_search)."""
+    return nkeys * 4 > nseg and nseg >= 256
+
+
+def _few_shapes(buf: bytes) -> bool:
+    """Whether a chunk is what the Python path reads best: few distinct line shapes, not
+    mostly distinct lines - no handover to grep, no literal search (_scan_body's own tests).
+    reading._pieces splits a range only then: a range grep reads is already cut in pieces by
+    grep's own."""
+    _, segs, _, _, nkeys = _shapes(buf)
+    return nkeys <= HANDOVER_SHAPES and not _mostly_distinct(nkeys, len(segs))
 
 
 def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True,
@@ -454,18 +467,12 @@ def _scan_body(buf, end, lines, order, line_base, col, matcher, path, count=True
     """Scan buf[:end] (end is just past a separator). Returns updated (lines, order).
     `handover`: raise _Handover (before any event) when the chunk has more than
     HANDOVER_SHAPES distinct line shapes (hex ids marked: lines.hex_keys)."""
-    normed = buf.translate(NORM)
-    segs = normed.split(b"\n")
-    segs.pop()  # the unfinished segment after the last separator is not ours
+    normed, segs, uniq, keys, nkeys = _shapes(buf)
     nseg = len(segs)
-    uniq = list(set(segs))
-    keys = hex_keys(uniq)
-    nkeys = len(uniq) if keys is uniq else len(set(keys))
     if handover and nkeys > HANDOVER_SHAPES:
         raise _Handover(order, None, None, 0)  # (_scan_range fills in where)
     has_cr = buf.find(b"\r", 0, end) >= 0
-    if nkeys * 4 > nseg and nseg >= 256:
-        # mostly distinct lines (random ids, hashes): dedup does not pay, one search per gate does
+    if _mostly_distinct(nkeys, nseg):
         found = _found_by_search(buf, end, normed, matcher)
         return _emit(found, buf, end, normed, nseg, has_cr, lines, order, line_base, col, path,
                      count)

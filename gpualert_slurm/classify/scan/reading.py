@@ -40,7 +40,7 @@ import time
 from gpualert_slurm.classify.rules import RuleSet
 from gpualert_slurm.classify.scan import grep as _grep
 from gpualert_slurm.classify.scan.grep import NativeError, _scan_range_native
-from gpualert_slurm.classify.scan.lines import LINE_CAP
+from gpualert_slurm.classify.scan.lines import LINE_CAP, _last_sep
 from gpualert_slurm.classify.scan.python import (
     CHUNK,
     Event,
@@ -187,7 +187,7 @@ def _pieces(f, limit: int | None, matcher: _Matcher | None = None, path: str = "
     if not _few_shapes(first):
         return []
     if matcher is not None and deadline is not None:
-        end = max(first.rfind(b"\n"), first.rfind(b"\r")) + 1
+        end = _last_sep(first) + 1
         t0 = time.monotonic()
         try:
             _scan_body(first, end, 0, 0, None, _Collector(ScanResult(path=path)), matcher, path,
@@ -205,7 +205,7 @@ def _pieces(f, limit: int | None, matcher: _Matcher | None = None, path: str = "
             continue
         low = max(start, grid - LINE_CAP)
         back = os.pread(fd, grid - low, low)
-        sep = max(back.rfind(b"\n"), back.rfind(b"\r"))
+        sep = _last_sep(back)
         if sep < 0 or len(back) != grid - low:
             continue
         at = low + sep + 1
