@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("commands.history", "what recovery decided and did (admins)"),
     "resume": ("commands.resume", "resume nodes gpualert drained; reset the "
                "breaker"),
+    "web": ("commands.web", "the web pages of your jobs on 127.0.0.1 (as yourself)"),
 }
 
 

@@ -172,7 +172,8 @@ def _report_sample() -> dict[str, Any]:
                      "attached_more": {"count": 3, "size_h": "3 B", "attached_h": "3 B"},
                      "left_out": [{"name": EVIL, "size_h": "9.0 GiB", "reason": "budget",
                                    "where": "/w"}]},
-        "notes": [EVIL], "recovery": ["would requeue"], "logs_dir": "/s/5/tasks"}}
+        "notes": [EVIL], "recovery": ["would requeue"], "logs_dir": "/s/5/tasks",
+        "page_url": "https://ondemand.example.org/pun/sys/gpualert/job/5"}}
 
 
 def _array_sample() -> dict[str, Any]:

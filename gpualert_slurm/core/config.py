@@ -140,6 +140,9 @@ class ReportConfig:
     arrays: str = "summary"  # summary: one report per job array; per_task: one per task
     max_per_array: int = 10  # reports per array in per_task mode
     max_per_user_hour: int = 60  # reports to one user in any hour; beyond, kept unsent
+    # the job's web page (gpualert web, Open OnDemand's app), {job} = the job id; the mail
+    # links to it when set (https://ondemand.example.org/pun/sys/gpualert/job/{job})
+    url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -451,9 +454,12 @@ def check_rule_names(cfg: RecoveryConfig) -> list[str]:
     return bad
 
 
+_PAGE_URL_RE = re.compile(r"https?://[^\s{}]+\{job\}[^\s{}]*")
+
+
 def _report_config(c: _Checker, value: Any) -> ReportConfig:
     r = c.mapping("report", value, ("templates", "artifacts", "arrays", "max_per_array",
-                                    "max_per_user_hour"))
+                                    "max_per_user_hour", "url"))
     kw: dict[str, Any] = {}
     if "templates" in r:
         t = c.string("report.templates", r["templates"], None, "an absolute path")
@@ -472,6 +478,9 @@ def _report_config(c: _Checker, value: Any) -> ReportConfig:
     for key in ("max_per_array", "max_per_user_hour"):
         if key in r:
             kw[key] = int(c.number(f"report.{key}", r[key], 0, 100000))
+    if r.get("url") is not None:
+        kw["url"] = c.string("report.url", r["url"], _PAGE_URL_RE,
+                             "an http(s) URL with {job}, e.g. https://host/pun/sys/gpualert/job/{job}")
     return ReportConfig(**kw)
 
 

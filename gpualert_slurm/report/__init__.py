@@ -106,9 +106,18 @@ def subject(v: Verdict | Mapping[str, Any]) -> str:
     return header_text(s, 200)
 
 
-def context(v: Verdict | Mapping[str, Any], cids: tuple[str, ...] = ()) -> dict[str, Any]:
+def page_url(template: str | None, v: Verdict | Mapping[str, Any]) -> str | None:
+    """The job's web page (config report.url, `{job}` the job id), or None when unset."""
+    if not template:
+        return None
+    return template.replace("{job}", str(Verdict.of(v).job_id))
+
+
+def context(v: Verdict | Mapping[str, Any], cids: tuple[str, ...] = (),
+            url: str | None = None) -> dict[str, Any]:
     """What the templates see: verdict.json plus the derived, display-ready fields; `cids`:
-    the Content-IDs of the inline pictures the mail carries (report/timeline.py)."""
+    the Content-IDs of the inline pictures the mail carries (report/timeline.py); `url`: the
+    config's report.url, the job's web page the mail links to."""
     from gpualert_slurm.report import ranks, timeline
 
     v = Verdict.of(v)
@@ -178,6 +187,7 @@ def context(v: Verdict | Mapping[str, Any], cids: tuple[str, ...] = ()) -> dict[
         "notes": ranks.group_node_notes(list(v.notes)),
         "recovery": _recovery_lines(v),
         "logs_dir": v.logs_dir or os.path.join(base, "tasks"),
+        "page_url": page_url(url, v),
     }
 
 
@@ -194,13 +204,14 @@ def _recovery_lines(v: Verdict) -> list[str]:
 
 
 def render(v: dict[str, Any], fmt: str = "text", cids: tuple[str, ...] = (),
-           kind: str = "report") -> str:
+           kind: str = "report", url: str | None = None) -> str:
     """The report of one job as 'text' or 'html'; `cids`: the inline pictures the message
     carries (inline_images), which the HTML part then shows; `kind`: "report", or "fallback"
-    for the least report the job epilog sends when its analysis failed (docs/TEMPLATES.md)."""
+    for the least report the job epilog sends when its analysis failed (docs/TEMPLATES.md);
+    `url`: the config's report.url (the mail links to the job's web page)."""
     ext = {"text": "txt", "html": "html"}[fmt]
     name = {"report": "report", "fallback": "fallback"}[kind]
-    return get_template(f"{name}.{ext}.j2").render(r=context(v, tuple(cids)))
+    return get_template(f"{name}.{ext}.j2").render(r=context(v, tuple(cids), url))
 
 
 def inline_images(v: Verdict | Mapping[str, Any]) -> list[tuple[str, bytes, str]]:

@@ -110,8 +110,9 @@ def send_job(ctx: JobEpilog, v: dict[str, Any], kind: str = "report") -> None:
     save_verdict(ctx, v)
     left = b.before_watchdog()
     images = inline_images(v) if left > 4.0 else []  # the timeline of a multi-node failure
-    d = deliver(ctx, subject(v), render(v, "text", kind=kind),
-                render(v, "html", tuple(c for c, _d, _m in images), kind), bundle.files,
+    url = rc.url  # report.url: the mail links to the job's web page
+    d = deliver(ctx, subject(v), render(v, "text", kind=kind, url=url),
+                render(v, "html", tuple(c for c, _d, _m in images), kind, url), bundle.files,
                 jobid, v["job"].get("mail_user"),
                 timeout_s=max(1.0, min(left, cfg.notify.total_timeout_s)), inline=images)
     v["report"] = {"subject": subject(v), **d, "time": time.time()}
