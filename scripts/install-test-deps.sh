@@ -13,6 +13,14 @@ exec 9>"$PREFIX/.install-test.lock"
 flock 9
 TEST_USER=gpatest   # docker/slurm-cluster/cluster and tests/clusterlib.py use the same name
 id -u "$TEST_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash --user-group "$TEST_USER"
+# A second unprivileged user: the web pages' tests show that one user's app never shows
+# another's jobs (tests/test_web*.py, tests/weblib.py).
+id -u gpatest2 >/dev/null 2>&1 || useradd --create-home --shell /bin/bash --user-group gpatest2
+# Phusion Passenger (Debian's), which serves ood/gpualert/passenger_wsgi.py in the tests as
+# Open OnDemand's per-user server does.
+if ! command -v passenger >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends passenger
+fi
 if "$TVENV/bin/python" -c "import torch.distributed.run, torch.multiprocessing" 2>/dev/null; then
     exit 0
 fi
