@@ -1,10 +1,12 @@
 #!/bin/bash
 # Captures what gpualert_slurm.core.slurm parses, from a real cluster, for its per-version unit tests
-# (tests/test_slurm_client.py): `squeue --json`, `scontrol show job -o` of a running job, and,
+# (tests/test_slurm_client.py): `squeue --json`, `scontrol show job -o` (and `--json`, where
+# scontrol has it) of a running job, and,
 # for a set of finished jobs, `sacct --json` and the delimited table accounting() asks for.
 # Run as root, with the cluster idle:
 #   tests/data/slurm/capture.sh docker:gpatrx-ctl /var/lib/gpualert-dcluster-trixie/work   # 24.11
 #   tests/data/slurm/capture.sh native /var/lib/gpualert-cluster/work                       # 22.05
+#   tests/data/slurm/capture.sh docker:gpasid-ctl /var/lib/gpualert-dcluster-sid/work       # 26.05
 # docker:<container> runs every Slurm command in that container (the container cluster's own
 # clients); native runs this host's. Writes <kind>-<version>.<ext> next to this script.
 set -euo pipefail
@@ -57,6 +59,10 @@ for i in $(seq 60); do
 done
 as_root squeue --json > "$HERE/squeue-$VER.json"
 as_root scontrol show job -o "$run" > "$HERE/scontrol-job-$VER.txt"
+# the same job as JSON, where scontrol has it (data_parser: 23.02 on); none is written otherwise
+as_root scontrol show job --json "$run" > "$HERE/scontrol-job-$VER.json.tmp" 2>/dev/null \
+    && mv "$HERE/scontrol-job-$VER.json.tmp" "$HERE/scontrol-job-$VER.json" \
+    || { rm -f "$HERE/scontrol-job-$VER.json.tmp"; echo "capture: no scontrol --json on $VER" >&2; }
 as_root scancel "$run"
 
 ids=$oom,$ex3,$sig,$multi,$canc
