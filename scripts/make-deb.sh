@@ -34,7 +34,7 @@ rm -rf "$out"
 dist=${GPUALERT_DEB_DIST:-dist}
 mkdir -p "$src" "$dist"
 # What the package is made of (not the corpus, tests or benchmarks).
-cp -a pyproject.toml setup.cfg README.md gpualert_slurm spank epilog.d etc debian "$src/"
+cp -a pyproject.toml setup.cfg README.md gpualert_slurm spank epilog.d etc ood debian "$src/"
 mkdir -p "$src/docs" && cp -a docs/*.md "$src/docs/"
 find "$src" \( -name __pycache__ -o -name '*.egg-info' -o -name '*.o' -o -name '*.so' \) -prune \
     -exec rm -rf {} +

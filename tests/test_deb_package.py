@@ -199,8 +199,8 @@ def deb(request: pytest.FixtureRequest) -> tuple[str, Path]:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         shutil.copy(pynvml.__file__, out / "pynvml.py")
-        parts = "pyproject.toml setup.cfg README.md gpualert_slurm spank epilog.d etc debian " \
-            "docs scripts"
+        parts = "pyproject.toml setup.cfg README.md gpualert_slurm spank epilog.d etc ood " \
+            "debian docs scripts"
         cmd = (f"set -e; mkdir /tmp/s; cd /src; cp -a {parts} /tmp/s/; cd /tmp/s; "
                "GPUALERT_PYNVML=/out/pynvml.py GPUALERT_DEB_DIST=/out scripts/make-deb.sh")
         p = subprocess.run(["docker", "run", "--rm", "--network", "host", "-v",
@@ -248,6 +248,11 @@ def test_deb_holds_every_module_and_data_file_of_the_package(deb: tuple[str, Pat
     assert len(want) > 100 and any(f.endswith(".j2") for f in want), sorted(want)[:20]
     assert sorted(want - shipped) == [], f"not in the {suite} .deb"
     assert "gpualert_slurm/_vendor/pynvml.py" in shipped
+    # Open OnDemand's app where OnDemand looks for system apps, and the Grafana dashboard
+    paths = {ln.split()[-1] for ln in listing.splitlines()}
+    assert {"./var/www/ood/apps/sys/gpualert/manifest.yml",
+            "./var/www/ood/apps/sys/gpualert/passenger_wsgi.py",
+            "./usr/share/gpualert/grafana/gpualert-dashboard.json"} <= paths
 
 
 def test_deb_installs_runs_a_failing_job_to_a_mail_and_removes_cleanly(node, smtp_server):
