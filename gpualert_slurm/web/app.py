@@ -294,15 +294,11 @@ class App:
             want = _int(q.get("line"))
             off, first = _int(q.get("off")), _int(q.get("first"))
             if q.get("tail") == "1":
-                want = logpage.tail_line(fd, size)
-            if want is not None:
-                if q.get("tail") != "1":
-                    want = max(1, want - CONTEXT)  # the evidence line with some before it
+                off, first = logpage.tail_start(fd, size)
+            elif want is not None:
+                want = max(1, want - CONTEXT)  # the evidence line with some before it
                 at = logpage.line_offset(fd, size, want)
-                if at is None:  # past the end: the last page
-                    want = logpage.tail_line(fd, size)
-                    at = logpage.line_offset(fd, size, want) or 0
-                off, first = at, want
+                off, first = (at, want) if at is not None else logpage.tail_start(fd, size)
             elif off is None or off > size or (off and os.pread(fd, 1, off - 1) != b"\n"):
                 off, first = 0, 1  # only the start of a line is a page's start
             page = logpage.read_page(fd, size, off, first or 1)

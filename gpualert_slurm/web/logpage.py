@@ -61,22 +61,31 @@ def line_offset(fd: int, size: int, line: int) -> int | None:
     return None
 
 
-def count_lines(fd: int, size: int) -> int:
-    """How many lines the log has (a last one without its newline counts)."""
-    n, off, last = 0, 0, b"\n"
+def tail_start(fd: int, size: int) -> tuple[int, int]:
+    """(offset, number) of the first line of the log's last page, in one pass: each chunk's
+    newline count is kept (a few bytes a MiB), then the chunk the page starts in is read
+    again."""
+    counts: list[int] = []
+    off, last = 0, b"\n"
     while off < size:
         b = os.pread(fd, min(CHUNK, size - off), off)
         if not b:
             break
-        n += b.count(b"\n")
+        counts.append(b.count(b"\n"))
         last = b[-1:]
         off += len(b)
-    return n + (last != b"\n")
-
-
-def tail_line(fd: int, size: int) -> int:
-    """The first line of the log's last page."""
-    return max(1, count_lines(fd, size) - PAGE_LINES + 1)
+    total = sum(counts) + (last != b"\n")
+    first = max(1, total - PAGE_LINES + 1)
+    want, seen = first - 1, 0  # newlines before the page
+    for i, n in enumerate(counts):
+        if seen + n >= want:
+            b = os.pread(fd, min(CHUNK, size - i * CHUNK), i * CHUNK)
+            pos = -1
+            for _ in range(want - seen):
+                pos = b.index(b"\n", pos + 1)
+            return i * CHUNK + pos + 1, first
+        seen += n
+    return 0, 1
 
 
 def _show(raw: bytes) -> tuple[str, bool]:
