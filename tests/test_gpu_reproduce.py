@@ -109,7 +109,8 @@ def test_nvcc_case_cpu_half_is_the_build(run):
     v = json.loads((out / "versions.json").read_text())
     c = json.loads((out / "cuda_error-nvcc-illegal-address" / "case.json").read_text())
     if v["nvcc"] == "absent":
-        assert c["command"] is None and c["part"] is None
+        log = (out / "cuda_error-nvcc-illegal-address" / "output.log").read_text()
+        assert log == "nvcc: absent here; this case's CPU half is its build (cases/oob.cu)\n"
     else:
         assert c["command"][0].endswith("nvcc") and c["command"][-1].endswith("cases/oob.cu")
         assert c["exit_status"] == 0
