@@ -23,20 +23,28 @@ static int fs_is(const char *path, long magic)
     return statfs(path, &st) == 0 && (long)st.f_type == magic;
 }
 
+/* A v1 controller hierarchy is mounted at one of the usual names under root. */
+static int has_v1_controller(const char *root)
+{
+    static const char *const controllers[] = {"freezer", "memory", "cpuset", "devices"};
+    char p[4096];
+    for (size_t i = 0; i < sizeof(controllers) / sizeof(controllers[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", root, controllers[i]);
+        if (fs_is(p, CGROUP_SUPER_MAGIC))
+            return 1;
+    }
+    return 0;
+}
+
 enum gpa_cgroup_mode gpa_cgroup_mode(const char *root)
 {
     char p[4096];
-    /* Unified only (v2): the root itself is the cgroup2 filesystem. */
+    /* Unified only (v2): the root itself is the cgroup2 filesystem. A v1 hierarchy mounted
+     * inside it is a layout neither Slurm plugin expects: mixed. */
     if (fs_is(root, CGROUP2_SUPER_MAGIC))
-        return GPA_CG_V2;
+        return has_v1_controller(root) ? GPA_CG_MIXED : GPA_CG_V2;
     /* v1 (a tmpfs of per-controller mounts), with or without the unified one beside them. */
-    int v1 = 0;
-    static const char *const controllers[] = {"freezer", "memory", "cpuset", "devices"};
-    for (size_t i = 0; i < sizeof(controllers) / sizeof(controllers[0]) && !v1; i++) {
-        snprintf(p, sizeof(p), "%s/%s", root, controllers[i]);
-        v1 = fs_is(p, CGROUP_SUPER_MAGIC);
-    }
-    if (!v1)
+    if (!has_v1_controller(root))
         return GPA_CG_NONE;
     snprintf(p, sizeof(p), "%s/unified", root);
     return fs_is(p, CGROUP2_SUPER_MAGIC) ? GPA_CG_HYBRID : GPA_CG_V1;
@@ -48,8 +56,44 @@ const char *gpa_cgroup_mode_name(enum gpa_cgroup_mode m)
     case GPA_CG_V1: return "v1";
     case GPA_CG_HYBRID: return "hybrid";
     case GPA_CG_V2: return "v2";
+    case GPA_CG_MIXED: return "mixed";
     default: return "none";
     }
+}
+
+/* The unified ("0::") and the freezer paths of a /proc/<pid>/cgroup file; -1 unreadable. */
+static int read_paths(const char *proc_cgroup, char *unified, char *frz, size_t len,
+                      int *have_unified, int *have_freezer)
+{
+    FILE *f = fopen(proc_cgroup, "re");
+    if (!f)
+        return -1;
+    char line[1024];
+    *have_unified = *have_freezer = 0;
+    unified[0] = frz[0] = '\0';
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b)
+            continue;
+        *b = '\0';
+        const char *controllers = a + 1, *path = b + 1;
+        if (a == line + 1 && line[0] == '0' && *controllers == '\0') {
+            *have_unified = 1;
+            snprintf(unified, len, "%s", path);
+        } else {
+            /* a controller list such as "freezer" or "cpu,cpuacct": match whole names */
+            char list[256];
+            snprintf(list, sizeof(list), "%s", controllers);
+            for (char *save = NULL, *c = strtok_r(list, ",", &save); c; c = strtok_r(NULL, ",", &save))
+                if (!strcmp(c, "freezer")) {
+                    *have_freezer = 1;
+                    snprintf(frz, len, "%s", path);
+                }
+        }
+    }
+    fclose(f);
+    return 0;
 }
 
 /*
@@ -63,37 +107,76 @@ int gpa_stepd_in_step_cgroup(const char *proc_cgroup, enum gpa_cgroup_mode mode)
 {
     if (mode == GPA_CG_NONE)
         return 0;
-    FILE *f = fopen(proc_cgroup, "re");
-    if (!f)
+    char unified[1024], frz[1024];
+    int have_unified, have_freezer;
+    if (read_paths(proc_cgroup, unified, frz, sizeof(unified), &have_unified, &have_freezer))
         return 1;
-    char line[1024], unified[1024] = "", frz[1024] = "";
-    int have_unified = 0, have_freezer = 0;
-    while (fgets(line, sizeof(line), f)) {
-        line[strcspn(line, "\n")] = '\0';
-        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-        if (!b)
-            continue;
-        *b = '\0';
-        const char *controllers = a + 1, *path = b + 1;
-        if (a == line + 1 && line[0] == '0' && *controllers == '\0') {
-            have_unified = 1;
-            snprintf(unified, sizeof(unified), "%s", path);
-        } else {
-            /* a controller list such as "freezer" or "cpu,cpuacct": match whole names */
-            char list[256];
-            snprintf(list, sizeof(list), "%s", controllers);
-            for (char *save = NULL, *c = strtok_r(list, ",", &save); c; c = strtok_r(NULL, ",", &save))
-                if (!strcmp(c, "freezer")) {
-                    have_freezer = 1;
-                    snprintf(frz, sizeof(frz), "%s", path);
-                }
-        }
-    }
-    fclose(f);
     const char *path;
     if (mode == GPA_CG_V2)
         path = have_unified ? unified : "";
     else
         path = have_freezer ? frz : unified;
     return strstr(path, "/step_") != NULL;
+}
+
+/* The cgroup of gpualert's own beside Slurm's scope, for a v2 slurmstepd at PATH
+ * (<scope>/job_<id>/step_<id>/slurm_processes); -1 when PATH is not that shape. */
+static int own_cgroup_of(const char *path, char *own, size_t len)
+{
+    const char *job = strstr(path, "/job_");
+    if (!job)
+        return -1;
+    const char *step = strchr(job + 1, '/');
+    if (!step || strncmp(step, "/step_", 6) != 0)
+        return -1;
+    const char *leaf = strchr(step + 1, '/');
+    if (!leaf || strcmp(leaf, "/slurm_processes") != 0)
+        return -1;
+    /* the scope's parent: job_ sits in the scope (slurmstepd.scope, <node>_slurmstepd.scope) */
+    const char *parent_end = job;
+    while (parent_end > path && parent_end[-1] != '/')
+        parent_end--;
+    if (parent_end == path)
+        parent_end = path + 1;        /* the scope is the root: ours is at the root too */
+    int n = snprintf(own, len, "%.*s%s", (int)(parent_end - path), path, GPA_OWN_CGROUP);
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+enum gpa_copier_place gpa_copier_place(const char *proc_cgroup, enum gpa_cgroup_mode mode,
+                                       char *own, size_t len)
+{
+    if (len)
+        own[0] = '\0';
+    switch (mode) {
+    case GPA_CG_NONE:
+        return GPA_PLACE_HOST;
+    case GPA_CG_V1:
+    case GPA_CG_HYBRID: {
+        char unified[1024], frz[1024];
+        int have_unified, have_freezer;
+        if (read_paths(proc_cgroup, unified, frz, sizeof(unified), &have_unified, &have_freezer))
+            return GPA_PLACE_UNKNOWN;
+        return gpa_stepd_in_step_cgroup(proc_cgroup, mode) ? GPA_PLACE_TASK : GPA_PLACE_HOST;
+    }
+    case GPA_CG_V2: {
+        char unified[1024], frz[1024];
+        int have_unified, have_freezer;
+        if (read_paths(proc_cgroup, unified, frz, sizeof(unified), &have_unified, &have_freezer) ||
+            !have_unified || own_cgroup_of(unified, own, len) != 0)
+            return GPA_PLACE_UNKNOWN;
+        return GPA_PLACE_OWN_CGROUP;
+    }
+    default:
+        return GPA_PLACE_UNKNOWN;
+    }
+}
+
+const char *gpa_copier_place_name(enum gpa_copier_place p)
+{
+    switch (p) {
+    case GPA_PLACE_HOST: return "host";
+    case GPA_PLACE_OWN_CGROUP: return "own-cgroup";
+    case GPA_PLACE_TASK: return "task";
+    default: return "unknown";
+    }
 }

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,11 +31,13 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <slurm/slurm.h>
 
 #define HOST_ACK_MS 5000           /* how long a task waits for its copier to say it runs */
+#define HOST_MOVE_MS 2000          /* how long slurmstepd waits for the host's move (v2) */
 
 struct host_msg {
     struct copier_spec spec;
@@ -116,20 +119,86 @@ static __attribute__((noreturn)) void host_main(int sock, const struct plugin_co
 }
 
 /*
- * Whether slurmstepd's own cgroup is the step's, where a host would buy nothing: under cgroup
- * v2 slurmstepd sits in job_X/step_Y/slurm_processes, which Slurm counts with the step's tasks
- * at its end (and 25.05's cgroup.kill, which kills only user_processes, would leave a
- * lingering copier there to hold the step). Under v1 proctrack/cgroup keeps it in the job's
- * freezer cgroup, outside the step's. cgroup.c tells the layouts apart (statfs).
+ * Where the host goes (cgroup.c decides): where slurmstepd is, under v1 (proctrack/cgroup
+ * keeps slurmstepd in the job's freezer cgroup, outside the step's); under v2, where
+ * slurmstepd sits in job_X/step_Y/slurm_processes, which Slurm counts with the step's tasks
+ * at its end, in a cgroup of gpualert's own beside Slurm's scope, which the step's end,
+ * cgroup.kill and freeze do not reach (the host moves itself there as root, before it drops
+ * to the user). A layout the plugin does not know: no host, each task starts its copier (the
+ * safe path: the job runs as without gpualert while the spool answers), said once a node
+ * (the marker is the init_post_opt side's, cgroup_layout_check). PATH gets gpualert's
+ * cgroup's path under /sys/fs/cgroup.
  */
-static int stepd_in_step_cgroup(void)
+static enum gpa_copier_place host_place(char *path, size_t len)
 {
-    enum gpa_cgroup_mode mode = gpa_cgroup_mode("/sys/fs/cgroup");
-    int in_step = gpa_stepd_in_step_cgroup("/proc/self/cgroup", mode);
-    if (in_step && mode == GPA_CG_V2)
+    enum gpa_cgroup_mode mode = gpa_cgroup_mode(GPA_CGROUP_ROOT);
+    char own[PATH_MAX];
+    enum gpa_copier_place place = gpa_copier_place("/proc/self/cgroup", mode, own, sizeof(own));
+    if (place == GPA_PLACE_OWN_CGROUP &&
+        snprintf(path, len, "%s%s", GPA_CGROUP_ROOT, own) >= (int)len)
+        place = GPA_PLACE_UNKNOWN;
+    if (place == GPA_PLACE_TASK && mode == GPA_CG_V2)
         slurm_info("gpualert: cgroup v2: slurmstepd is in the step's cgroup; copiers start in "
                    "the tasks (a copier stalled on the spool holds the step's end)");
-    return in_step;
+    if (place == GPA_PLACE_UNKNOWN && mode != GPA_CG_MIXED)
+        /* (mixed was said once a node at init_post_opt; this is slurmstepd's own place) */
+        slurm_info("gpualert: unknown cgroup layout (%s, slurmstepd not where Slurm puts it); "
+                   "copiers start in the tasks", gpa_cgroup_mode_name(mode));
+    return place;
+}
+
+/* In the host, still root-capable (real uid 0): into gpualert's own cgroup (mkdir if need
+ * be). A fork of multithreaded slurmstepd: system calls only. Returns 0 or an errno. */
+static int move_to_own_cgroup(const char *path)
+{
+    char procs[PATH_MAX + 16];
+    if (getuid() == 0 && geteuid() != 0 && seteuid(0) != 0)
+        return errno;
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return errno;
+    if ((size_t)snprintf(procs, sizeof(procs), "%s/cgroup.procs", path) >= sizeof(procs))
+        return ENAMETOOLONG;
+    int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    int err = write(fd, "0", 1) == 1 ? 0 : errno;
+    close(fd);
+    return err;
+}
+
+/* slurmstepd: the host's word on its move (one int, an errno; 0 moved), bounded. */
+static int host_moved(int sock)
+{
+    struct pollfd p = {sock, POLLIN, 0};
+    int err = ETIMEDOUT, pr;
+    while ((pr = poll(&p, 1, HOST_MOVE_MS)) < 0 && errno == EINTR)
+        ;
+    if (pr > 0 && recv(sock, &err, sizeof(err), 0) != (ssize_t)sizeof(err))
+        err = EPIPE;
+    return err;
+}
+
+/* slurmstepd (root), init_post_opt: a mixed cgroup layout is said once a node (a marker in the
+ * node-local root dir), not once a step; user_init then finds it again and starts no host. */
+void host_layout_check(const struct plugin_config *cfg)
+{
+    enum gpa_cgroup_mode mode = gpa_cgroup_mode(GPA_CGROUP_ROOT);
+    if (mode != GPA_CG_MIXED)
+        return;
+    if (mkdir(cfg->local_dir, 0700) != 0 && errno != EEXIST)
+        return;
+    int dfd = open(cfg->local_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    int fd = openat(dfd, "cgroup-layout.logged", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                    O_CLOEXEC, 0600);
+    close(dfd);
+    if (fd < 0)
+        return;
+    close(fd);
+    slurm_info("gpualert: unknown cgroup layout (mixed: a cgroup v1 hierarchy inside the "
+               "cgroup2 root %s); copiers start in the tasks (said once on this node)",
+               GPA_CGROUP_ROOT);
 }
 
 /* slurmstepd, user_init (euid is the job's user): forks the host for this step. */
@@ -143,7 +212,11 @@ void host_start(spank_t sp, struct host *h, const struct plugin_config *cfg)
         spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS)
         return;
     if (step == SLURM_EXTERN_CONT || step == SLURM_INTERACTIVE_STEP ||
-        step == SLURM_PENDING_STEP || stepd_in_step_cgroup())
+        step == SLURM_PENDING_STEP)
+        return;
+    char own[PATH_MAX] = "";
+    enum gpa_copier_place place = host_place(own, sizeof(own));
+    if (place == GPA_PLACE_TASK || place == GPA_PLACE_UNKNOWN)
         return;
     /* The job's groups, as slurmstepd set them for user_init. */
     int ngroups = getgroups(0, NULL);
@@ -180,6 +253,12 @@ void host_start(spank_t sp, struct host *h, const struct plugin_config *cfg)
             int moved = fcntl(sv[1], F_DUPFD_CLOEXEC, 3);
             sv[1] = moved;
         }
+        if (place == GPA_PLACE_OWN_CGROUP) {
+            int err = move_to_own_cgroup(own);
+            send(sv[1], &err, sizeof(err), MSG_NOSIGNAL);
+            if (err)
+                _exit(1);
+        }
         if (become_user(uid, gid, groups, ngroups) != 0)
             _exit(1);
         setsid();
@@ -198,6 +277,14 @@ void host_start(spank_t sp, struct host *h, const struct plugin_config *cfg)
     if (pid < 0) {
         slurm_info("gpualert: no copier host (fork: %s); copiers start in the tasks",
                    strerror(errno));
+        close(sv[0]);
+        return;
+    }
+    int err = place == GPA_PLACE_OWN_CGROUP ? host_moved(sv[0]) : 0;
+    if (err) {
+        /* The host could not leave the step (it ends itself): the safe path. */
+        slurm_info("gpualert: cgroup v2: the copier host cannot move to %s: %s; copiers start "
+                   "in the tasks", own, strerror(err));
         close(sv[0]);
         return;
     }

@@ -13,6 +13,7 @@ struct host {
     int tasks_forked;
 };
 
+void host_layout_check(const struct plugin_config *cfg);                 /* init_post_opt */
 void host_start(spank_t sp, struct host *h, const struct plugin_config *cfg); /* user_init */
 void host_task_forked(spank_t sp, struct host *h);                      /* task_post_fork */
 void host_close(struct host *h);       /* slurmstepd: no more tasks will ask */

@@ -95,8 +95,10 @@ int stepd_init_post_opt(spank_t sp, int ac, char **av)
     (void)ac;
     (void)av;
     struct task_id id;
-    if (tapping() && get_step_id(sp, &id) == 0)
+    if (tapping() && get_step_id(sp, &id) == 0) {
         make_job_dir(&st.cfg, &id, JOB_DIR_BUDGET_MS, JOB_DIR_WAIT_MS);
+        host_layout_check(&st.cfg);
+    }
     return 0;
 }
 

@@ -31,10 +31,20 @@ int main(int argc, char **argv)
     }
     if (argc == 4 && !strcmp(argv[1], "in-step")) {
         enum gpa_cgroup_mode m = GPA_CG_NONE;
-        for (int i = 0; i <= GPA_CG_V2; i++)
+        for (int i = 0; i <= GPA_CG_MIXED; i++)
             if (!strcmp(argv[3], gpa_cgroup_mode_name((enum gpa_cgroup_mode)i)))
                 m = (enum gpa_cgroup_mode)i;
         printf("%d\n", gpa_stepd_in_step_cgroup(argv[2], m));
+        return 0;
+    }
+    if (argc == 4 && !strcmp(argv[1], "place")) {
+        enum gpa_cgroup_mode m = GPA_CG_NONE;
+        for (int i = 0; i <= GPA_CG_MIXED; i++)
+            if (!strcmp(argv[3], gpa_cgroup_mode_name((enum gpa_cgroup_mode)i)))
+                m = (enum gpa_cgroup_mode)i;
+        char own[4096];
+        enum gpa_copier_place p = gpa_copier_place(argv[2], m, own, sizeof(own));
+        printf("%s %s\n", gpa_copier_place_name(p), own[0] ? own : "-");
         return 0;
     }
     return 2;
@@ -80,6 +90,11 @@ def test_the_layouts_are_told_apart_on_real_mounts(driver: Path, tmp_path: Path)
         mount -t cgroup2 none {v2}
         c=$(test -e {v2}/cgroup.controllers && echo yes)
         echo "cgroup2=$({driver} mode {v2}) controllers=$c"
+        mkdir -p {v2}/gpatest-mixed-$$/freezer
+        mount -t cgroup -o freezer cgroup {v2}/gpatest-mixed-$$/freezer
+        echo "cgroup2+freezer=$({driver} mode {v2}/gpatest-mixed-$$)"
+        umount {v2}/gpatest-mixed-$$/freezer
+        rmdir {v2}/gpatest-mixed-$$/freezer {v2}/gpatest-mixed-$$
         echo "plain=$({driver} mode {plain})"
         echo "fstypes=$(stat -fc %T {root} {root}/freezer {root}/unified {v2} | tr '\\n' ' ')"
     """)
@@ -88,6 +103,8 @@ def test_the_layouts_are_told_apart_on_real_mounts(driver: Path, tmp_path: Path)
     assert seen.pop("fstypes").split() == ["tmpfs", "cgroupfs", "cgroup2fs", "cgroup2fs"], out
     assert seen == {"tmpfs": "none", "tmpfs+freezer": "v1", "tmpfs+freezer+cgroup2": "hybrid",
                     "cgroup2": "v2 controllers=yes",
+                    # a v1 hierarchy inside a cgroup2 root: neither layout Slurm knows
+                    "cgroup2+freezer": "mixed",
                     # names alone do not count: directories called freezer/unified are no cgroups
                     "plain": "none"}, out
 
@@ -144,3 +161,39 @@ def test_unreadable_cgroup_file_means_no_host(driver: Path, tmp_path: Path) -> N
     out = subprocess.run([str(driver), "in-step", str(tmp_path / "missing"), "v2"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "1"
+
+
+STEPD_V2_ROOT_SCOPE = "0::/slurmstepd.scope/job_7/step_batch/slurm_processes\n"
+STEPD_V2_NODE_SCOPE = "0::/system.slice/n1_slurmstepd.scope/job_7/step_0/slurm_processes\n"
+
+
+@pytest.mark.parametrize(("text", "mode", "place"), [
+    (STEPD_V1, "v1", "host -"),
+    (STEPD_HYBRID, "hybrid", "host -"),
+    (TASK_HYBRID, "hybrid", "task -"),
+    (STEPD_V1, "none", "host -"),
+    # v2: gpualert's own cgroup beside Slurm's scope, out of the job's subtree
+    (STEPD_V2, "v2", "own-cgroup /system.slice/gpualert_copiers"),
+    (STEPD_V2_NODE_SCOPE, "v2", "own-cgroup /system.slice/gpualert_copiers"),
+    (STEPD_V2_ROOT_SCOPE, "v2", "own-cgroup /gpualert_copiers"),
+    # not Slurm's shape, or a layout the plugin does not know: the safe path (no host)
+    (STEPD_V2_WAITING, "v2", "unknown -"),
+    ("0::/system.slice/slurmstepd.scope/job_7/step_0/user_processes/task_0\n", "v2",
+     "unknown -"),
+    (STEPD_V1, "v2", "unknown -"),
+    (STEPD_V2, "mixed", "unknown -"),
+])
+def test_copier_place_by_layout(driver: Path, tmp_path: Path, text: str, mode: str,
+                                place: str) -> None:
+    f = tmp_path / "cgroup"
+    f.write_text(text)
+    out = subprocess.run([str(driver), "place", str(f), mode], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == place
+
+
+def test_unreadable_cgroup_file_is_an_unknown_layout(driver: Path, tmp_path: Path) -> None:
+    for mode in ("v1", "hybrid", "v2"):
+        out = subprocess.run([str(driver), "place", str(tmp_path / "missing"), mode],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == "unknown -", mode

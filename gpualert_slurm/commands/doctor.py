@@ -20,6 +20,7 @@ import socket
 import stat
 from dataclasses import dataclass
 
+from gpualert_slurm.core import cgroup_layout
 from gpualert_slurm.core.config import Config, ConfigError, config_path, load_config
 
 PLUGIN_NAME = "gpualert.so"
@@ -228,6 +229,38 @@ def check_slurm_conf(slurm_conf: str) -> list[Result]:
     return res
 
 
+def _conf_value(path: str, key: str) -> str:
+    """KEY's value in a Slurm-style conf file (and its includes), or "" (unset, unreadable)."""
+    value = ""
+    with contextlib.suppress(OSError):
+        for _file, _n, text in _conf_lines(path, set()):
+            for tok in text.split():
+                k, eq, v = tok.partition("=")
+                if eq and k.lower() == key.lower():
+                    value = v
+    return value
+
+
+def check_cgroup(slurm_conf: str, mounts: str = "/proc/self/mounts") -> Result:
+    """This host's cgroup layout, and whether the tap's stall guarantee holds on it
+    (core/cgroup_layout.py): a warning where it does not."""
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as f:
+            kind = cgroup_layout.layout(f.read())
+    except OSError as e:
+        return Result("cgroup layout", True, f"cannot read {mounts}: {e.strerror or e}",
+                      "run doctor on a compute node", kind="warn")
+    g = cgroup_layout.tap_guarantee(
+        kind, _conf_value(slurm_conf, "ProctrackType"),
+        _conf_value(os.path.join(os.path.dirname(slurm_conf), "cgroup.conf"), "CgroupPlugin"))
+    if g.holds:
+        return Result(f"cgroup layout {kind}: the tap's stall guarantee holds ({g.why})", True,
+                      kind="info")
+    return Result(f"cgroup layout {kind}", True, f"the tap's stall guarantee does not hold: "
+                  f"{g.why}", "mount one layout (cgroup2 alone at /sys/fs/cgroup, or v1) and "
+                  "match cgroup.conf's CgroupPlugin to it", kind="warn")
+
+
 def spool_usage(cfg: Config, time_limit_s: float = SCAN_LIMIT_S) -> list[Result]:
     """What the spool holds and what `gpualert gc` will keep of it (facts, not checks)."""
     import time
@@ -425,6 +458,7 @@ def main(argv: list[str]) -> int:
     results += check_outbox(cfg)
     results.append(check_breakers(cfg))
     results += spool_usage(cfg)
+    results.append(check_cgroup(slurm_conf))
     for r in results:
         print(r.line(), flush=True)
     failed = sum(r.failed for r in results)
