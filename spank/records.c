@@ -100,14 +100,27 @@ refuse:;
 }
 
 /* The attempt's directory (docs/CONTRACTS.md, Attempts): the job dir itself for attempt 0,
- * attempt-N/ after N requeues. Returns a new fd. */
+ * attempt-N/ after N requeues. Returns a new fd. It must be what every reader accepts
+ * (core/spool.py open_attempt): a directory of the job's user, mode 0700; a dir the Prolog
+ * and the epilogs refuse is not written to either (EPERM). */
 int open_attempt_dir(int jfd, const struct task_id *id, int as_root)
 {
-    if (id->attempt == 0)
-        return fcntl(jfd, F_DUPFD_CLOEXEC, 3);
-    char name[32];
-    snprintf(name, sizeof(name), "attempt-%u", id->attempt);
-    return ensure_user_dir(jfd, name, id, as_root);
+    int fd;
+    if (id->attempt == 0) {
+        fd = fcntl(jfd, F_DUPFD_CLOEXEC, 3);
+    } else {
+        char name[32];
+        snprintf(name, sizeof(name), "attempt-%u", id->attempt);
+        fd = ensure_user_dir(jfd, name, id, as_root);
+    }
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != id->uid ||
+                    (st.st_mode & 077))) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
 }
 
 int open_tasks_dir(int adir, const struct task_id *id, int as_root)
@@ -125,8 +138,8 @@ static void iso_now(char *buf, size_t len)
 }
 
 /* One line to <job dir>/tap.log; slurm_info (slurmd's log) when that cannot be done and not
- * quiet. Only a plain file with one link that belongs to the job's user (or that root just
- * made) is used. */
+ * quiet. Only a plain file with one link that belongs to the job's user (or that root made
+ * in this call, O_EXCL) is used. */
 void tap_log(int jfd, const struct task_id *id, int quiet, const char *fmt, ...)
 {
     char msg[512], line[800], ts[32];
@@ -143,14 +156,21 @@ void tap_log(int jfd, const struct task_id *id, int quiet, const char *fmt, ...)
         n = sizeof(line) - 1;
     int fd = -1;
     if (jfd >= 0) {
-        fd = openat(jfd, "tap.log",
-                    O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+        /* Root gives the user only the file it made here and now: a root-owned tap.log found
+         * in place was moved there by the user (job.json, a verdict), and is not theirs. */
+        int made = 0;
+        fd = openat(jfd, "tap.log", O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW |
+                    O_NONBLOCK | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            made = 1;
+        else if (errno == EEXIST)
+            fd = openat(jfd, "tap.log", O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         struct stat st;
         uid_t me = geteuid();
         if (fd >= 0 &&
             (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
              (st.st_uid != id->uid &&
-              !(me == 0 && st.st_uid == 0 && fchown(fd, id->uid, id->gid) == 0)))) {
+              !(made && me == 0 && st.st_uid == 0 && fchown(fd, id->uid, id->gid) == 0)))) {
             close(fd);
             fd = -1;
         }

@@ -241,7 +241,7 @@ def test_real_job_slurm_mail_enriched_with_its_verdict(cluster, workdir, tmp_pat
     data = json.loads(conf.read_text())
     data["spool"] = str(cluster.spool)
     conf.write_text(json.dumps(data))
-    mail_user = slurm.show_job(job).raw["MailUser"]  # --mail-type alone: the user name
+    mail_user = slurm.mail_user(job)  # --mail-type alone: the user name
     assert mail_user == cluster.user
     subject = (f"Slurm Job_id={job} Name=job.sh Failed, Run time 00:00:01, FAILED, "
                f"ExitCode {st.exit_code.code}")

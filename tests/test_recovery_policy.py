@@ -372,6 +372,8 @@ def test_heartbeats_from_log_mtimes(tmp_path: Path) -> None:
     tasks = tmp_path / "7" / "attempt-1" / "tasks"
     tasks.mkdir(parents=True)
     (tmp_path / "7" / "tasks").mkdir()
+    for d in (tmp_path / "7", tmp_path / "7" / "attempt-1"):
+        d.chmod(0o700)  # a job's dirs as the Prolog makes them: any other is refused
     for name, age in (("0.0.log", 5), ("0.1.log", 120), ("0.2.log", 300)):
         p = tasks / name
         p.write_text("x\n")

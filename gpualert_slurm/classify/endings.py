@@ -231,5 +231,6 @@ def _where_it_stops(c: _Ctx) -> str:
         clock = next((m.group(1) for _, _, x in reversed(tail) if (m := _CLOCK.search(x))),
                      None)
         at = f" at {clock}" if clock else ""
-        return f"the log stops{at} after {last[:120]!r} (line {n}); no error line"
+        line = f"line {n}" if n is not None else "its last line"
+        return f"the log stops{at} after {last[:120]!r} ({line}); no error line"
     return ""

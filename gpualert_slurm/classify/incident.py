@@ -11,6 +11,7 @@ import re
 from gpualert_slurm.classify.logread import _log_lines
 from gpualert_slurm.classify.rules import RuleSet
 from gpualert_slurm.classify.scan import Event, ScanResult, line_view
+from gpualert_slurm.core.spool import open_log
 
 SCHEDULER = frozenset({"time_limit", "preempted", "cancelled", "node_failure"})
 INCIDENT_WINDOW = 8  # lines after the first root event that still belong to the same incident
@@ -86,6 +87,12 @@ def _chain(events: list[Event], i: int, best: Event) -> tuple[Event, int]:
             break
         j += 1
     last, k = segs[-1]
+    # the host's memory ran out inside the program (MemoryError, bad_alloc): what the chain
+    # raised after it - a half-written file's "unexpected pos", a cleanup that failed - is
+    # its consequence (issue 32)
+    oom = [s for s in segs[:-1] if s[0].cls == "host_oom"]
+    if oom and last.cls != "host_oom":
+        return oom[0]
     # a weak last wording (a rule with a confidence cap: fsspec's FileNotFoundError(url) for
     # any failed request) yields to a firm cause earlier in its chain, like a generic one
     if last.cls == "python_exception" or last.rule.confidence is not None:
@@ -189,7 +196,7 @@ def _traceback_ends(scan: ScanResult, rs: RuleSet) -> None:
     if not frames or exc_rule is None:
         return
     try:
-        with open(scan.path, "rb") as f:
+        with open_log(scan.path) as f:
             start = max(0, scan.size - TB_TAIL)
             f.seek(start)
             data = f.read(TB_TAIL)

@@ -13,10 +13,9 @@ import sys
 from gpualert_slurm.core.config import ConfigError, load_config
 from gpualert_slurm.core.spool import (
     SpoolError,
-    attempt_subdir,
     job_dir,
     latest_attempt,
-    open_dir,
+    open_attempt,
 )
 from gpualert_slurm.core.verdict import Verdict, read_at
 
@@ -34,19 +33,21 @@ def load_verdict(spool: str, jobid: str, attempt: int | None = None) -> Verdict:
         raise ShowError(f"gpualert show: job {jobid} has no directory in {spool}: it was not "
                         "monitored (--gpualert), or its spool dir was cleaned up")
     n = latest_attempt(path) if attempt is None else attempt
-    sub = attempt_subdir(n)
     try:
-        fd = open_dir(path)
+        # the same check of the job's dirs as every root reader (uid: the dir's owner; root
+        # reading it still refuses a dir a user made 0755, or linked)
+        d = open_attempt(spool, jobid, None, n)
         try:
-            afd = open_dir(sub, fd) if sub else fd
-            try:
-                # The epilog writes verdict.json as root: a file of anyone else is not ours.
-                return read_at(afd, owners=(0,))
-            finally:
-                if afd != fd:
-                    os.close(afd)
+            # The epilog writes verdict.json as root: a file of anyone else is not ours.
+            v = read_at(d.attempt_fd, owners=(0,))
         finally:
-            os.close(fd)
+            d.close()
+        # a root-owned verdict the user moved in from another job or attempt is not this one's
+        if str(v.job_id) != jobid or v.attempt != n:
+            raise ShowError(f"gpualert show: {path}: the verdict.json at attempt {n} is job "
+                            f"{v.job_id}'s attempt {v.attempt}, not job {jobid}'s: refused "
+                            "(moved in from elsewhere)")
+        return v
     except FileNotFoundError:
         raise ShowError(f"gpualert show: job {jobid} (attempt {n}) has no verdict.json yet: the "
                         "job is still running, or its job epilog has not run (is "

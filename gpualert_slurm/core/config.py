@@ -38,6 +38,9 @@ class MailConfig:
     domain: str | None = None  # user@domain when the job gave no mail=
     users: tuple[tuple[str, str], ...] = ()  # user -> address, before `domain`
     allow_domains: tuple[str, ...] = ()  # recipients' domains allowed; empty: any
+    # who a job's report may go to: "allowed" (any address allow_domains lets through) or
+    # "owner" (the job's user's own address, from users/domain, only)
+    recipients: str = "allowed"
     tls: str = "none"  # none | starttls | ssl
     username: str | None = None
     password_file: str | None = None  # never the password itself in this file
@@ -187,6 +190,8 @@ class Config:
     default_monitoring: bool = False
     hook_timeout_s: float = 20.0
     epilog_wait_s: float = 30.0
+    # job epilogs of one user at work at once on the controller (hooks/drain.py); None: half
+    epilog_slots_per_user: int | None = None
     budget_bytes: int = 20 * 1024**2
     hang_s: int | None = None  # None: no hang detection unless the job asks (hang=)
     mail: MailConfig = field(default_factory=MailConfig)
@@ -249,6 +254,7 @@ def parse_config(data: Any, path: str) -> Config:
     top = c.mapping("", data, (
         "spool", "default_monitoring", "hook_timeout_s", "epilog_wait_s", "budget", "hang",
         "mail", "recovery", "notify", "report", "retention", "limits", "provenance",
+        "epilog_slots_per_user",
     ))
     kw: dict[str, Any] = {"path": path}
     if "spool" in top:
@@ -262,6 +268,9 @@ def parse_config(data: Any, path: str) -> Config:
         kw["hook_timeout_s"] = c.number("hook_timeout_s", top["hook_timeout_s"], 1, 3600)
     if "epilog_wait_s" in top:
         kw["epilog_wait_s"] = c.number("epilog_wait_s", top["epilog_wait_s"], 0, 3600)
+    if "epilog_slots_per_user" in top:
+        kw["epilog_slots_per_user"] = int(c.number("epilog_slots_per_user",
+                                                   top["epilog_slots_per_user"], 1, 1024))
     if "budget" in top:
         try:
             kw["budget_bytes"] = parse_size(str(top["budget"]))
@@ -513,6 +522,7 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
         "relay", "host", "port", "from", "domain", "users", "allow_domains", "tls", "username",
         "password_file", "password", "ca_file", "connect_timeout_s", "send_timeout_s",
         "slurm_mail", "slurm_mail_wait_s", "slurm_mail_chain", "slurm_mail_chain_send",
+        "recipients",
     ))
     mkw: dict[str, Any] = {}
     if "password" in m:
@@ -546,6 +556,10 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
                 or not ADDR_RE.fullmatch(v) for k, v in users.items()):
             raise c.err("mail.users", what, users)
         mkw["users"] = tuple(sorted(users.items()))
+    if "recipients" in m:
+        if m["recipients"] not in ("allowed", "owner"):
+            raise c.err("mail.recipients", "allowed or owner", m["recipients"])
+        mkw["recipients"] = m["recipients"]
     if m.get("allow_domains") is not None:
         mkw["allow_domains"] = tuple(d.lower() for d in _str_list(
             c, "mail.allow_domains", m["allow_domains"], _DOMAIN_RE, "domains like lab.org"))

@@ -351,8 +351,8 @@ def json_format(text_or_doc: str | Mapping[str, Any]) -> str:
     return str(plugin.get("data_parser") or plugin.get("type") or "")
 
 
-def job_from_scontrol(record: Mapping[str, str]) -> JobState:
-    """A JobState from one parsed `scontrol show job -o` record."""
+def job_from_scontrol(record: Mapping[str, str], source: str = "scontrol") -> JobState:
+    """A JobState from a job record in scontrol's keys (`record_from_json`)."""
     try:
         job_id = int(record["JobId"])
     except (KeyError, ValueError) as e:
@@ -376,7 +376,7 @@ def job_from_scontrol(record: Mapping[str, str]) -> JobState:
         restarts=_int(record.get("Restarts")),
         alloc_nodes=_int(record.get("NumNodes")) if nodelist else 0,
         failed_node=record.get("FailedNode", ""),
-        source="scontrol",
+        source=source,
         raw=dict(record),
     )
 
@@ -523,14 +523,121 @@ def _job_arg(job_id: int | str) -> str:
 
 
 def show_job(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> JobState:
-    """The controller's view of a job (`scontrol show job -o`); JobNotFound once it is purged."""
+    """The controller's view of a job, from Slurm's structured output only (JobNotFound once
+    it is purged). A job's name, comment, work dir and paths are the user's free text: parsed
+    from `scontrol -o`'s `Key=Value` line, `-J 'x UserId=root(0)'` became Slurm's UserId
+    (issue 28), so root never reads a job's facts from that text."""
     jid = _job_arg(job_id)
-    out = run(["scontrol", "show", "job", "-o", jid], timeout=timeout)
-    for line in out.splitlines():
-        rec = parse_scontrol_record(line)
-        if rec.get("JobId") == jid.split("_")[0] or rec.get("ArrayTaskId") == jid.partition("_")[2]:
-            return job_from_scontrol(rec)
-    raise JobNotFound(f"scontrol show job {jid}: no record for this job")
+    jobs, source = _job_documents(jid, timeout)
+    base, _, task = jid.partition("_")
+    for job in jobs:
+        if not isinstance(job, dict):
+            continue
+        if task:
+            hit = (_json_number(job.get("array_job_id")) == int(base)
+                   and _json_number(job.get("array_task_id"), -1) == int(task))
+        else:
+            hit = _json_number(job.get("job_id")) == int(base)
+        if hit:
+            return job_from_scontrol(record_from_json(job), source=source)
+    raise JobNotFound(f"{source} {jid}: no record for this job")
+
+
+_scontrol_json: bool | None = None  # whether this Slurm's scontrol takes --json (23.02+)
+
+
+def _job_documents(jid: str, timeout: float) -> tuple[list[Any], str]:
+    """The "jobs" of Slurm's JSON for a job: `scontrol show job --json` (23.02+: one job, one
+    RPC), else `squeue --json` (22.05: its scontrol has no --json, and its squeue ignores -j,
+    so this is every job slurmctld holds, filtered by the caller)."""
+    global _scontrol_json
+    if _scontrol_json is not False:
+        try:
+            out = run(["scontrol", "show", "job", "--json", jid], timeout=timeout)
+            _scontrol_json = True
+            return _load_json(out, "scontrol show job --json").get("jobs") or [], "scontrol"
+        except JobNotFound:
+            raise
+        except SlurmError as e:
+            if _scontrol_json or not re.search(r"unrecognized option|invalid option", str(e)):
+                raise
+            _scontrol_json = False
+    out = run(["squeue", "--json"], timeout=timeout)
+    return _load_json(out, "squeue --json").get("jobs") or [], "squeue"
+
+
+def _local_iso(value: Any) -> str:
+    """An epoch time in JSON as scontrol's text prints it (local, to the second)."""
+    n = _json_number(value)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(n)) if n > 0 else "Unknown"
+
+
+def _json_job_state(value: Any) -> str:
+    """As scontrol's text says it: COMPLETING while the flag is set (the job epilog runs then;
+    its final state is inferred from Reason), else the base state."""
+    flags = value if isinstance(value, list) else [value]
+    return "COMPLETING" if "COMPLETING" in flags else _json_state(value)
+
+
+def record_from_json(job: Mapping[str, Any]) -> dict[str, str]:
+    """One job of Slurm's JSON (`scontrol show job --json`, `squeue --json`; any version: see
+    the table above) as the record `scontrol show job -o` would print, key for key, built from
+    typed fields: no value, whatever it holds, can become another field. Only the keys gpualert
+    reads; MailUser is absent where the version's JSON lacks it (22.05: `mail_user`)."""
+    ec, dec = _json_exit_code(job.get("exit_code")), job.get("derived_exit_code")
+    uid = job.get("user_id")
+    rec = {
+        "JobId": str(_json_number(job.get("job_id"))),
+        "JobName": str(job.get("name") or ""),
+        "UserId": f"{job.get('user_name') or ''}({_json_number(uid, -1)})"
+        if uid is not None else str(job.get("user_name") or ""),
+        "Account": str(job.get("account") or ""),
+        "Partition": str(job.get("partition") or ""),
+        "JobState": _json_job_state(job.get("job_state")),
+        "Reason": str(job.get("state_reason") or "None"),
+        "Restarts": str(_json_number(job.get("restart_cnt"))),
+        "ExitCode": f"{ec.code}:{ec.signal}",
+        "SubmitTime": _local_iso(job.get("submit_time")),
+        "StartTime": _local_iso(job.get("start_time")),
+        "EndTime": _local_iso(job.get("end_time")),
+        "NodeList": str(job.get("nodes") or "") or "(null)",
+        "NumNodes": str(_json_number(job.get("node_count"))),
+        "BatchHost": str(job.get("batch_host") or ""),
+        "ExcNodeList": str(job.get("excluded_nodes") or "") or "(null)",
+        "WorkDir": str(job.get("current_working_directory") or ""),
+        "Comment": str(job.get("comment") or ""),
+        "StdOut": str(job.get("standard_output") or ""),
+    }
+    if dec is not None:
+        d = _json_exit_code(dec)
+        rec["DerivedExitCode"] = f"{d.code}:{d.signal}"
+    if job.get("failed_node"):
+        rec["FailedNode"] = str(job["failed_node"])
+    if job.get("mail_user") is not None:
+        rec["MailUser"] = str(job["mail_user"])
+    array_job = _json_number(job.get("array_job_id"))
+    if array_job:
+        rec["ArrayJobId"] = str(array_job)
+        task = _json_number(job.get("array_task_id"), -1)
+        if task >= 0:
+            rec["ArrayTaskId"] = str(task)
+    return rec
+
+
+def mail_user(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> str | None:
+    """The job's --mail-user as Slurm keeps it; None when unset. Where the JSON lacks it (22.05)
+    it is read from `scontrol -o`'s text: MailUser is the user's own free value, so a name that
+    fools that parse gives nothing the user could not set with --mail-user itself."""
+    st = show_job(job_id, timeout=timeout)
+    if "MailUser" not in st.raw:
+        # 22.05 prints MailUser after every free-text field of the job: the last one is Slurm's
+        out = run(["scontrol", "show", "job", "-o", _job_arg(job_id)], timeout=timeout)
+        found = re.findall(r"(?:^|\s)MailUser=(\S*)", out.split("\n", 1)[0])
+        value = found[-1] if found else ""
+    else:
+        value = st.raw["MailUser"]
+    value = value.strip()
+    return value if value and value not in ("(null)", "None") else None
 
 
 def queue(user: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> list[JobState]:

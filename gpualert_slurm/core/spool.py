@@ -13,7 +13,8 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:  # kept out of `gpualert run`'s start-up time
     from typing import Any
@@ -215,6 +216,80 @@ def check_job_dir(fd: int, path: str, uid: int) -> None:
         raise SpoolError(
             f"{path} exists with mode {stat.S_IMODE(st.st_mode):04o}, not 0700: refused"
         )
+
+
+def open_log(path: str) -> BinaryIO:
+    """A task log opened for reading (binary) with O_NONBLOCK: the classifier reopens the hook's
+    checked fds by /proc/self/fd/N, and a plain open() of a file its user holds a lease on
+    (F_SETLEASE) blocks root until the lease breaks (lease-break-time, 45 s by default);
+    O_NONBLOCK makes that EWOULDBLOCK (an OSError, which every reader handles) at once.
+    Regular files read the same with or without it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@dataclass
+class AttemptDirs:
+    """A job dir and one attempt dir of it, opened and checked by `open_attempt`."""
+
+    path: str
+    fd: int
+    attempt: int
+    attempt_path: str
+    attempt_fd: int
+
+    def close(self) -> None:
+        for fd in {self.attempt_fd, self.fd}:
+            with suppress(OSError):
+                os.close(fd)
+
+
+def open_attempt(spool: str, jobid: str | int, uid: int | None, attempt: int | None,
+                 latest_if_missing: bool = False) -> AttemptDirs:
+    """The one check of a job's spool dirs that every root reader makes (the Prolog through
+    create_job_dir, both epilogs, watch, show; the plugin's C twin is spank/records.c
+    ensure_user_dir): from a spool root that is root's alone, by fds, no link followed, the job
+    dir and the attempt dir must each be a real directory of the job's user, mode 0700. A dir
+    one of them refuses, all refuse: a run whose Prolog refused it must not be read by an
+    Epilog (issue 28). uid None: the job dir's owner (a reader that is not root: the
+    filesystem already checked it). attempt None: the latest there is; latest_if_missing: the
+    latest there is when attempt-N is missing (a Prolog that could not make it leaves the
+    tasks in an older one). FileNotFoundError when the job dir is missing."""
+    root_fd = open_dir(spool)
+    try:
+        check_spool_root(root_fd, spool)
+        path = job_dir(spool, jobid)
+        fd = open_dir(os.path.basename(path), root_fd, shown=path)
+    finally:
+        os.close(root_fd)
+    afd = fd
+    try:
+        owner = os.fstat(fd).st_uid if uid is None else uid
+        check_job_dir(fd, path, owner)
+        n = latest_attempt(path) if attempt is None else attempt
+        sub = attempt_subdir(n)
+        if sub:
+            try:
+                afd = open_dir(sub, fd, shown=os.path.join(path, sub))
+            except FileNotFoundError:
+                if not latest_if_missing:
+                    raise
+                n = latest_attempt(path)
+                sub = attempt_subdir(n)
+                afd = open_dir(sub, fd, shown=os.path.join(path, sub)) if sub else fd
+        apath = os.path.join(path, sub) if sub else path
+        if afd != fd:
+            check_job_dir(afd, apath, owner)
+        return AttemptDirs(path=path, fd=fd, attempt=n, attempt_path=apath, attempt_fd=afd)
+    except BaseException:
+        if afd != fd:
+            os.close(afd)
+        os.close(fd)
+        raise
 
 
 def _rename_noreplace(src: str, dst: str, dir_fd: int) -> None:

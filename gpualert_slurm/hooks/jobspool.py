@@ -17,11 +17,7 @@ from gpualert_slurm.core.options import OptionError, Options, options_from_env
 from gpualert_slurm.core.spool import (
     DIR_MODE,
     SpoolError,
-    attempt_subdir,
-    check_job_dir,
-    check_spool_root,
-    job_dir,
-    latest_attempt,
+    open_attempt,
     open_dir,
     read_exit_record,
     read_json_nofollow,
@@ -112,38 +108,16 @@ class JobSpool:
 def open_job_spool(spool: str, jobid: str, uid: int, attempt: int) -> JobSpool:
     """Open the job dir the Prolog made; FileNotFoundError when there is none (the job was never
     monitored, or never started). The attempt dir is the env's restart count, else the latest
-    one there is (a Prolog that could not make attempt-N leaves its tasks in an older one)."""
-    root_fd = open_dir(spool)
+    one there is (a Prolog that could not make attempt-N leaves its tasks in an older one).
+    The dirs are checked as every root reader checks them (spool.open_attempt)."""
+    d = open_attempt(spool, jobid, uid, attempt, latest_if_missing=True)
     try:
-        check_spool_root(root_fd, spool)
-        path = job_dir(spool, jobid)
-        fd = open_dir(os.path.basename(path), root_fd, shown=path)
-    finally:
-        os.close(root_fd)
-    try:
-        check_job_dir(fd, path, uid)
-        try:
-            job = read_json_nofollow("job.json", fd, owners=(0,))
-        except (OSError, SpoolError):
-            job = {}
-        sub = attempt_subdir(attempt)
-        afd = fd
-        if sub:
-            try:
-                afd = open_dir(sub, fd, shown=os.path.join(path, sub))
-            except FileNotFoundError:
-                attempt = latest_attempt(path)
-                sub = attempt_subdir(attempt)
-                afd = open_dir(sub, fd) if sub else fd
-        if afd != fd and os.fstat(afd).st_uid != uid:
-            os.close(afd)
-            raise SpoolError(f"{path}/{sub}: not owned by uid {uid}: refused")
-        return JobSpool(path=path, uid=uid, fd=fd, attempt=attempt,
-                        attempt_path=os.path.join(path, sub) if sub else path, attempt_fd=afd,
-                        job=job if isinstance(job, dict) else {})
-    except BaseException:
-        os.close(fd)
-        raise
+        job = read_json_nofollow("job.json", d.fd, owners=(0,))
+    except (OSError, SpoolError):
+        job = {}
+    return JobSpool(path=d.path, uid=uid, fd=d.fd, attempt=d.attempt,
+                    attempt_path=d.attempt_path, attempt_fd=d.attempt_fd,
+                    job=job if isinstance(job, dict) else {})
 
 
 @contextmanager

@@ -150,14 +150,16 @@ def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog,
     record = _job_record(env, options, options_error, uid, gid, node, queued_at)
     attempt = record["restart_count"]
     try:
+        # First, whatever the user's dir holds: the Epilog's kernel window then starts at root's
+        # own record, never at a time the user's dirs could move (a refused dir returns below).
+        note_run_start(jobid, attempt, record["start_time"])
+    except (SpoolError, OSError) as e:  # the Epilog asks slurmctld's structured record instead
+        log.error(f"job {jobid}: the run's start for this node's Epilog: {e}")
+    try:
         jd = create_job_dir(cfg.spool, jobid, uid, gid, record, tag=node, attempt=attempt)
     except (SpoolError, OSError) as e:
         log.error(f"job {jobid}: {e}; job not monitored")
         return
-    try:
-        note_run_start(jobid, attempt, record["start_time"])
-    except (SpoolError, OSError) as e:  # the Epilog asks slurmctld instead
-        log.error(f"job {jobid}: the run's start for this node's Epilog: {e}")
     try:
         if not jd.created:
             _refresh_job_json(jd.fd, record)

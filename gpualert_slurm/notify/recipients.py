@@ -3,8 +3,9 @@
 Recipients: the job's `mail=` option, else the job's --mail-user (Slurm's MailUser, which
 defaults to the bare user name when --mail-type was given alone), else the site's user->address
 rule (mail.users, then mail.domain). Every address then passes the admin's allowlist of
-domains (mail.allow_domains); one refused is listed in `.refused` with the reason, never
-dropped silently.
+domains (mail.allow_domains) and, where the site says `mail.recipients: owner`, must be the
+job's user's own address; one refused is listed in `.refused` with the reason, never dropped
+silently.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ def check_addresses(addrs: Iterable[str], cfg: Config) -> tuple[list[str], list[
         if not ADDR_RE.fullmatch(a):
             refused.append((a, "not an address local@domain"))
             continue
+        if "%" in a or "!" in a:
+            # source routing: a relay that honours it delivers user%evil.org@lab.org to evil.org,
+            # past the domain allow-list
+            refused.append((a, "'%' or '!' in the address (source routing): refused"))
+            continue
         domain = a.rsplit("@", 1)[1].lower()
         if allow and not any(domain == d or domain.endswith("." + d) for d in allow):
             refused.append((a, f"domain {domain} is not in mail.allow_domains "
@@ -71,11 +77,9 @@ def _slurm_mail_user(env: Mapping[str, str]) -> str | None:
     from gpualert_slurm.core import slurm
 
     try:
-        rec = slurm.show_job(job_id, timeout=SCONTROL_TIMEOUT_S)
+        return slurm.mail_user(job_id, timeout=SCONTROL_TIMEOUT_S)
     except slurm.SlurmError:
         return None
-    value = str(rec.raw.get("MailUser", "")).strip()
-    return value if value and value not in ("(null)", "None") else None
 
 
 def _map_user(name: str, cfg: Config) -> str | None:
@@ -111,6 +115,18 @@ def resolve_recipients(opts: Any, env: Mapping[str, str], cfg: Config) -> Recipi
             unmapped.append((user, "no mail=, no --mail-user, and the config has no "
                              "mail.users entry or mail.domain for this user"))
     allowed, refused = check_addresses(candidates, cfg)
+    if cfg.mail.recipients == "owner":
+        # the site's policy: a job's report goes to its own user only; job text (mail=,
+        # --mail-user) cannot make gpualert mail anyone else in its name
+        user = env.get("SLURM_JOB_USER", "")
+        own = cfg.mail.address_for(user) if user else None
+        refused += [(a, f"mail.recipients is 'owner': only {user or 'the job user'}'s own "
+                        f"address ({own or 'none configured'}) may receive the job's report")
+                    for a in allowed if a != own]
+        allowed = [a for a in allowed if a == own]
+        if not allowed and own and own not in {a for a, _ in refused} | set(candidates):
+            allowed = [own]
+            source = "mail.users/mail.domain"
     return Recipients(allowed, unmapped + refused, source if allowed else "")
 
 

@@ -42,10 +42,7 @@ from gpualert_slurm.core.config import Config, ConfigError, bound_options, load_
 from gpualert_slurm.core.options import OptionError, parse_options
 from gpualert_slurm.core.spool import (
     SpoolError,
-    attempt_subdir,
-    check_spool_root,
-    job_dir,
-    latest_attempt,
+    open_attempt,
     open_dir,
     open_nofollow_checked,
     read_job_file,
@@ -78,27 +75,18 @@ def heartbeats(spool: str, job_id: str, start: float, attempt: int | None = None
     opened O_NOFOLLOW|O_NONBLOCK and checked (a plain file of the job's user, one link),
     at most MAX_TASK_ENTRIES names. uid: the job's user (Slurm's), whom the dirs must belong to.
     SpoolError/OSError when the job dir cannot be read that way."""
-    root_fd = open_dir(spool)
-    fds = [root_fd]
     out: dict[str, dict[str, Any]] = {}
+    d = open_attempt(spool, job_id, uid, None if attempt is None else int(attempt))
+    fds = [d.fd] if d.attempt_fd == d.fd else [d.fd, d.attempt_fd]
     try:
-        if uid is not None:
-            check_spool_root(root_fd, spool)
-        jpath = job_dir(spool, job_id)
-        fds.append(open_dir(os.path.basename(jpath), root_fd, shown=jpath))
-        owner = os.fstat(fds[-1]).st_uid if uid is None else uid
-        att = latest_attempt(jpath) if attempt is None else int(attempt)
-        sub = attempt_subdir(att)
-        if sub:
-            fds.append(open_dir(sub, fds[-1], shown=os.path.join(jpath, sub)))
-        tasks_path = os.path.join(jpath, sub, "tasks") if sub else os.path.join(jpath, "tasks")
+        owner = os.fstat(d.fd).st_uid
+        att, tasks_path = d.attempt, os.path.join(d.attempt_path, "tasks")
         try:
-            fds.append(open_dir("tasks", fds[-1], shown=tasks_path))
+            fds.append(open_dir("tasks", d.attempt_fd, shown=tasks_path))
         except FileNotFoundError:
             return att, {}
-        for fd in fds[1:]:
-            if os.fstat(fd).st_uid not in (owner, 0):
-                raise SpoolError(f"{jpath}: a directory not owned by uid {owner}: refused")
+        if os.fstat(fds[-1]).st_uid not in (owner, 0):
+            raise SpoolError(f"{tasks_path}: not owned by uid {owner}: refused")
         tfd = fds[-1]
         names: set[str] = set()
         with os.scandir(tfd) as it:
@@ -197,7 +185,7 @@ def _alert(cfg: Config, job: slurm.JobState, opts: Any, kind: str, ranks: list[s
     env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": job.user}
     rcpts = list(notify.resolve_recipients(opts, env, cfg))
     msg = build_message(subject, text, html, sender=cfg.mail.sender,
-                        recipients=rcpts, job_id=job_id)
+                        recipients=rcpts, job_id=job_id, job_user=job.user)
     d = notify.submit(msg, cfg=cfg, job_id=job_id, timeout_s=cfg.notify.total_timeout_s)
     return f"{getattr(d, 'status', '?')}: {getattr(d, 'reason', None) or 'ok'}"
 

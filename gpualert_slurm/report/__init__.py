@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Mapping
 from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
+from email.utils import formataddr, formatdate, make_msgid
 from functools import lru_cache
 from typing import Any
 
@@ -229,19 +229,23 @@ def render_array(a: dict[str, Any], fmt: str = "text") -> str:
 
 def build_message(subject_text: str, text: str, html: str, *, sender: str,
                   recipients: list[str], attachments: list[tuple[str, bytes, str]] = (),
-                  job_id: str = "", inline: list[tuple[str, bytes, str]] = ()
-                  ) -> EmailMessage:
+                  job_id: str = "", inline: list[tuple[str, bytes, str]] = (),
+                  job_user: str = "") -> EmailMessage:
     """multipart/mixed: multipart/alternative (text, html) then the attachments
     (filename, data, mime type); `inline` pictures (Content-ID, data, mime) go with the HTML
     part in a multipart/related, shown where it says src="cid:<id>"."""
     msg = EmailMessage()
     msg["Subject"] = header_text(subject_text, 200)
-    msg["From"] = sender
+    # whose job it is, in every mail client's From line: the report carries the job's own text
+    msg["From"] = (formataddr((header_text(f"gpualert: job {job_id} of {job_user}", 80), sender))
+                   if job_user and job_id else sender)
     msg["To"] = ", ".join(recipients)
     msg["Date"] = formatdate(localtime=True)
     msg["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     if job_id:
         msg["X-Gpualert-Job"] = header_text(job_id, 40)
+    if job_user:
+        msg["X-Gpualert-Job-User"] = header_text(job_user, 64)
     msg.set_content(text)
     msg.add_alternative(html, subtype="html")
     if inline:

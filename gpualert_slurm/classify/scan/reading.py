@@ -52,6 +52,7 @@ from gpualert_slurm.classify.scan.python import (
     _scan_body,
     _scan_range,
 )
+from gpualert_slurm.core.spool import open_log
 
 HEAD_BYTES = int(os.environ.get("GPUALERT_SCAN_HEAD_MB", "1024")) << 20
 TAIL_BYTES = int(os.environ.get("GPUALERT_SCAN_TAIL_MB", "64")) << 20
@@ -82,7 +83,7 @@ def scan_file(
     res = ScanResult(path=path)
     col = _Collector(res)
     t0 = time.monotonic()
-    with open(path, "rb") as f:
+    with open_log(path) as f:
         res.size = os.fstat(f.fileno()).st_size
         limit = head if res.size > head + tail else None
         # the budget is a real bound: the head gets HEAD_SHARE of it, the tail the rest
@@ -243,7 +244,7 @@ def _range_pieces(f, limit, res, col, matcher, line_base, order_base, deadline,
                     os.close(r)
                     _grep.WORKERS = 1
                     # a file description of its own: f's offset is shared with the parent
-                    with open(f"/proc/self/fd/{f.fileno()}", "rb") as own:
+                    with open_log(f"/proc/self/fd/{f.fileno()}") as own:
                         piece = _read_piece(own, bounds[k], ends[k], leads[k], res, matcher,
                                             line_base is not None, deadline, rule_ids)
                     with os.fdopen(w, "wb") as out:

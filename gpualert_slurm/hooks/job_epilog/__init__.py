@@ -191,6 +191,9 @@ def _judge(ctx: JobEpilog) -> dict[str, Any]:
     ctx.tasks = open_task_logs(js)
     batch = next((t for t in ctx.tasks if t.step == "batch"), None)
     sf = slurm_facts(ctx.jobid, env, (batch.exit or {}).get("signal") if batch else None)
+    for m in sf["identity_mismatch"]:
+        ctx.log.error(f"job {ctx.jobid}: Slurm's record disagrees with the hook's "
+                        f"environment ({m}): the environment is used")
     now = time.time()
     warm.join(b.warm_up_left())
     early = PendingVerdict(ctx.tasks, classify_facts(ctx, sf, {}, now), [])

@@ -43,7 +43,8 @@ def deliver(ctx: JobEpilog, subject: str, text: str, html: str, attachments: lis
                   f"{refused}")
     msg = build_message(subject, text, html, sender=cfg.mail.sender, recipients=recipients,
                         attachments=[(a.filename, a.data, a.mime) for a in attachments],
-                        job_id=job_id, inline=list(inline))
+                        job_id=job_id, inline=list(inline),
+                        job_user=ctx.env.get("SLURM_JOB_USER", ""))
     try:
         d = notify.submit(msg, cfg=cfg, job_id=job_id, timeout_s=timeout_s)
     except Exception as e:  # submit promises not to raise; a hook never trusts that

@@ -36,10 +36,11 @@ def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
     state is inferred from Reason and the exit code, as sacct will record it."""
     code, sig = exit_code2(env)
     out: dict[str, Any] = {"exit_code": code, "signal": sig, "slurm_state": None,
-                           "slurm_reason": None, "record": {}, "error": None}
+                           "slurm_reason": None, "record": {}, "error": None,
+                           "identity_mismatch": []}
     try:
         st = slurm.show_job(jobid, timeout=SLURM_CALL_S)
-        out["record"] = dict(st.raw)
+        out["record"], out["identity_mismatch"] = identity_from_env(st.raw, env)
         out["slurm_reason"] = st.reason
         if code is None:
             code, sig = st.exit_code.code, st.exit_code.signal
@@ -73,6 +74,33 @@ def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
         if out["slurm_state"] == "COMPLETED" and batch_signal in (9, 15):
             out["slurm_state"] = "CANCELLED"
     return out
+
+
+# slurmctld hands EpilogSlurmctld the job's identity in its environment: where the record differs
+# (it cannot, short of a parser fault or a forged record), the environment wins and it is said.
+_IDENTITY_ENV = (("SLURM_JOB_USER", "UserId"), ("SLURM_JOB_UID", "UserId"),
+                 ("SLURM_JOB_ACCOUNT", "Account"), ("SLURM_JOB_PARTITION", "Partition"))
+
+
+def identity_from_env(record: dict[str, str], env: dict[str, str]
+                      ) -> tuple[dict[str, str], list[str]]:
+    """(The record with Slurm's environment's user, uid, account and partition in it, each
+    field that disagreed as 'Key: record value != environment value')."""
+    rec, mismatch = dict(record), []
+    user, _, uid = rec.get("UserId", "").partition("(")
+    have = {"SLURM_JOB_USER": user, "SLURM_JOB_UID": uid.rstrip(")"),
+            "SLURM_JOB_ACCOUNT": rec.get("Account", ""),
+            "SLURM_JOB_PARTITION": rec.get("Partition", "")}
+    for var, key in _IDENTITY_ENV:
+        want = env.get(var)
+        if want and have[var] != want:
+            mismatch.append(f"{key}: {have[var][:80]!r} from Slurm's record, {want!r} from "
+                            f"{var}")
+            have[var] = want
+    if mismatch:
+        rec["UserId"] = f"{have['SLURM_JOB_USER']}({have['SLURM_JOB_UID']})"
+        rec["Account"], rec["Partition"] = have["SLURM_JOB_ACCOUNT"], have["SLURM_JOB_PARTITION"]
+    return rec, mismatch
 
 
 def run_times(sf: dict[str, Any], now: float) -> tuple[float | None, float]:
@@ -120,9 +148,13 @@ def wait_node_verdicts(js: JobSpool, nodes: list[str], bound_s: float) -> dict[s
     deadline = time.monotonic() + bound_s
     got: dict[str, Any] = {}
     while True:
-        nfd = None
-        with suppress(OSError, SpoolError):
+        try:
             nfd = js.subdir("nodes")
+        except (OSError, SpoolError) as e:
+            # a nodes/ that is a file, a link or another's dir gets no verdict, ever: no wait
+            # (twelve such jobs held the queue's slots 22.5 s each: issue 28)
+            why = f"the job's nodes/ was refused: {e}"
+            return {**got, **{n: {"error": why} for n in nodes if n not in got}}
         if nfd is not None:
             try:
                 for n in nodes:
