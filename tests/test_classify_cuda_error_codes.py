@@ -193,8 +193,6 @@ def test_container_without_the_gpu_stack_is_cuda_setup(tmp_path: Path, text: str
      "code: 404 Not Found\n", "file_not_found"),
     (f"{_PYX}     curl: (6) Could not resolve host: registry.lab.org\n{_PYX} failed to import "
      "docker image\n", "storage_io"),
-    # a container that did not start for another reason: not the GPU stack
-    (f"{_PYX} couldn't start container\n", "unknown"),
 ])
 def test_image_import_failures_are_not_the_gpu_stack(tmp_path: Path, text: str, cls: str) -> None:
     v = verdict(tmp_path, text)

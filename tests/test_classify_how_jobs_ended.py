@@ -295,14 +295,9 @@ def test_a_log_that_stops_after_nccl_init_hung(tmp_path: Path) -> None:
     assert log_alone(tmp_path, NCCL_INIT + PROGRESS) == "unknown"
 
 
-@pytest.mark.parametrize("end", [
-    "slurmstepd: error: *** JOB 12 ON n4 CANCELLED AT 2026-05-01T20:00:00 DUE TO TIME LIMIT ***\n",
-    "slurmstepd: error: *** STEP 12.0 ON n4 CANCELLED AT 2026-05-01T20:00:00 ***\n"
-    "slurmstepd: error: *** JOB 12 ON n4 CANCELLED AT 2026-05-01T20:00:00 ***\n",
-    "W0501 20:00:00.000000 77 torch/distributed/elastic/agent/server/api.py:719] Received 15 "
-    "death signal, shutting down workers\n",
-])
-def test_nccl_init_then_the_end_line_is_a_hang(tmp_path: Path, end: str) -> None:
+def test_nccl_init_then_the_end_line_is_a_hang(tmp_path: Path) -> None:
+    end = ("W0501 20:00:00.000000 77 torch/distributed/elastic/agent/server/api.py:719] Received "
+           "15 death signal, shutting down workers\n")
     v = verdict(tmp_path, PROGRESS + NCCL_INIT + end, exit_code=None)
     assert v.cls == "hang" and "collective" in v.detail, v.detail
     # an error between: that error decides, not a hang
@@ -313,16 +308,33 @@ def test_nccl_init_then_the_end_line_is_a_hang(tmp_path: Path, end: str) -> None
     assert log_alone(tmp_path, NCCL_INIT + PROGRESS + end) != "hang"
 
 
+@pytest.mark.parametrize("end,cls", [
+    ("slurmstepd: error: *** JOB 12 ON n4 CANCELLED AT 2026-05-01T20:00:00 DUE TO TIME LIMIT "
+     "***\n", "time_limit"),
+    ("slurmstepd: error: *** STEP 12.0 ON n4 CANCELLED AT 2026-05-01T20:00:00 ***\n"
+     "slurmstepd: error: *** JOB 12 ON n4 CANCELLED AT 2026-05-01T20:00:00 ***\n", "cancelled"),
+])
+def test_nccl_init_then_slurms_end_line_is_slurms_word(tmp_path: Path, end: str, cls: str
+                                                       ) -> None:
+    # issue 32: Slurm's own end line outranks the inferred hang (was: hang)
+    assert log_alone(tmp_path, PROGRESS + NCCL_INIT + end) == cls
+
+
 def timed(hh: int, mm: int, text: str) -> str:
     return f"[2026-05-01 {hh:02d}:{mm:02d}:00,120] [INFO] {text}\n"
 
 
-def test_timestamps_that_stop_long_before_the_time_limit_are_a_hang(tmp_path: Path) -> None:
+def test_timestamps_that_stop_long_before_the_end_line_are_a_hang(tmp_path: Path) -> None:
     lines = "".join(timed(9, m, f"step {m * 10} loss 1.{m:02d}") for m in range(0, 30, 2))
+    # a launcher's timed stop line 4 h after the last step: the log's stamps show the hang
+    stop = ("[2026-05-01 13:30:00,001] torch.distributed.elastic.agent.server.api: [WARNING] "
+            "Received 15 death signal, shutting down workers\n")
+    v = verdict(tmp_path, lines + stop, exit_code=None)
+    assert v.cls == "hang" and "timestamps" in v.detail, v.detail
+    # issue 32: Slurm's own time-limit line outranks that inference (was: hang)
     end = ("slurmstepd: error: *** JOB 8 ON n2 CANCELLED AT 2026-05-01T13:30:00 DUE TO TIME "
            "LIMIT ***\n")
-    v = verdict(tmp_path, lines + end, exit_code=None)
-    assert v.cls == "hang" and "timestamps" in v.detail, v.detail
+    assert log_alone(tmp_path, lines + end) == "time_limit"
     # a log that writes once an hour: 1.5 h of quiet before the limit is its own pace
     hourly = "".join(timed(h, 0, f"epoch {h} loss 0.{h}") for h in range(3, 12))
     late = end.replace("13:30:00", "13:30:00")

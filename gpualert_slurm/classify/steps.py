@@ -115,11 +115,19 @@ def _step_node_failure(c: _Ctx) -> Verdict | None:
     return v
 
 
+def _scheduler_ended(e: Event) -> bool:
+    """The line that ended the job is the scheduler's own (Slurm's "CANCELLED AT ... DUE TO
+    TIME LIMIT" / "DUE to SIGNAL Terminated", a time limit or cancel another scheduler states):
+    with no heartbeat, a hang is only inferred from the log, and the scheduler's word outranks
+    that inference (issue 32)."""
+    return e.cls in ("time_limit", "cancelled")
+
+
 def _step_hang(c: _Ctx) -> Verdict | None:
     j = c.job
     if j.silence_s is None and not c.clean and not c.crashed:
         stuck = _stuck_after_setup(c)
-        if stuck is not None:
+        if stuck is not None and not _scheduler_ended(stuck[1]):
             setup, end = stuck
             return c.make("hang", 0.5, f"the log stops right after a collective was set up "
                           f"({setup.text[:120]!r}, line {setup.line}), then {end.text[:120]!r}: "
@@ -127,7 +135,8 @@ def _step_hang(c: _Ctx) -> Verdict | None:
                           "(evidence: the log's last lines, no heartbeat)",
                           [_ev(setup), _ev(end)], _finding_of(c.findings, setup))
         quiet = _log_silence(c)
-        if quiet is not None and not (c.root is not None and _failed_before_limit(c)):
+        if quiet is not None and not _scheduler_ended(quiet[2]) \
+                and not (c.root is not None and _failed_before_limit(c)):
             gap, last, lim = quiet
             return c.make("hang", 0.6, f"the log's last timed line came {gap / 3600:.1f} h "
                           f"before the line that ended the job ({last[:100]!r}); silent that "

@@ -25,6 +25,7 @@ REGISTRY = (
     ("f7_", "tuning_f7"),  # Julia's uncaught errors (not in Debian: composed)
     ("f8_", "tuning_f8"),  # CUDA error names, GPU allocators, Horovod, containers
     ("f10m_", "tuning_f10m"),  # issue 22's GPU-only message families
+    ("f11_", "tuning_f11"),  # issue 32: families the unseen real sets missed
     ("", "tuning"),
 )
 
