@@ -8,7 +8,7 @@ CLUSTER := docker/slurm-cluster/cluster
 DCLUSTER := docker/slurm-cluster/dcluster
 
 .PHONY: install plugin demo test lint unit bench eval corpus cluster-up cluster-down clean \
-        dockerd dcluster-up dcluster-down deb
+        dockerd dcluster-up dcluster-down deb rpm
 
 install:
 	scripts/install.sh
@@ -39,11 +39,12 @@ bench: install
 	$(PY) bench/run.py
 
 # The tuning corpus, the held-out sets (written by engineers who had not seen the rules), the
-# real-world tuning set, the real logs people pasted (../shared/realworld, read-only: labels.csv),
-# then GPUAlert's published corpus (../shared/peer-corpus, read-only, scored through its
+# real-world tuning set, the real logs people pasted (../shared/realworld and its second set
+# ../shared/realworld2, read-only: labels.csv), then GPUAlert's published corpus (../shared/peer-corpus, read-only, scored through its
 # mapping.yaml). A missing set fails: every figure is meant to be there.
 PEER_CORPUS ?= ../shared/peer-corpus
 REALWORLD ?= ../shared/realworld
+REALWORLD2 ?= ../shared/realworld2
 eval: install
 	$(VENV)/bin/gpualert eval corpus/
 	@for d in corpus/holdout corpus/holdout2 corpus/holdout3 corpus/holdout4 corpus/holdout5 corpus/holdout6 corpus/holdout7 corpus/holdout8 corpus/holdout9 corpus/realworld; do \
@@ -51,7 +52,9 @@ eval: install
 	done
 	@[ -f $(PEER_CORPUS)/mapping.yaml ] || { echo "make eval: peer corpus $(PEER_CORPUS) not found (a clean clone needs ../shared/peer-corpus beside it)" >&2; exit 1; }
 	@[ -f $(REALWORLD)/labels.csv ] || { echo "make eval: real-world set $(REALWORLD) not found (a clean clone needs ../shared/realworld beside it)" >&2; exit 1; }
+	@[ -f $(REALWORLD2)/labels.csv ] || { echo "make eval: real-world set $(REALWORLD2) not found (a clean clone needs ../shared/realworld2 beside it)" >&2; exit 1; }
 	@echo; echo "######## $(REALWORLD)"; $(VENV)/bin/gpualert eval $(REALWORLD)/
+	@echo; echo "######## $(REALWORLD2)"; $(VENV)/bin/gpualert eval $(REALWORLD2)/
 	@echo; echo "######## $(PEER_CORPUS)"; $(VENV)/bin/gpualert eval $(PEER_CORPUS)/
 
 corpus: install
@@ -62,6 +65,13 @@ corpus: install
 # build dependencies. install: the bundled NVML binding is taken from the venv.
 deb: install
 	scripts/make-deb.sh
+
+# The RPM for the RHEL family, dist/gpualert-slurm-<version>-1.x86_64.rpm, from
+# packaging/rpm/gpualert-slurm.spec (packaging/rpm/README.md) with Debian's rpmbuild, which
+# `make-rpm.sh` installs (with rpmlint) once; the plugin against this machine's Slurm headers
+# (SLURM_PREFIX=/usr). install: the bundled libraries are taken from the venv.
+rpm: install
+	scripts/make-rpm.sh
 
 cluster-up:
 	$(CLUSTER) up
