@@ -34,12 +34,15 @@ def work(env, waited):
     t0 = time.time()
     if env.get("SLURM_JOB_NAME") == "hang":
         time.sleep(60)
+    if env.get("SLURM_JOB_NAME") == "wait":  # a job epilog waiting out its node wait
+        time.sleep(float(os.environ.get("T_WAIT", "2")))
     end = time.process_time() + float(os.environ.get("T_BUSY", "0.1"))
     while time.process_time() < end:
         pass
     if env.get("SLURM_JOB_NAME") == "cut":
         raise RuntimeError("cut short")
     rec = {{"job": env["SLURM_JOB_ID"], "start": t0, "end": time.time(), "waited": waited,
+           "uid": env.get("SLURM_JOB_UID"),
            "nice": os.nice(0), "drainer": os.getppid(), "env_ok": env.get("T_MARK") == "m",
            "kind": env.get("T_KIND")}}
     with open(os.path.join(out, "job." + env["SLURM_JOB_ID"]), "a") as f:
@@ -71,10 +74,11 @@ class _Shim:
     shim exits (so the drainer must have left it by then)."""
 
     def __init__(self, env: dict[str, str], job: int, name: str,
-                 shim: str = "gpualert-epilog-slurmctld") -> None:
+                 shim: str = "gpualert-epilog-slurmctld", uid: int | None = None) -> None:
+        extra = {"SLURM_JOB_UID": str(uid)} if uid is not None else {}
         self.p = subprocess.Popen(["/bin/sh", str(SHIMS / shim)], start_new_session=True,
                                   env=dict(env, SLURM_JOB_ID=str(job), SLURM_JOB_NAME=name,
-                                           T_KIND=shim))
+                                           T_KIND=shim, **extra))
 
     def wait(self, timeout: float) -> int:
         rc = self.p.wait(timeout)
@@ -84,8 +88,8 @@ class _Shim:
 
 
 def _shim(env: dict[str, str], job: int, name: str = "train",
-          shim: str = "gpualert-epilog-slurmctld") -> _Shim:
-    return _Shim(env, job, name, shim)
+          shim: str = "gpualert-epilog-slurmctld", uid: int | None = None) -> _Shim:
+    return _Shim(env, job, name, shim, uid)
 
 
 def _records(tmp: Path, n: int, prefix: str = "job.", timeout: float = 90) -> dict[str, list]:
@@ -170,6 +174,46 @@ def test_jobs_queued_while_the_drainer_lets_go_are_taken(tmp_path: Path) -> None
     assert _settled(tmp_path)
     starts = [d for d in (tmp_path / "out" / "drainers").read_text().splitlines() if d]
     assert len(starts) > 1  # the drainer did exit and was started again meanwhile
+
+
+def test_one_users_slow_jobs_leave_another_users_job_its_turn(tmp_path: Path) -> None:
+    """Issue 28: twelve job epilogs of one user, each waiting its whole node wait (a nodes/
+    that never fills), queued before another user's: that one starts at the next free slot,
+    not behind all twelve (FIFO: 12 / 2 slots x 2 s), and the first user never holds more
+    than their share of the slots."""
+    env = _setup(tmp_path, slots=2, T_WAIT="2", T_BUSY="0.0",
+                 GPUALERT_EPILOG_SLOTS_PER_USER="1")
+    for i in range(12):
+        assert _shim(env, 7000 + i, "wait", uid=2001).wait(30) == 0
+    assert _shim(env, 7100, "train", uid=2002).wait(30) == 0
+    recs = _records(tmp_path, 13, timeout=120)
+    assert len(recs) == 13
+    other = recs["7100"][0]
+    assert other["waited"] < 5.0, other  # FIFO: ~12 s
+    hostile = [r[0] for k, r in recs.items() if k != "7100"]
+    for r in hostile:
+        at_once = sum(1 for o in hostile if o["start"] <= r["start"] < o["end"] - 0.05)
+        assert at_once <= 1, hostile  # the share: one slot of the two
+    order = [r[0]["job"] for r in sorted(recs.values(), key=lambda r: r[0]["start"])
+             if r[0]["uid"] == "2001"]
+    assert order == sorted(order)  # each user's own jobs still oldest first
+    assert _settled(tmp_path)
+
+
+def test_fair_turns_alternate_users_and_keep_each_users_order() -> None:
+    from gpualert_slurm.hooks.drain import fair_turns
+
+    jobs = [(float(i), f"{i}.1.job") for i in range(10)]
+    user = {f"{i}.1.job": ("a" if i < 8 else "b") for i in range(10)}.__getitem__
+    got = fair_turns(jobs, user, {}, cap=10, room=4)
+    assert [n for _m, n in got] == ["0.1.job", "8.1.job", "1.1.job", "9.1.job"]
+    # a user at the cap waits; the others go on; room bounds the picks
+    got = fair_turns(jobs, user, {"a": 2}, cap=2, room=4)
+    assert [n for _m, n in got] == ["8.1.job", "9.1.job"]
+    assert fair_turns(jobs, user, {}, cap=1, room=0) == []
+    # the one with the fewest at work goes first
+    got = fair_turns(jobs, user, {"b": 1}, cap=5, room=2)
+    assert [n for _m, n in got] == ["0.1.job", "1.1.job"]
 
 
 def test_work_that_does_not_finish_gets_its_finish_step(tmp_path: Path) -> None:

@@ -378,6 +378,52 @@ def unclassified_verdict(env: dict[str, str], why: str) -> dict[str, Any]:
             "job": {"name": env.get("SLURM_JOB_NAME"), "user": env.get("SLURM_JOB_USER")}}
 
 
+def per_user_slots(slots: int) -> int:
+    """How many job epilogs of one user may be at work at once: the config's
+    epilog_slots_per_user (GPUALERT_EPILOG_SLOTS_PER_USER overrides), else half the slots."""
+    with contextlib.suppress(ValueError):
+        n = int(os.environ.get("GPUALERT_EPILOG_SLOTS_PER_USER", ""))
+        if n > 0:
+            return n
+    with contextlib.suppress(Exception):
+        from gpualert_slurm.core.config import load_config
+
+        n = load_config().epilog_slots_per_user
+        if n:
+            return n
+    return max(1, slots // 2)
+
+
+def fair_turns(jobs: list[tuple[float, str]], user_of: Callable[[str], str],
+               busy: dict[str, int], cap: int, room: int) -> list[tuple[float, str]]:
+    """Which queued job epilogs start now, at most `room`: users take turns (the one with the
+    fewest at work first, then the one whose oldest is oldest), each oldest first, and none
+    past `cap` at work at once. One user's thousand jobs, each waiting its whole node wait
+    (a nodes/ that never fills), then hold at most `cap` slots: another user's job starts at
+    the next free one (issue 28), instead of behind all of them (FIFO)."""
+    per: dict[str, list[tuple[float, str]]] = {}
+    for item in jobs:  # oldest first already
+        per.setdefault(user_of(item[1]), []).append(item)
+    count = dict(busy)
+    heads = dict.fromkeys(per, 0)
+    out: list[tuple[float, str]] = []
+    while len(out) < room:
+        ready = [u for u in per if heads[u] < len(per[u]) and count.get(u, 0) < cap]
+        if not ready:
+            break
+        u = min(ready, key=lambda u: (count.get(u, 0), per[u][heads[u]][0]))
+        out.append(per[u][heads[u]])
+        heads[u] += 1
+        count[u] = count.get(u, 0) + 1
+    return out
+
+
+def job_user(env: dict[str, str]) -> str:
+    """Whose job a queued hook is: slurmctld's SLURM_JOB_UID (a number it sets), else the
+    user's name."""
+    return env.get("SLURM_JOB_UID") or env.get("SLURM_JOB_USER") or ""
+
+
 def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float = IDLE_S,
           bound_s: float | None = None) -> int:
     """The drainer's loop (see the module's doc): work(env, waited_s) runs in a forked child
@@ -406,6 +452,16 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
         finish = _finish_array_task
     warmed: set[str] = set()
     slots = gate.slots()
+    cap = per_user_slots(slots)
+    envs: dict[str, dict[str, str]] = {}  # queued file -> its environment, read once
+
+    def env_of(name: str) -> dict[str, str]:
+        if name not in envs:
+            try:
+                envs[name] = read_env(dfd, name)
+            except OSError:
+                return {}
+        return envs[name]
     running: dict[int, tuple[str, float, dict[str, str], str, float]] = {}
     counts = dict.fromkeys(KINDS, 0)
     cut = 0
@@ -496,7 +552,15 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
         # are what the Epilog's kernel window and counters start from
         prologs = {r[2].get("SLURM_JOB_ID") for r in running.values() if r[3] == PROLOG_SUFFIX}
         prologs |= {n.split(".", 1)[0] for _m, n in todo if n.endswith(PROLOG_SUFFIX)}
-        for mt, name in todo:
+        busy_by_user: dict[str, int] = {}
+        for r in running.values():
+            if r[3] == SUFFIX:
+                busy_by_user[job_user(r[2])] = busy_by_user.get(job_user(r[2]), 0) + 1
+        jobs = [t for t in todo if t[1].endswith(SUFFIX)]
+        turns = [t for t in todo if not t[1].endswith(SUFFIX)] + fair_turns(
+            jobs, lambda n: job_user(env_of(n)), busy_by_user, cap,
+            max(0, room[SUFFIX])) if jobs else todo
+        for mt, name in turns:
             kind = name[name.rfind("."):]
             if room.get(kind, 0) <= 0:
                 continue
@@ -507,7 +571,7 @@ def drain(work: Work | None = None, finish: Finish | None = None, idle_s: float 
                 room[NODE_SUFFIX if kind == SUFFIX else SUFFIX] -= 1
             run_name = name + RUNNING
             try:
-                env = read_env(dfd, name)
+                env = envs.pop(name, None) or read_env(dfd, name)
                 os.rename(name, run_name, src_dir_fd=dfd, dst_dir_fd=dfd)
             except OSError as e:
                 if e.errno != errno.ENOENT:
