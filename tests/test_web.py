@@ -244,6 +244,18 @@ def test_no_way_into_another_users_job(served) -> None:
     assert s == 200 and SECRET_B in page
 
 
+def test_gpualert_web_wants_its_token(site) -> None:
+    """Any user of the login node can connect to 127.0.0.1: only the printed link opens it."""
+    with weblib.gpualert_web(USER_A, site["config"]) as url:
+        weblib.wait_up(url + "/")
+        for path in ("/", "/job/201", "/job/201/0/raw/0.0.log", "/job/201?token=wrong"):
+            status, _h, body = get(url + path, token=False)
+            assert status == 403 and b"CUDA" not in body and b"201" not in body, path
+        # the printed link sets the cookie and sends the browser on, the token out of the URL
+        page = weblib.chromium_dom(url + "/job/201/0/log/0.0.log?line=3")
+        assert 'id="L3" class="hit"' in page
+
+
 def test_gpualert_web_refuses_root_and_other_addresses(site) -> None:
     env = {**os.environ, "GPUALERT_CONFIG": str(site["config"])}
     r = subprocess.run([weblib.GPUALERT, "web"], env=env, capture_output=True, text=True,

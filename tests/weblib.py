@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 GPUALERT = "/opt/gpualert/venv/bin/gpualert"
 VENV_PYTHON = "/opt/gpualert/venv/bin/python3"
 OTHER_USER = "gpatest2"  # user B: scripts/install-test-deps.sh makes it, as it makes gpatest
+TOKENS: dict[str, str] = {}  # a `gpualert web` base URL -> the token it printed
 
 
 def ensure_user(name: str) -> pwd.struct_passwd:
@@ -58,15 +59,18 @@ def free_port() -> int:
 @contextmanager
 def gpualert_web(user: str, config: Path) -> Iterator[str]:
     """`gpualert web` as `user`; yields its base URL (the line it prints)."""
+    m = None
     proc = subprocess.Popen(_env(user, {"GPUALERT_CONFIG": str(config)}) + [GPUALERT, "web"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         line = proc.stdout.readline()
-        m = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
+        m = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=([A-Za-z0-9_-]+) ", line)
         assert m, f"gpualert web printed {line!r}; stderr: {proc.stderr.read()[-2000:]}"
+        TOKENS[m.group(1)] = m.group(2)
         yield m.group(1)
     finally:
+        TOKENS.pop(m.group(1) if m else "", None)
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
 
@@ -103,10 +107,25 @@ def passenger(user: str, config: Path) -> Iterator[str]:
 
 
 
-def get(url: str, timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
-    """(status, headers, body) of a GET, 4xx/5xx included."""
+def _token(url: str) -> str | None:
+    return next((t for base, t in TOKENS.items() if url.startswith(base + "/")), None)
+
+
+def with_token(url: str) -> str:
+    """The URL as the user opens it: with `gpualert web`'s token (a browser then keeps the
+    cookie the app sets); Passenger's as it is."""
+    t = _token(url)
+    return url if t is None else url + ("&" if "?" in url else "?") + f"token={t}"
+
+
+def get(url: str, timeout: float = 30, token: bool = True) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of a GET, 4xx/5xx included, with `gpualert web`'s cookie
+    unless token=False."""
+    req = urllib.request.Request(url)
+    if token and _token(url):
+        req.add_header("Cookie", f"gpualert_token={_token(url)}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
@@ -116,7 +135,9 @@ def raw_get(base: str, path: str, timeout: float = 30) -> tuple[int, bytes]:
     """A GET with the path sent exactly as given (urllib would not send `..` unchanged)."""
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        t = TOKENS.get(base)
+        cookie = f"Cookie: gpualert_token={t}\r\n" if t else ""
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n{cookie}\r\n".encode())
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -145,7 +166,8 @@ def chromium() -> str:
 def chromium_dom(url: str) -> str:
     """The page's DOM once headless Chromium has loaded it."""
     r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-                        "--dump-dom", url], capture_output=True, text=True, timeout=120)
+                        "--dump-dom", with_token(url)], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout
 
@@ -154,7 +176,7 @@ def chromium_shot(url: str, out: Path, size: str = "1100,1300") -> bytes:
     """A PNG of the page as headless Chromium draws it."""
     r = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu",
                         "--hide-scrollbars", f"--window-size={size}", f"--screenshot={out}",
-                        url], capture_output=True, text=True, timeout=120)
+                        with_token(url)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and out.exists(), r.stderr[-2000:]
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

@@ -3,10 +3,10 @@ http://127.0.0.1:N/, served as the user who runs it, for a login node (an SSH tu
 laptop) where no Open OnDemand is.
 
 Loopback only, never root: the pages show what the caller can read, so they must reach no one
-else (another user of the login node can connect to 127.0.0.1 too, but sees only the pages of
-the user who started it: use it on a login node you trust, or Open OnDemand, which puts its
-own authentication in front). Root would read every user's job dir: refused
-(docs/SECURITY.md, "The web pages").
+else. Every user of the login node can connect to 127.0.0.1 too: each request must carry the
+secret token in the link this command prints (then a cookie; web.app.TokenGate), which only the
+invoking user sees. Root would read every user's job dir: refused (docs/SECURITY.md, "The web
+pages").
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import ipaddress
 import os
+import secrets
 import socket
 import sys
 from socketserver import ThreadingMixIn
@@ -64,9 +65,11 @@ def main(argv: list[str]) -> int:
         return 2
     from gpualert_slurm.core.config import ConfigError, load_config
     from gpualert_slurm.web import make_app
+    from gpualert_slurm.web.app import TokenGate
 
     try:
-        app = make_app(load_config())
+        token = secrets.token_urlsafe(24)
+        app = TokenGate(make_app(load_config()), token)
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
@@ -75,7 +78,8 @@ def main(argv: list[str]) -> int:
                      handler_class=_Quiet) as httpd:
         host, port = httpd.server_address[:2]
         shown = f"[{host}]" if ":" in host else host
-        print(f"gpualert web: http://{shown}:{port}/ (Ctrl-C stops it)", flush=True)
+        print(f"gpualert web: http://{shown}:{port}/?token={token} (Ctrl-C stops it)",
+              flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             httpd.serve_forever()
     return 0

@@ -409,6 +409,47 @@ def _artifacts(v: Verdict, here: str) -> list[dict[str, Any]]:
     return out
 
 
+class TokenGate:
+    """`gpualert web`'s lock: every user of a login node can connect to its 127.0.0.1 port,
+    so a request must carry the secret the command printed (the URL's `token=`, then the
+    cookie it sets; the link only the invoking user saw). Else 403, before anything is read.
+    Open OnDemand needs none: its front end authenticates and routes to the user's own PUN."""
+
+    COOKIE = "gpualert_token"
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], token: str) -> None:
+        self.app, self.token = app, token
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
+                 ) -> Iterable[bytes]:
+        import hmac
+        from http.cookies import CookieError, SimpleCookie
+
+        q = parse_qs(environ.get("QUERY_STRING", ""))
+        given = (q.get("token") or [""])[0]
+        if given and hmac.compare_digest(given.encode(), self.token.encode()):
+            rest = urlencode([(k, v) for k, vs in q.items() if k != "token" for v in vs])
+            path = (environ.get("SCRIPT_NAME") or "") + (environ.get("PATH_INFO") or "/")
+            where = quote(path) + (f"?{rest}" if rest else "")
+            start_response("303 See Other", [
+                ("Location", where),
+                ("Set-Cookie", f"{self.COOKIE}={self.token}; Path=/; HttpOnly; "
+                               "SameSite=Strict"), ("Content-Length", "0")] + HEADERS)
+            return [b""]
+        try:
+            jar = SimpleCookie(environ.get("HTTP_COOKIE", ""))
+        except CookieError:
+            jar = SimpleCookie()
+        have = jar[self.COOKIE].value if self.COOKIE in jar else ""
+        if have and hmac.compare_digest(have.encode(), self.token.encode()):
+            return self.app(environ, start_response)
+        body = (b"403 Forbidden: open the link `gpualert web` printed (it carries its "
+                b"token).\n")
+        start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8"),
+                                         ("Content-Length", str(len(body)))] + HEADERS)
+        return [body]
+
+
 def make_app(cfg: Config | None = None) -> App:
     """The application over the site config (load_config: $GPUALERT_CONFIG or the default)."""
     return App(cfg or load_config())
