@@ -341,3 +341,24 @@ def test_pyxis_failure_alone_says_the_container_did_not_start(tmp_path: Path) ->
                 "with rc=-1\nslurmstepd: error: Failed to invoke spank plugin stack\n")
     assert v.cls == "cuda_setup" and v.confidence <= 0.6
     assert "container did not start" in v.detail and "credentials" in v.detail
+
+
+# ---- a store timeout behind an NCCL set-up error; srun unable to reach a node ----
+
+def test_nccl_unique_id_store_timeout_is_a_collective_timeout(tmp_path: Path) -> None:
+    # (was: nccl_error) ProcessGroupNCCL.cpp broadcastUniqueNCCLID's store->get failing
+    exc = ("torch.distributed.DistBackendError: [5] is setting up NCCL communicator and "
+           "retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but "
+           "store->get('0') got error: Socket Timeout")
+    text = (PROGRESS + "Traceback (most recent call last):\n  File \"train.py\", line 9, in "
+            "<module>\n    dist.barrier()\n" + exc + "\n")
+    assert alone(tmp_path, text) == "collective_timeout"
+
+
+def test_srun_unable_to_launch_on_a_node_is_node_failure(tmp_path: Path) -> None:
+    # (was: unknown) srun's launch error with slurm_strerror's words
+    text = ("srun: error: Task launch for StepId=8812.0 failed on node gpu-31: Communication "
+            "connection failure\nsrun: error: Application launch failed: Communication "
+            "connection failure\nsrun: Job step aborted: Waiting up to 32 seconds for job step "
+            "to finish.\n")
+    assert alone(tmp_path, text) == "node_failure"

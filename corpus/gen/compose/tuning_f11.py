@@ -85,6 +85,7 @@ HOOK_ERRORS = ["initialization error: nvml error: driver not loaded",
                "requirement error: unsatisfied condition: cuda>=12.4, please update your driver "
                "to a newer version, or use an earlier cuda container"]
 REGISTRIES = ["registry.example.org", "gitlab.example.edu:5050", "ghcr.io"]
+LAUNCH_ERRORS = ["Communication connection failure", "Socket timed out on send/recv operation"]
 NCCL_SYS = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
             "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
             "details), NCCL version 2.19.3\nncclSystemError: System call (e.g. socket, malloc) or "
