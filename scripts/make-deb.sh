@@ -28,7 +28,7 @@ changelog=$(dpkg-parsechangelog -l debian/changelog -S Version)
     echo "make-deb: gpualert_slurm.__version__ is $version but debian/changelog says $changelog" >&2
     exit 1; }
 
-out=build/deb
+out=${GPUALERT_DEB_BUILD:-build/deb}   # another dir: builds side by side (tests/test_rpm_package.py)
 src=$out/gpualert-slurm-$version
 rm -rf "$out"
 dist=${GPUALERT_DEB_DIST:-dist}
