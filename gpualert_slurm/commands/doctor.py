@@ -7,7 +7,8 @@
     info <fact>                                   (spool usage, retention)
     FAIL <check>: <what is wrong> -> <fix>
 Exit status 1 when any check fails; warnings do not fail. Reads files only (and asks nothing of
-Slurm); the one network action is a TCP connect to the mail relay to read its SMTP banner.
+Slurm: `scontrol --version` prints the client's own release); the one network
+action is a TCP connect to the mail relay to read its SMTP banner.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import glob
 import os
 import socket
 import stat
+import subprocess
 from dataclasses import dataclass
 
 from gpualert_slurm.core import cgroup_layout
@@ -289,6 +291,62 @@ def spool_usage(cfg: Config, time_limit_s: float = SCAN_LIMIT_S) -> list[Result]
     return [Result(text, True, kind="info"), Result(ret, True, kind="info")]
 
 
+# The Slurm releases tests/test_version_matrix.py runs (its VERSIONS; test_doctor_slurm_version
+# checks the two agree): another release may parse, time or fail differently.
+TESTED_SLURM = ("22.05", "24.11", "26.05")
+SLURM_VERSIONS_DOC = "docs/SLURM-VERSIONS.md"
+
+
+def check_slurm_version(scontrol: str = "scontrol") -> Result:
+    """This node's Slurm release against the tested matrix. `scontrol --version` prints the
+    client's own version: no RPC, slurmctld is not asked."""
+    check = "Slurm version"
+    try:
+        out = subprocess.run([scontrol, "--version"], capture_output=True, text=True,
+                             timeout=10, stdin=subprocess.DEVNULL).stdout.split()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Result(check, True, f"cannot run {scontrol} --version ({e})",
+                      "run doctor where Slurm's clients are installed", kind="warn")
+    return judge_slurm_version(out[-1] if out else "")
+
+
+def judge_slurm_version(version: str) -> Result:
+    """The doctor's line for Slurm `version` ("26.05.5"): ok inside the tested matrix, else a
+    warning that says so."""
+    check = "Slurm version"
+    release = ".".join(version.split(".")[:2])
+    if release in TESTED_SLURM:
+        return Result(f"{check} {version} (tested: {', '.join(TESTED_SLURM)})", True)
+    return Result(check, True, f"Slurm {version or '(unknown)'} is outside the tested matrix "
+                  f"({', '.join(TESTED_SLURM)}): JSON shapes, defaults and SPANK may differ",
+                  f"see {SLURM_VERSIONS_DOC}; run tests/test_version_matrix.py against it "
+                  "before relying on it", kind="warn")
+
+
+# What Slurm gives the hooks before it kills them (PrologTimeout, EpilogTimeout, both from
+# PrologEpilogTimeout; unset: no limit) against the shims' own bounds (epilog.d: `timeout -k
+# 2` of GPUALERT_HOOK_TIMEOUT, 25 s on a node, 55 s for EpilogSlurmctld, the kill included):
+# a node's Prolog or Epilog killed by Slurm drains the node, EpilogSlurmctld killed loses the
+# report (slurm.conf(5)). EpilogTimeout bounds both epilogs.
+HOOK_BOUNDS_S = {"PrologTimeout": 27, "EpilogTimeout": 57}
+
+
+def check_hook_timeouts(slurm_conf: str) -> list[Result]:
+    both = _conf_value(slurm_conf, "PrologEpilogTimeout")
+    res = []
+    for key, bound in HOOK_BOUNDS_S.items():
+        value = _conf_value(slurm_conf, key) or both
+        if not value or not value.isdigit():
+            continue  # unset: Slurm waits for them without a limit
+        if int(value) < bound:
+            res.append(Result(f"{key} ({value} s)", False, f"gpualert's hooks may run {bound} s "
+                              "and Slurm would kill them first (a node's Prolog or Epilog "
+                              "killed drains the node; EpilogSlurmctld killed loses the "
+                              f"report)", f"set {key}= (or PrologEpilogTimeout=) to {bound} or "
+                              "more, or lower GPUALERT_HOOK_TIMEOUT in the shims", kind="warn"))
+    return res
+
+
 def check_spool(spool: str) -> Result:
     name = f"spool {spool}"
     fix = f"install -d -o root -g root -m 0755 {spool}"
@@ -459,6 +517,8 @@ def main(argv: list[str]) -> int:
     results.append(check_breakers(cfg))
     results += spool_usage(cfg)
     results.append(check_cgroup(slurm_conf))
+    results.append(check_slurm_version())
+    results += check_hook_timeouts(slurm_conf)
     for r in results:
         print(r.line(), flush=True)
     failed = sum(r.failed for r in results)
