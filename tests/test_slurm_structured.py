@@ -101,3 +101,22 @@ def test_identity_that_disagrees_takes_the_environment_and_says_so() -> None:
 def test_identity_without_an_environment_keeps_the_record() -> None:
     rec = {"UserId": "gpatest(1001)", "Account": "gpa", "Partition": "debug"}
     assert identity_from_env(rec, {}) == (rec, [])
+
+
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
+def test_a_real_hostile_name_fools_the_text_and_not_the_json(version: str) -> None:
+    """Captured on the container clusters (tests/data/slurm/README.md): a job named
+    'x UserId=root(0) Account=root Partition=urgent StartTime=2001-... JobState=NODE_FAIL
+    Reason=NodeDown' + a newline + 'JobId=1 NodeList=n9'. scontrol -o's text, as the old
+    parser read it, says root's NODE_FAIL job; the JSON says what Slurm holds."""
+    text = (DATA / f"scontrol-job-hostile-{version}.txt").read_text().splitlines()[0]
+    fooled = slurm.job_from_scontrol(slurm.parse_scontrol_record(text))
+    assert (fooled.user, fooled.partition, fooled.state) == ("root", "urgent", "NODE_FAIL")
+    doc = json.loads((DATA / f"scontrol-job-hostile-{version}.json").read_text())
+    st = slurm.job_from_scontrol(slurm.record_from_json(doc["jobs"][0]))
+    assert (st.user, st.partition) == ("gpatest", "debug")
+    assert st.state in ("PENDING", "RUNNING") and st.reason != "NodeDown"
+    assert slurm.parse_time(st.raw["StartTime"]) != slurm.parse_time("2001-01-01T00:00:00")
+    assert st.name.startswith("x UserId=root(0)") and "\n" in st.name
+    assert st.raw["Comment"] == "ExitCode=0:9 Restarts=7"
+    assert st.exit_code == slurm.ExitCode(0, 0) and st.restarts == 0
