@@ -461,18 +461,25 @@ SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "DerivedExitCode", "NodeList", 
                 "Partition", "User", "Reason", "Submit", "JobName")
 
 
-def parse_sacct_table(text: str, delimiter: str = SACCT_DELIM) -> list[JobState]:
-    """Parse `sacct -n -P --delimiter=D -o <SACCT_FIELDS>`: one JobState per job, steps
-    attached, in sacct's order."""
+# What root reads from accounting: no free text. sacct prints a job name raw, newlines and
+# the delimiter included, so a name 'x\n<its id>\x1fNODE_FAIL\x1f...' was a second row of
+# the job's, the one read (third pass on issue 28); without JobName each line is one record.
+ACCT_FIELDS = SACCT_FIELDS[:-1]
+
+
+def parse_sacct_table(text: str, delimiter: str = SACCT_DELIM,
+                      fields: tuple[str, ...] = SACCT_FIELDS) -> list[JobState]:
+    """Parse `sacct -n -P --delimiter=D -o <fields>` (SACCT_FIELDS, or ACCT_FIELDS: those
+    without JobName): one JobState per job, steps attached, in sacct's order."""
     jobs: list[dict[str, Any]] = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        cols = line.split(delimiter, len(SACCT_FIELDS) - 1)
-        if len(cols) != len(SACCT_FIELDS):
-            raise SlurmError(f"sacct: expected {len(SACCT_FIELDS)} fields, got {len(cols)}: "
+        cols = line.split(delimiter, len(fields) - 1)
+        if len(cols) != len(fields):
+            raise SlurmError(f"sacct: expected {len(fields)} fields, got {len(cols)}: "
                              f"{line[:120]!r}")
-        row = dict(zip(SACCT_FIELDS, cols, strict=True))
+        row = dict(zip(fields, cols, strict=True))
         job_part, dot, step = row["JobIDRaw"].partition(".")
         if not job_part.isdigit():
             raise SlurmError(f"sacct: bad JobIDRaw {row['JobIDRaw']!r}")
@@ -494,7 +501,7 @@ def parse_sacct_table(text: str, delimiter: str = SACCT_DELIM) -> list[JobState]
             reason=row["Reason"] or "None",
             nodes=tuple(expand_hostlist(nodelist)),
             nodelist=nodelist,
-            name=row["JobName"],
+            name=row.get("JobName", ""),
             user=row["User"],
             partition=row["Partition"],
             derived_exit_code=ExitCode.parse(row["DerivedExitCode"])
@@ -657,8 +664,8 @@ def accounting(job_id: int | str, timeout: float = DEFAULT_TIMEOUT) -> JobState:
     """
     jid = _job_arg(job_id)
     args = ["sacct", "-n", "-P", f"--delimiter={SACCT_DELIM}", "-j", jid,
-            "-o", ",".join(SACCT_FIELDS)]
-    jobs = [j for j in parse_sacct_table(run(args, timeout=timeout))
+            "-o", ",".join(ACCT_FIELDS)]
+    jobs = [j for j in parse_sacct_table(run(args, timeout=timeout), fields=ACCT_FIELDS)
             if str(j.job_id) == jid.split("_")[0]]
     if not jobs:
         raise JobNotFound(f"sacct -j {jid}: no accounting record (yet)")
