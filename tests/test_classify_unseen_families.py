@@ -182,6 +182,9 @@ def test_open_mpi_1_lost_daemon_wording_is_node_failure(tmp_path: Path) -> None:
     "| -> 2                      | Failure                |\n"
     "|    -> Memory              | Failure                |\n"
     "|                           | Detected 3 volatile double-bit ECC error(s) in GPU 2. |\n",
+    "+ nvidia-smi -q -d ROW_REMAPPER\n    Remapped Rows\n        Correctable Error           : 0\n"
+    "        Uncorrectable Error         : 3\n        Pending                     : Yes\n"
+    "        Remapping Failure Occurred  : Yes\n",
 ])
 def test_gpu_hardware_wordings_in_job_output(tmp_path: Path, text: str) -> None:
     v = verdict(tmp_path, PROGRESS + text)
@@ -192,6 +195,7 @@ def test_gpu_hardware_wordings_in_job_output(tmp_path: Path, text: str) -> None:
     "GPU 00000000:41:00.0: GPU requires reset",
     "| Overall Health            | Failure                |",
     "Detected 3 volatile double-bit ECC error(s) in GPU 2.",
+    "        Remapping Failure Occurred  : Yes",
 ])
 def test_job_output_hardware_wordings_back_no_drain(line: str) -> None:
     # the trust boundary stands: only the kernel rules judge root's sealed driver lines, and
