@@ -286,3 +286,23 @@ def test_a_spool_a_user_made_is_not_read(site) -> None:
     finally:
         shutil.rmtree(fake, ignore_errors=True)
         shutil.rmtree(f"{site['spool']}-fake", ignore_errors=True)
+
+
+def test_report_url_links_the_mail_to_the_page(tmp_path) -> None:
+    """report.url (config): the mail's text and HTML parts link to the job's page; a URL
+    without {job} or of another scheme is refused; unset, the mail says nothing of it."""
+    from gpualert_slurm.core.config import ConfigError, load_config
+    from gpualert_slurm.report import render
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("report:\n  url: https://ondemand.example.org/pun/sys/gpualert/job/{job}\n")
+    url = load_config(str(cfg)).report.url
+    v = {"version": 1, "job_id": "77", "failed": True, "verdict": {"class": "cuda_oom"}}
+    page = "https://ondemand.example.org/pun/sys/gpualert/job/77"
+    assert f"This job's page: {page}" in render(v, "text", url=url)
+    assert f'<a href="{page}">' in render(v, "html", url=url)
+    assert "This job's page" not in render(v, "text") + render(v, "html")
+    for bad in ("javascript:alert(1)/{job}", "https://host/job/", "https://h/{job} x"):
+        cfg.write_text(f"report:\n  url: '{bad}'\n")
+        with pytest.raises(ConfigError, match="report.url"):
+            load_config(str(cfg))
