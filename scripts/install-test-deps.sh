@@ -19,7 +19,9 @@ id -u gpatest2 >/dev/null 2>&1 || useradd --create-home --shell /bin/bash --user
 # Phusion Passenger (Debian's), which serves ood/gpualert/passenger_wsgi.py in the tests as
 # Open OnDemand's per-user server does.
 if ! command -v passenger >/dev/null 2>&1; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends passenger
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends passenger >/dev/null
 fi
 if "$TVENV/bin/python" -c "import torch.distributed.run, torch.multiprocessing" 2>/dev/null; then
     exit 0
