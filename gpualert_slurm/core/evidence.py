@@ -75,6 +75,46 @@ def filter_kernel_lines(lines: list[str], start: float | None, end: float | None
     return out
 
 
+# An OOM kill names the memory cgroup it happened in, which Slurm names after the job: v1
+# /slurm[_<node>]/uid_<u>/job_<id>/..., v2 /system.slice/slurmstepd.scope/job_<id>/..., 26.05
+# job_<SLUID>. The event's other lines carry the killed task's pid.
+_MEMCG_JOB = re.compile(r"\b(?:oom_memcg|task_memcg)=[^,\s]*?/job_([A-Za-z0-9]+)(?=[/,\s]|$)")
+_EVENT_PID = re.compile(r"[,\s]pid=(\d+)\b")
+_KILLED_PID = re.compile(r"\bKilled process (\d+)\b")
+_INVOKED = re.compile(r"invoked oom-killer")
+
+
+def bind_to_job(lines: list[str], job_ids: set[str]) -> tuple[list[str], list[str], set[str]]:
+    """(lines kept, lines left out, the other jobs named): an OOM kill whose memory cgroup is
+    another job's is no evidence for this one, nor are the lines of that event (the
+    'invoked oom-killer' before it, 'Killed process <its pid>'). On a node shared by several
+    jobs, a SIGKILLed job was judged host_oom from its neighbour's kill (issue 32). Lines
+    that name no job are kept."""
+    texts = [parse_iso_line(ln)[1] for ln in lines]
+    drop: set[int] = set()
+    others: set[str] = set()
+    pids: set[str] = set()
+    for i, t in enumerate(texts):
+        jobs = set(_MEMCG_JOB.findall(t))
+        if not jobs or jobs & job_ids:
+            continue
+        drop.add(i)
+        others |= jobs
+        pids |= set(_EVENT_PID.findall(t))
+        for j in range(i - 1, -1, -1):  # the event's first line, just before
+            if _INVOKED.search(texts[j]):
+                drop.add(j)
+                break
+            if _MEMCG_JOB.search(texts[j]):
+                break
+    for i, t in enumerate(texts):
+        m = _KILLED_PID.search(t)
+        if m and m.group(1) in pids:
+            drop.add(i)
+    return ([ln for i, ln in enumerate(lines) if i not in drop],
+            [lines[i] for i in sorted(drop)], others)
+
+
 def run_tool(argv: list[str], timeout: float) -> tuple[str | None, str]:
     """A root tool's stdout, or None and why not (not installed, no answer, failed)."""
     exe = shutil.which(argv[0])
@@ -92,11 +132,12 @@ def run_tool(argv: list[str], timeout: float) -> tuple[str | None, str]:
     return p.stdout, ""
 
 
-def kernel_evidence(start: float | None, end: float | None,
-                    timeout: float = 5.0) -> dict[str, Any]:
+def kernel_evidence(start: float | None, end: float | None, timeout: float = 5.0,
+                    job_ids: set[str] | None = None) -> dict[str, Any]:
     """{"source": "dmesg"|"journalctl"|None, "lines": [...], "absent": reason|None}. `start`
     is the run's start (this node's Prolog, else Slurm): without it no line is read (lines
-    since boot would be other jobs' and other users')."""
+    since boot would be other jobs' and other users'). job_ids (the job's id and SLUID): lines
+    naming another job's cgroup are left out, counted under "other_jobs" (bind_to_job)."""
     if start is None:
         return {"source": None, "lines": [],
                 "absent": "the job's start time from Slurm is not known: no kernel lines read"}
@@ -108,8 +149,13 @@ def kernel_evidence(start: float | None, end: float | None,
         if text is None:
             reasons.append(why)
             continue
-        return {"source": argv[0], "absent": None,
-                "lines": filter_kernel_lines(text.splitlines(), start, end)}
+        lines = filter_kernel_lines(text.splitlines(), start, end)
+        out: dict[str, Any] = {"source": argv[0], "absent": None, "lines": lines}
+        if job_ids:
+            out["lines"], dropped, others = bind_to_job(lines, job_ids)
+            if dropped:
+                out["other_jobs"] = {"jobs": sorted(others)[:10], "lines": len(dropped)}
+        return out
     return {"source": None, "lines": [], "absent": "; ".join(reasons)}
 
 

@@ -133,7 +133,8 @@ def write_node_record(nfd: int, js: JobSpool, env: dict[str, str], cfg: Config, 
         rec = read_json_nofollow(f"{node_file_name(node)}.prolog.json", nfd, owners=(0,))
         before = rec.get("nvml") if prolog_record_of_this_run(
             rec, node, js.attempt, start, t0, jobid) else None
-    kernel = kernel_evidence(start, t0, timeout=min(5.0, cfg.hook_timeout_s / 4))
+    ids = {jobid} | ({env["SLURM_JOB_SLUID"]} if env.get("SLURM_JOB_SLUID") else set())
+    kernel = kernel_evidence(start, t0, timeout=min(5.0, cfg.hook_timeout_s / 4), job_ids=ids)
     nvml = nvml_evidence(before)
     root_facts = provenance.node_facts(
         jobid, js.attempt, node, (start, t0), window_source, kernel, nvml,

@@ -101,6 +101,11 @@ def node_evidence(nodes: list[str], node_recs: dict[str, Any], trusted: dict[str
         r = sealed_view(r, (trusted["nodes"].get(n) or {}).get("verified"))
         k = r.get("kernel") or {}
         kernel += [f"{n}: {ln}" for ln in k.get("lines") or []]
+        other = k.get("other_jobs")
+        if isinstance(other, dict) and other.get("lines"):
+            jobs = ", ".join(str(j) for j in (other.get("jobs") or [])[:5])
+            notes.append(f"node {n}: {other['lines']} kernel line(s) in the job's window name "
+                         f"another job's memory cgroup (job {jobs}): no evidence for this one")
         nvml[n] = r.get("nvml")
         if (r.get("nvml") or {}).get("changed"):
             notes.append(f"node {n}: GPU error counters changed during the job: "
