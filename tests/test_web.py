@@ -52,7 +52,8 @@ def _verdict(d: Path, job: int, attempt: int = 0, **kw) -> None:
     v = {"version": 1, "job_id": str(job), "attempt": attempt, "attempt_path": str(d),
          "logs_dir": str(d / "tasks"), "failed": True,
          "job": {"name": kw.pop("name", "train"), "user": "u", "exit_code": 1,
-                 "end_time": kw.pop("end", time.time() - 600), "partition": "gpu"},
+                 "end_time": kw.pop("end", time.time() - 600), "partition": "gpu",
+                 "work_dir": kw.pop("work_dir", "/nonexistent")},
          "verdict": {"class": kw.pop("cls", "cuda_oom"), "domain": "workload",
                      "confidence": 0.9, "root_rank": 0, "root_node": "n1",
                      "hint": "Lower the batch size.",
@@ -83,8 +84,24 @@ def site() -> Iterator[dict]:
     lines[20] = b"bin \x00\x01\x1b[31m\xff\xfe end"
     _log(d, "0.0.log", b"\n".join(lines) + b"\n", a)
     _log(d, "batch.0.log", b"srun: error: task 0: Exited with exit code 1\n", a)
-    _verdict(d, 201, name=EVIL, evidence=[
-        {"file": str(d / "tasks" / "0.0.log"), "line": 3, "text": lines[2].decode()}])
+    # its work dir: an artifact the report attached, a link A planted to a file of B's that
+    # anyone may read, and a name that climbs out
+    work = base / "work-a"
+    work.mkdir()
+    _own(work, a, 0o755)
+    (work / "metrics.json").write_text('{"loss": 1.5}\n')
+    _own(work / "metrics.json", a, 0o644)
+    public_b = base / "b-public.txt"
+    public_b.write_text(SECRET_B)
+    _own(public_b, b, 0o644)
+    os.symlink(public_b, work / "link.json")
+    art = [{"kind": "artifact", "name": n, "size": 14, "attached_size": 14, "note": ""}
+           for n in ("metrics.json", "link.json", "../b-public.txt")]
+    _verdict(d, 201, name=EVIL, work_dir=str(work), evidence=[
+        {"file": str(d / "tasks" / "0.0.log"), "line": 3, "text": lines[2].decode()}],
+        artifacts={"budget": 1 << 20, "used": 42, "attached": art, "left_out": [
+            {"kind": "artifact", "name": "ckpt/*.pt", "size": None, "reason": "no match",
+             "where": str(work)}]})
     # a planted link to B's log, and an attempt dir that is a link to B's job
     os.symlink(spool / "301" / "tasks" / "0.0.log", d / "tasks" / "stolen.log")
     os.symlink(spool / "301", d / "attempt-7")
@@ -205,6 +222,18 @@ def test_log_viewer_pages_cuts_a_huge_line_and_escapes_binary(served) -> None:
         "Content-Disposition"]
 
 
+def test_artifacts_download_only_the_jobs_own_files(served) -> None:
+    s, _h, page = _text(served["a"] + "/job/201")
+    assert "metrics.json" in page and "ckpt/*.pt" in page
+    status, headers, body = get(served["a"] + "/job/201/0/artifact/0")
+    assert status == 200 and body == b'{"loss": 1.5}\n', (status, body)
+    assert headers["Content-Disposition"] == 'attachment; filename="metrics.json"'
+    for i in (1, 2, 3, 99):  # the planted link, the climb out, the glob, none
+        status, _h, body = get(served["a"] + f"/job/201/0/artifact/{i}")
+        assert status == 404 and SECRET_B.encode() not in body, i
+    assert get(served["b"] + "/job/201/0/artifact/0")[0] == 404
+
+
 def test_not_ready_half_written_and_hand_made_verdicts(served) -> None:
     s, _h, page = _text(served["a"] + "/job/202")
     assert s == 200 and "report not ready yet" in page and "0.0.log" in page
@@ -230,7 +259,7 @@ def test_no_way_into_another_users_job(served) -> None:
     for path in ("/job/301", "/job/301/0", "/job/301/0/log/0.0.log", "/job/301/0/raw/0.0.log",
                  "/job/201/0/log/stolen.log", "/job/201/0/raw/stolen.log", "/job/201/7",
                  "/job/201/7/log/0.0.log", "/job/201/0/log/..%2F..%2F301%2Ftasks%2F0.0.log",
-                 "/job/201/0/artifact/0", "/job/0201", "/nope"):
+                 "/job/201/0/artifact/1", "/job/0201", "/nope"):
         status, _h, body = get(a + path)
         assert status == 404, (path, status)
         assert SECRET_B.encode() not in body, path

@@ -400,7 +400,9 @@ def _artifacts(v: Verdict, here: str) -> list[dict[str, Any]]:
     out = []
     for a in rows:
         href = None
-        if a.get("kind") == "artifact" and a.get("name") in items:
+        # a file the report named (a glob that matched nothing has no size): downloadable
+        if a.get("kind") == "artifact" and a.get("name") in items and \
+                isinstance(a.get("size"), int):
             href = f"{here}/artifact/{items.index(a['name'])}"
         out.append({"name": str(a.get("name") or "?"), "kind": str(a.get("kind") or ""),
                     "size_h": _human(a.get("size") if isinstance(a.get("size"), int) else None),
