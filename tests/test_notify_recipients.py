@@ -49,6 +49,44 @@ def test_allowlist_refusals_are_reported_not_dropped(tmp_path):
     assert addr == "eve@gmail.example.com" and "not in mail.allow_domains" in why
 
 
+def test_source_routed_addresses_are_refused(tmp_path):
+    """user%evil.example.com@lab.example.org ends in an allowed domain, and a relay that honours
+    the percent hack delivers it to evil.example.com (issue 28)."""
+    cfg = cfg_with(tmp_path, allow_domains=["lab.example.org"])
+    r = resolve_recipients({"mail": ["x%evil.example.com@lab.example.org",
+                                     "evil.example.com!x@lab.example.org", "a@lab.example.org"]},
+                           {}, cfg)
+    assert list(r) == ["a@lab.example.org"]
+    assert [a for a, _ in r.refused] == ["x%evil.example.com@lab.example.org",
+                                         "evil.example.com!x@lab.example.org"]
+    assert "source routing" in r.refused[0][1]  # '!' is no address character at all
+
+
+def test_owner_policy_sends_a_report_to_its_users_own_address_only(tmp_path):
+    """mail.recipients: owner: the job's mail= and --mail-user cannot make gpualert mail
+    anyone else in its name; each other address is refused and said."""
+    cfg = cfg_with(tmp_path, recipients="owner", users={"alice": "alice@lab.example.org"})
+    env = {"SLURM_JOB_USER": "alice", "SLURM_JOB_MAIL_USER": "boss@lab.example.org"}
+    r = resolve_recipients({"mail": ["ceo@lab.example.org", "alice@lab.example.org"]}, env, cfg)
+    assert list(r) == ["alice@lab.example.org"]
+    assert [a for a, _ in r.refused] == ["ceo@lab.example.org"]
+    assert "mail.recipients is 'owner'" in r.refused[0][1]
+    # only others asked for: the user's own address instead, the others refused
+    r = resolve_recipients({}, env, cfg)
+    assert list(r) == ["alice@lab.example.org"] and r.refused[0][0] == "boss@lab.example.org"
+    r = resolve_recipients({}, {"SLURM_JOB_USER": "alice"}, cfg)
+    assert list(r) == ["alice@lab.example.org"] and r.refused == []
+
+
+def test_recipients_policy_is_checked_in_the_config(tmp_path):
+    import pytest
+
+    from gpualert_slurm.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="mail.recipients"):
+        cfg_with(tmp_path, recipients="everyone")
+
+
 def test_no_rule_for_the_user_says_so(tmp_path):
     cfg = cfg_with(tmp_path, domain=None)
     r = resolve_recipients({}, {"SLURM_JOB_USER": "carol"}, cfg)
