@@ -175,7 +175,9 @@ def nvml_evidence(before: Any) -> dict[str, Any]:
             prev = old.get(dev.get("uuid"))
             if not prev:
                 continue
-            for key in ("ecc_uncorrected_volatile", "retired_pages_pending"):
+            for key in ("ecc_uncorrected_volatile", "retired_pages_pending",
+                        "remapped_rows_uncorrected", "remapped_rows_pending",
+                        "remapped_rows_failure"):
                 a, b = prev.get(key), dev.get(key)
                 if isinstance(a, int | bool) and isinstance(b, int | bool) and a != b:
                     out["changed"].append(

@@ -16,6 +16,14 @@ def _field(fn: Any, *args: Any) -> Any:
     return v.decode() if isinstance(v, bytes) else v
 
 
+def _remapped(pynvml: Any, h: Any) -> dict[str, Any]:
+    rows = _field(pynvml.nvmlDeviceGetRemappedRows, h)
+    if not isinstance(rows, tuple | list) or len(rows) < 4:
+        return {"remapped_rows": rows}
+    return {"remapped_rows_corrected": rows[0], "remapped_rows_uncorrected": rows[1],
+            "remapped_rows_pending": bool(rows[2]), "remapped_rows_failure": bool(rows[3])}
+
+
 def gpu_snapshot() -> dict[str, Any] | str:
     try:
         import pynvml
@@ -49,7 +57,18 @@ def gpu_snapshot() -> dict[str, Any] | str:
                 "ecc_uncorrected_volatile": _field(
                     pynvml.nvmlDeviceGetTotalEccErrors, h,
                     pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+                "ecc_corrected_volatile": _field(
+                    pynvml.nvmlDeviceGetTotalEccErrors, h,
+                    pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
                 "retired_pages_pending": _field(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h),
+                # Ampere and later remap rows instead of retiring pages: (corrected, uncorrected,
+                # pending, failure) rows; the latter three moving is a hardware fault
+                **_remapped(pynvml, h),
+                "clock_sm_mhz": _field(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
+                "clock_mem_mhz": _field(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
+                "clock_event_reasons": _field(
+                    getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                    or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, h),
                 "processes": _field(
                     lambda h: [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)], h),
             }
