@@ -116,8 +116,12 @@ def run(args: Sequence[str], timeout: float = DEFAULT_TIMEOUT,
     if exe is None:
         raise SlurmError(f"{args[0]}: command not found (is Slurm's client installed and on PATH?)")
     try:
+        # errors="replace": job names, comments and paths are the user's bytes, and 22.05's
+        # `squeue --json` holds every job's; one name with an invalid UTF-8 byte made every
+        # read raise UnicodeDecodeError, every job's facts lost (third pass on issue 28)
         proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True, timeout=timeout,
-                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+                              errors="replace", stdin=subprocess.DEVNULL,
+                              env=dict(env) if env is not None else None)
     except subprocess.TimeoutExpired as e:
         raise SlurmError(f"{' '.join(args)}: no answer within {timeout:g} s") from e
     except OSError as e:
