@@ -169,7 +169,7 @@ def _summary(dec: dict[str, Any], outcome: str | None, results: list[dict[str, A
                    "outcome": r.get("outcome")} for r in results],
         "retries_left": dec.get("retries_left"), "notes": dec.get("notes"),
         "attribution": dec.get("attribution"), "outcome": outcome, "audit_log": audit_file,
-        "not_retried": dec.get("not_retried"),
+        "not_retried": dec.get("not_retried"), "xid": dec.get("xid") or {},
     }
 
 

@@ -3,7 +3,8 @@ idempotent: Slurm's current state is read first, so a decision carried out twice
 after a restart, acts once. Every step is announced in the audit log (fsynced) before it is
 taken, with the state it found, and its result recorded after.
 
-- drain_node: `scontrol update nodename=N state=drain reason="gpualert: <class> <evidence>"`;
+- drain_node: `scontrol update nodename=N state=drain reason="gpualert: <class> <evidence>"`,
+  or for a sealed Xid the catalogue's words ("gpualert: Xid 79 (fallen off the bus): reboot");
   a node already drained by someone else (NHC:, an admin) keeps its state and reason.
 - requeue [excluding nodes] [held]: requeuehold, merge ExcNodeList (it can only change on a
   pending job, and a new value replaces the old list), release unless held. A job Slurm has
@@ -42,6 +43,20 @@ def drain_reason(cls: str, evidence: str) -> str:
     # an admin's terminal (escaped); one argv element for scontrol, short, without '"'.
     text = " ".join(f"{REASON_PREFIX} {cls} {one_line(evidence, 400)}".split())
     return text.replace('"', "'")[:200]
+
+
+def xid_reason(x: dict[str, Any]) -> str:
+    """Slurm's Reason= for a drain the GPU fault catalogue asked for, in words NHC- and
+    NVSentinel-style tools and admins read: "gpualert: Xid 79 (fallen off the bus): reboot"."""
+    from gpualert_slurm.core.termsafe import one_line
+    from gpualert_slurm.core.xid import BUCKET_WORDS
+
+    words = BUCKET_WORDS.get(str(x.get("bucket")), str(x.get("bucket")))
+    sub = x.get("sub") or {}
+    unit = f" {sub.get('unit')} sub-code 0x{int(sub.get('sub_code') or 0):02x}" if sub else ""
+    esc = f" (escalated: {x['escalated']})" if x.get("escalated") else ""
+    text = f"{REASON_PREFIX} Xid {x.get('code')}{unit} ({x.get('short')}): {words}{esc}"
+    return " ".join(one_line(text, 400).split()).replace('"', "'")[:200]
 
 
 def _left(deadline: float) -> float:
@@ -170,8 +185,9 @@ def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: Audi
             if action == "drain_node":
                 # the drain's reason is the Slurm or root fact that allowed it, never job text
                 ev = (decision.get("backing") or {}).get(target) or decision.get("evidence") or ""
-                res, info = do_drain(target, drain_reason(decision["class"], ev), deadline,
-                                     audit, base)
+                x = (decision.get("xid") or {}).get(target)
+                reason = xid_reason(x) if x else drain_reason(decision["class"], ev)
+                res, info = do_drain(target, reason, deadline, audit, base)
             elif action == "requeue":
                 res, info = do_requeue(str(decision["job"]), int(decision["attempt"]),
                                        list(decision.get("exclude") or []),

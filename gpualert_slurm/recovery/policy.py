@@ -79,6 +79,9 @@ class Decision:
     # the nodes Slurm or root facts blame (the only ones later decisions count) and why
     trusted_suspects: list[str] = field(default_factory=list)
     backing: dict[str, str] = field(default_factory=dict)
+    # node -> the GPU fault catalogue's reading of the sealed driver Xid line that backs the
+    # class there (core/xid.py: code, meaning, bucket; "asked": the bucket before escalation)
+    xid: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -221,6 +224,7 @@ def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: Job
     The phases, in order: escalation, blast radius, retry budget, then what is planned (the
     breaker, the per-user cap, monitor mode), then the nodes flagged for the admin."""
     c = _case(cfg, Verdict.of(verdict), facts, history)
+    _xid_bucket(c)
     _escalate(c)
     _blast_radius(c)
     _retry_budget(c)
@@ -249,6 +253,58 @@ def _case(cfg: RecoveryConfig, verdict: Verdict, facts: JobFacts,
     excludable = list(dict.fromkeys([*trusted, *(n for n in claimed if n in ran)]))
     return _Case(cfg, facts, history, d, rule, sig, _decisions(history), ran, proven,
                  dict(facts.refuted), claimed, trusted, excludable)
+
+
+def _xid_drains(history: list[dict[str, Any]], node: str, code: int, since: float) -> int:
+    """Drains of `node` gpualert carried out since `since` for decisions whose sealed Xid on
+    that node was `code` (each a GPU reset or a reboot an admin did)."""
+    code_of = {h.get("id"): ((h.get("xid") or {}).get(node) or {}).get("code")
+               for h in history if h.get("event") == "decision"}
+    return sum(1 for h in history if h.get("event") == "result"
+               and h.get("action") == "drain_node" and h.get("outcome") == "done"
+               and h.get("target") == node and float(h.get("time") or 0) >= since
+               and code_of.get(h.get("id")) == code)
+
+
+def _xid_bucket(c: _Case) -> None:
+    """The GPU fault catalogue on the sealed driver Xid line that backs the class on each
+    proven node (never a line the job printed: only proven nodes are read): its bucket says
+    what the node needs. For gpu_hardware under the shipped rule, the bucket's actions replace
+    the rule's (IGNORE nothing, RESTART_APP requeue only, RESET_GPU / RESTART_BM / CONTACT_SUPPORT
+    drain and requeue elsewhere); a site rule for the class in recovery.rules keeps its own.
+    A node drained for the same code `escalation.after` times within the window escalates to
+    CONTACT_SUPPORT (gpud's reboot threshold)."""
+    from gpualert_slurm.core import xid
+
+    d = c.d
+    try:
+        cat = xid.catalogue()
+    except Exception as e:  # a broken shipped file: the class's rule alone decides
+        d.notes.append(f"the GPU fault catalogue could not be read ({str(e)[:120]})")
+        return
+    since = c.facts.time - cat.escalate_window_s
+    for n in c.trusted:
+        prefix = f"kernel log of {n}: "
+        why = c.proven.get(n, "")
+        f = cat.read(why[len(prefix):]) if why.startswith(prefix) else None
+        if f is None:
+            continue
+        item = {**f.to_json(), "asked": f.bucket}
+        if f.bucket in ("RESET_GPU", "RESTART_BM"):
+            done = _xid_drains(c.history, n, f.code, since)
+            if done >= cat.escalate_after:
+                item["bucket"] = "CONTACT_SUPPORT"
+                item["escalated"] = (f"{n} was drained {done} times for Xid {f.code} within "
+                                     f"{cat.escalate_window_s // 3600} h")
+                d.notes.append(f"escalated to CONTACT_SUPPORT: {item['escalated']} "
+                               f"(the GPU fault catalogue's threshold {cat.escalate_after})")
+        d.xid[n] = item
+    if not d.xid or d.cls != "gpu_hardware" or c.rule.name in dict(c.cfg.rules):
+        return
+    bucket = xid.worst([x["bucket"] for x in d.xid.values()])
+    d.recommended = list(xid.BUCKET_ACTIONS[bucket])
+    d.notes.append("GPU fault catalogue: " + "; ".join(
+        f"Xid {x['code']} ({x['short']}) on {n}: {x['bucket']}" for n, x in d.xid.items()))
 
 
 def _escalate(c: _Case) -> None:
@@ -348,6 +404,17 @@ def _targets(c: _Case, a: str) -> list[str] | None:
     if a not in ("drain_node", "exclude_node"):
         return [c.facts.job_id]
     ok, targets = (c.proven, c.trusted) if a == "drain_node" else (c.ran, c.excludable)
+    if a == "drain_node" and c.d.xid and c.d.cls == "gpu_hardware" \
+            and c.rule.name not in dict(c.cfg.rules):
+        # a node whose own sealed Xid asks for no drain is not drained for another's
+        from gpualert_slurm.core.xid import BUCKET_ACTIONS
+
+        keep = [t for t in targets if t not in c.d.xid
+                or "drain_node" in BUCKET_ACTIONS.get(c.d.xid[t]["bucket"], ())]
+        for t in set(targets) - set(keep):
+            c.d.not_taken.append({"action": a, "target": t, "why": (
+                f"its Xid {c.d.xid[t]['code']} asks for {c.d.xid[t]['bucket']}, no drain")})
+        targets = keep
     for n in c.claimed:
         if n not in ok:
             c.d.not_taken.append({"action": a, "target": n, "why": c.unbacked(n),

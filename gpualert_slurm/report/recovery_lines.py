@@ -7,6 +7,24 @@ from __future__ import annotations
 from typing import Any
 
 
+def xid_lines(found: Any) -> list[str]:
+    """The sealed driver Xid lines recovery read (node -> the GPU fault catalogue's reading), in
+    words a user understands: the code, what it means, what NVIDIA says the node needs."""
+    from gpualert_slurm.core.xid import BUCKET_ADVICE
+
+    out = []
+    for node, x in (found or {}).items() if isinstance(found, dict) else ():
+        if not isinstance(x, dict):
+            continue
+        sub = x.get("sub") or {}
+        unit = f", {sub.get('unit')} sub-code 0x{int(sub.get('sub_code') or 0):02x}" if sub else ""
+        advice = BUCKET_ADVICE.get(str(x.get("bucket")), str(x.get("bucket")))
+        esc = f" ({x['escalated']}: escalated)" if x.get("escalated") else ""
+        out.append(f"The GPU driver on {node} reported Xid {x.get('code')} ({x.get('short')}"
+                   f"{unit}): {x.get('meaning')}. NVIDIA's advice: {advice}{esc}.")
+    return out
+
+
 def report_lines(summary: dict[str, Any] | None) -> list[str]:
     """What recovery did, does or would have done for this run, and why, in sentences for the
     report (verdict.json's "recovery"; the report's templates render these lines). The job
@@ -19,7 +37,7 @@ def report_lines(summary: dict[str, Any] | None) -> list[str]:
     if outcome in ("undecided", "abandoned") and not summary.get("rule"):
         return [f"Recovery had not decided when this was written ({summary.get('why')}); "
                 "`gpualert show` has the decision once it is made."]
-    lines = []
+    lines = xid_lines(summary.get("xid"))
     excl = [p for p in summary.get("planned") or summary.get("would") or []
             if p.get("action") == "requeue"]
     held = " (held)" if excl and excl[0].get("hold") else ""
