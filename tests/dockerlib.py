@@ -9,10 +9,10 @@ The tests run Slurm's clients on this host (a login node outside the cluster's c
 `using()` points SLURM_CONF at the container cluster while a test module runs, and the
 clusterlib helpers (sbatch as the test user, sacct, log tails) then talk to it unchanged.
 
-The Debian 13 cluster (Slurm 24.11, `SUITES["24.11"]`) is a second one beside it: this host's
-22.05 clients cannot talk to 24.11, so root's clients are shims that run the cluster's own in
-its ctl container (`using()` puts them first on PATH), and the test user's jobs are submitted
-there (`DockerCluster.sbatch`).
+The Debian 13 cluster (Slurm 24.11, `SUITES["24.11"]`) is a second one beside it, and Debian
+sid's (Slurm 26.05, `SUITES["26.05"]`) a third: this host's 22.05 clients cannot talk to them,
+so root's clients are shims that run the cluster's own in its ctl container (`using()` puts
+them first on PATH), and the test user's jobs are submitted there (`DockerCluster.sbatch`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ from gpualert_slurm.core import slurm
 
 DCLUSTER = REPO / "docker" / "slurm-cluster" / "dcluster"
 # Slurm version -> the environment that selects its container cluster (dcluster's header).
-SUITES = {"22.05": {}, "24.11": {"GPUALERT_DCLUSTER_SUITE": "trixie"}}
+SUITES = {"22.05": {}, "24.11": {"GPUALERT_DCLUSTER_SUITE": "trixie"},
+          "26.05": {"GPUALERT_DCLUSTER_SUITE": "sid"}}
 # A cold start builds the images (debootstrap + apt): minutes on a 2-core machine.
 UP_TIMEOUT = 1800
 
@@ -217,6 +218,16 @@ def docker_cluster_2411_session() -> DockerCluster:
         return docker_cluster_up("24.11")
     except ClusterError as e:
         pytest.fail(f"the 24.11 container test cluster is not available:\n{e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def docker_cluster_2605_session() -> DockerCluster:
+    """The Debian sid / Slurm 26.05 container cluster (its image tag and `slurm_package=`
+    name the exact package: sid moves), brought up once a session. Fails - never skips."""
+    try:
+        return docker_cluster_up("26.05")
+    except ClusterError as e:
+        pytest.fail(f"the 26.05 container test cluster is not available:\n{e}", pytrace=False)
 
 
 @pytest.fixture(scope="module")

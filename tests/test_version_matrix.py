@@ -1,7 +1,8 @@
 """The cluster paths that matter, on each Slurm version gpualert is tested with: 22.05
-(Debian 12) and 24.11 (Debian 13), each a container cluster built from that release's own
-packages, the plugin compiled against that version's headers (docker/slurm-cluster/dcluster,
-GPUALERT_DCLUSTER_SUITE).
+(Debian 12), 24.11 (Debian 13) and 26.05 (Debian sid), each a container cluster built from that
+release's own packages, the plugin compiled against that version's headers
+(docker/slurm-cluster/dcluster, GPUALERT_DCLUSTER_SUITE). Test ids name the Slurm version and
+the nodes' cgroup layout: `[22.05-v1]`, `[24.11-v1]`, `[26.05-v1]`.
 
 Per version, two jobs and one command, kept few for CI's time (the 22.05 cluster is the one
 tests/test_docker_cluster.py already brings up):
@@ -34,6 +35,7 @@ from clusterlib import make_workdir, wait_final, wait_until, write_user_file
 from dockerlib import (  # noqa: F401
     DockerCluster,
     docker_cluster_2411_session,
+    docker_cluster_2605_session,
     docker_cluster_session,
     lose_a_node,
     using,
@@ -45,14 +47,24 @@ from gpualert_slurm.core import slurm
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 
-VERSIONS = {"22.05": "docker_cluster_session", "24.11": "docker_cluster_2411_session"}
+# "<Slurm version>-<cgroup layout>" (the test ids) -> the fixture of that container cluster
+VERSIONS = {"22.05-v1": "docker_cluster_session", "24.11-v1": "docker_cluster_2411_session",
+            "26.05-v1": "docker_cluster_2605_session"}
 
 
 @pytest.fixture(scope="module", params=list(VERSIONS))
 def vc(request: pytest.FixtureRequest) -> Iterator[DockerCluster]:
-    """The container cluster of one Slurm version, this process's clients pointed at it."""
+    """The container cluster of one Slurm version and cgroup layout, this process's clients
+    pointed at it. Says which Slurm package it runs (sid's moves) in the test output."""
     dc: DockerCluster = request.getfixturevalue(VERSIONS[request.param])
-    assert dc.facts.slurm_version.startswith(request.param), dc.facts.slurm_version
+    version, layout = request.param.split("-")
+    assert dc.facts.slurm_version.startswith(version + "."), dc.facts.slurm_version
+    assert dc.facts.cgroup == layout, (dc.facts.cgroup, request.param)
+    tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        raw = dc.facts.raw
+        tr.write_line(f"[{request.param}] Slurm {dc.facts.slurm_version}, package "
+                      f"{raw.get('slurm_package', '?')}, image {raw.get('image')}")
     require_plugin(dc.facts)
     with using(dc):
         yield dc
