@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import time
@@ -335,3 +336,38 @@ def test_report_url_links_the_mail_to_the_page(tmp_path) -> None:
         cfg.write_text(f"report:\n  url: '{bad}'\n")
         with pytest.raises(ConfigError, match="report.url"):
             load_config(str(cfg))
+
+
+def test_under_open_ondemands_prefix_every_link_keeps_it(site) -> None:
+    """OnDemand mounts the app at /pun/sys/gpualert (SCRIPT_NAME): each link and the filter
+    form stay under it. The app called as WSGI, as user A, the way Passenger calls it."""
+    code = (
+        "import sys\n"
+        "from wsgiref.util import setup_testing_defaults\n"
+        "from gpualert_slurm.web import make_app\n"
+        "app = make_app()\n"
+        "for path in ('/', '/job/201'):\n"
+        "    env = {}\n"
+        "    setup_testing_defaults(env)\n"
+        "    env.update(SCRIPT_NAME='/pun/sys/gpualert', PATH_INFO=path)\n"
+        "    sys.stdout.write(b''.join(app(env, lambda s, h: None)).decode())\n")
+    r = subprocess.run(["runuser", "-u", USER_A, "--", "env", f"GPUALERT_CONFIG={site['config']}",
+                        weblib.VENV_PYTHON, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    hrefs = re.findall(r'(?:href|action)="([^"#]+)', r.stdout)
+    assert len(hrefs) > 10 and "/pun/sys/gpualert/job/201/0/log/0.0.log?line=3" in hrefs
+    assert all(h.startswith("/pun/sys/gpualert/") for h in hrefs), [
+        h for h in hrefs if not h.startswith("/pun/sys/gpualert/")]
+
+
+def test_the_ondemand_app_dir_is_what_ondemand_reads() -> None:
+    """manifest.yml parses with the keys OnDemand's dashboard shows; passenger_wsgi.py is the
+    startup file (a WSGI `application`), refusing root."""
+    import yaml
+
+    app = weblib.REPO / "ood" / "gpualert"
+    m = yaml.safe_load((app / "manifest.yml").read_text())
+    assert m["role"] == "app" and m["name"] and m["category"] and m["description"]
+    src = (app / "passenger_wsgi.py").read_text()
+    assert "application = make_app()" in src and "geteuid() == 0" in src

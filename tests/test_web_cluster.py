@@ -50,6 +50,10 @@ if [ "$SLURM_ARRAY_TASK_ID" = 1 ]; then
   echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB' >&2; exit 1
 fi
 """
+PLAIN = """#!/bin/bash
+#SBATCH -J unmonitored
+exit 4
+"""
 OTHER = f"""#!/bin/bash
 #SBATCH --gpualert=mail={OTHER_USER}@localhost
 #SBATCH -J {SECRET_B}
@@ -58,7 +62,7 @@ exit 3
 """
 
 
-def _verdict(cluster: cl.ClusterFacts, job: int, timeout: float = 150) -> dict:
+def _verdict(cluster: cl.ClusterFacts, job: int, timeout: float = 300) -> dict:
     path = cluster.spool / str(job) / "verdict.json"
 
     def ready() -> dict | None:
@@ -72,7 +76,7 @@ def _verdict(cluster: cl.ClusterFacts, job: int, timeout: float = 150) -> dict:
                          diagnose=lambda: cl.diagnostics(job))
 
 
-def _array_tasks(cluster: cl.ClusterFacts, array: int, n: int, timeout: float = 150
+def _array_tasks(cluster: cl.ClusterFacts, array: int, n: int, timeout: float = 300
                  ) -> dict[int, dict]:
     """task id -> verdict of each of the array's tasks (each has its own job id)."""
     def ready() -> dict[int, dict] | None:
@@ -101,10 +105,12 @@ def ran(cluster: cl.ClusterFacts) -> dict:
     jobs = {"timeout": cl.submit(TIMEOUT, workdir=d, name="eval.sh"),
             "oom": cl.submit(OOM, workdir=d, name="train.sh"),
             "array": cl.submit(ARRAY, workdir=d, name="sweep.sh"),
-            "other": cl.submit(OTHER, workdir=d_b, name="b.sh", user=OTHER_USER)}
+            "other": cl.submit(OTHER, workdir=d_b, name="b.sh", user=OTHER_USER),
+            "plain": cl.submit(PLAIN, workdir=d, name="plain.sh")}
     try:
         out = {"jobs": jobs, "verdicts": {k: _verdict(cluster, j) for k, j in jobs.items()
-                                          if k != "array"}}
+                                          if k not in ("array", "plain")}}
+        cl.wait_final(jobs["plain"])
         out["tasks"] = _array_tasks(cluster, jobs["array"], 3)
     except BaseException:
         cl.cancel_quietly(*jobs.values())
@@ -129,6 +135,21 @@ def test_the_list_in_chromium_has_each_job_of_the_user_and_not_the_others(url, r
         assert labels().get(v["verdict"]["class"], v["verdict"]["class"]) in dom, kind
     assert f"array {jobs['array']}" in dom and "3 tasks, 1 failed" in dom
     assert str(jobs["other"]) not in dom and SECRET_B not in dom
+
+
+def test_the_list_adds_what_accounting_still_knows(url, ran) -> None:
+    """A job gpualert never monitored has no spool dir: accounting (sacct -u, as the user)
+    still lists it on demand, and says it cannot tell which kind of gone it is."""
+    jobs = ran["jobs"]
+    plain = str(jobs["plain"])
+    status, _h, body = weblib.get(url + "/")
+    assert status == 200 and f"/job/{plain}" not in body.decode()
+    status, _h, body = weblib.get(url + "/?past=1")
+    page = body.decode()
+    past = page.split("no longer in the spool", 1)[1]
+    assert status == 200 and f"<td>{plain}</td><td>FAILED</td><td>4:0</td>" in past, past[:3000]
+    assert f"<td>{jobs['oom']}</td>" not in past  # in the spool: listed above, not here
+    assert str(jobs["other"]) not in past  # user B's: sacct -u is the user's own
 
 
 def test_job_pages_in_chromium_show_the_verdict_evidence_and_logs(url, ran) -> None:

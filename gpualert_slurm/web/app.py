@@ -241,15 +241,16 @@ class App:
         args = ["sacct", "-n", "-P", "-X", f"--delimiter={slurm.SACCT_DELIM}", "-u",
                 pwd.getpwuid(os.getuid()).pw_name, "-S",
                 time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
-                "-o", ",".join(slurm.SACCT_FIELDS)]
+                "-o", ",".join(slurm.ACCT_FIELDS)]  # no JobName: sacct prints it raw
         if until:
             args += ["-E", time.strftime("%Y-%m-%dT23:59:59", time.localtime(until))]
         try:
-            jobs = slurm.parse_sacct_table(slurm.run(args, timeout=10.0))
+            jobs = slurm.parse_sacct_table(slurm.run(args, timeout=10.0),
+                                           fields=slurm.ACCT_FIELDS)
         except (slurm.SlurmError, OSError) as e:
             return [], f"Slurm's accounting could not be asked: {e}"
         out = [{"job_id": str(j.job_id), "state": j.state, "exit": str(j.exit_code),
-                "name": j.name, "nodes": j.nodelist}
+                "partition": j.partition, "nodes": j.nodelist}
                for j in jobs if str(j.job_id) not in have]
         return out, ""
 
