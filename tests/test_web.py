@@ -98,7 +98,7 @@ def site() -> Iterator[dict]:
     os.symlink(public_b, work / "link.json")
     art = [{"kind": "artifact", "name": n, "size": 14, "attached_size": 14, "note": ""}
            for n in ("metrics.json", "link.json", "../b-public.txt")]
-    _verdict(d, 201, name=EVIL, work_dir=str(work), evidence=[
+    _verdict(d, 201, name=EVIL + "\x1b]0;owned\x07", work_dir=str(work), evidence=[
         {"file": str(d / "tasks" / "0.0.log"), "line": 3, "text": lines[2].decode()}],
         artifacts={"budget": 1 << 20, "used": 42, "attached": art, "left_out": [
             {"kind": "artifact", "name": "ckpt/*.pt", "size": None, "reason": "no match",
@@ -168,6 +168,7 @@ def test_the_list_shows_the_callers_jobs_only_an_array_as_one_row(served) -> Non
     assert "/job/211" not in page  # the array's tasks are one row
     assert "301" not in page and SECRET_B not in page
     assert EVIL not in page and "&lt;script&gt;" in page
+    assert "\x1b" not in page and "\x07" not in page and "\\x1b]0;owned\\x07" in page
     # B sees B's one job, none of A's
     status, _h, page_b = _text(served["b"] + "/")
     assert status == 200 and '/job/301"' in page_b and "/job/201" not in page_b

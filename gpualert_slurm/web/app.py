@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, quote, urlencode
 from gpualert_slurm.core import slurm
 from gpualert_slurm.core.config import Config, load_config
 from gpualert_slurm.core.templates import get_template
+from gpualert_slurm.core.termsafe import one_line
 from gpualert_slurm.core.verdict import Verdict
 from gpualert_slurm.web import logpage, store
 
@@ -165,7 +166,9 @@ class App:
                                    "failed": False, "array": None, "task": None}
             if v is not None:
                 cls = v.cause.klass
-                row.update(name=v.job.name or "", cls=cls, label=names.get(cls, cls),
+                # a name's control characters shown escaped, as a terminal shows them
+                row.update(name=one_line(v.job.name or "", 80), cls=cls,
+                           label=names.get(cls, cls),
                            word=status_word(v), failed=v.failed_or_silent,
                            when=v.job.end_time or v.time or run.mtime)
                 if v.array is not None and v.array.job_id:
