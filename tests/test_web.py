@@ -312,7 +312,7 @@ def test_a_spool_a_user_made_is_not_read(site) -> None:
         with weblib.gpualert_web(USER_A, cfg) as url:
             weblib.wait_up(url + "/")
             status, _h, body = get(url + "/job/201")
-            assert status == 503 and b"not one to trust" in body
+            assert status == 503 and b"not one to trust" in body and b"uid" in body
             assert b"CUDA out of memory" not in body
     finally:
         shutil.rmtree(fake, ignore_errors=True)
@@ -372,3 +372,20 @@ def test_the_ondemand_app_dir_is_what_ondemand_reads() -> None:
     assert m["role"] == "app" and m["name"] and m["category"] and m["description"]
     src = (app / "passenger_wsgi.py").read_text()
     assert "application = make_app()" in src and "geteuid() == 0" in src
+
+
+def test_a_spool_that_is_not_there_is_a_503_not_a_500(tmp_path) -> None:
+    from wsgiref.util import setup_testing_defaults
+
+    from gpualert_slurm.core.config import Config
+    from gpualert_slurm.web import make_app
+
+    app = make_app(Config(spool=str(tmp_path / "no-spool")))
+    for path in ("/", "/job/1", "/job/1/0/log/0.0.log"):
+        env: dict = {}
+        setup_testing_defaults(env)
+        env["PATH_INFO"] = path
+        got: dict = {}
+        body = b"".join(app(env, lambda s, h, got=got: got.update(s=s, h=dict(h))))
+        assert got["s"].startswith("503") and b"cannot be read" in body, (path, got["s"])
+        assert "default-src 'none'" in got["h"]["Content-Security-Policy"]

@@ -103,7 +103,8 @@ class App:
                 "404 Not Found", "No such job, attempt or file of yours.")
         except store.Untrusted as e:
             status, headers, body = self._message(
-                "503 Service Unavailable", f"The spool is not one to trust: {e}")
+                "503 Service Unavailable", f"The spool cannot be read, or is not one to "
+                f"trust: {e}")
         except Exception:  # never show a traceback to the browser
             traceback.print_exc(file=environ.get("wsgi.errors") or sys.stderr)
             status, headers, body = self._message(

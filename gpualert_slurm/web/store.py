@@ -38,7 +38,7 @@ class NotFound(LookupError):
 
 
 class Untrusted(SpoolError):
-    """The spool itself is not one to read (not root's, writable by others)."""
+    """The spool itself is not one to read (not root's, writable by others, not there)."""
 
 
 @dataclass
@@ -62,7 +62,10 @@ def _jobid_ok(jobid: str) -> bool:
 def spool_fd(spool: str) -> Iterator[int]:
     """The spool root, opened and checked (root's, writable by no one else): else Untrusted,
     and nothing under it is read (a spool a user made is never trusted)."""
-    fd = open_dir(spool)
+    try:
+        fd = open_dir(spool)
+    except OSError as e:  # missing, unreadable, a link: nothing to show, and the page says so
+        raise Untrusted(f"{spool}: {e.strerror or e}") from None
     try:
         try:
             check_spool_root(fd, spool)
