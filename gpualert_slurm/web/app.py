@@ -79,7 +79,7 @@ def _day(text: str) -> float | None:
 
 
 class App:
-    """The WSGI callable. `spool`: the config's; `url`: report.url (unused here: the mail's)."""
+    """The WSGI callable over the config's spool, run as the user who asks."""
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
