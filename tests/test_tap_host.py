@@ -52,10 +52,15 @@ def holders(pipe: str) -> list[int]:
     return found
 
 
+UNIFIED_ONLY = Path("/sys/fs/cgroup/cgroup.controllers").exists()   # cgroup v2 (the v2 guest)
+
+
 def freezer(pid: int) -> str:
+    """The cgroup Slurm's proctrack/cgroup tracks: the freezer's under v1 (and hybrid), the
+    unified one under v2."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "freezer" in controllers.split(","):
+        hid, controllers, path = line.split(":", 2)
+        if "freezer" in controllers.split(",") or (UNIFIED_ONLY and hid == "0"):
             return path
     return ""
 
@@ -91,6 +96,8 @@ def test_copiers_run_outside_the_step_cgroup_and_nothing_outlives_the_job(c: Clu
             assert freezer(copier) != freezer(task), (
                 f"{f.name}: the copier {copier} is in the task's cgroup {freezer(task)}")
             assert f"job_{job}/step_" in freezer(task), freezer(task)
+            if UNIFIED_ONLY:  # v2: gpualert's own cgroup beside Slurm's scope (spank/host.c)
+                assert freezer(copier).endswith("/gpualert_copiers"), freezer(copier)
             assert status_ids(copier, "Uid")[:3] == [uid] * 3
             assert stat_fields(copier)[3] != stat_fields(task)[3], "copier in the task's session"
             stepd = int(stat_fields(task)[1])
