@@ -31,6 +31,7 @@ from recoverylib import (
     resume_node,
     start_now_when_pending,
     wait_decision,
+    wait_kernel_log_quiet,
     write_config,
 )
 
@@ -304,6 +305,41 @@ def test_circuit_breaker_stops_a_burst_of_drains(rc: cl.ClusterFacts, audit: Pat
         assert not slurm.node_info(drained[0]).drained
     finally:
         cancel(*jobs)
+
+
+def test_repeated_reboots_for_one_xid_escalate_to_contact_support(rc: cl.ClusterFacts,
+                                                                   audit: Path) -> None:
+    """The GPU fault catalogue on root-written kernel lines: Xid 79 on n2 asks for a reboot
+    (Slurm's Reason= says so); n2 resumed, the same Xid twice more: past the threshold (2
+    drains for one code within the window, gpud's) the third drain holds n2 for support."""
+    write_config(rc, audit, mode="action", max_retries=0,
+                 breaker={"share": 1.0, "window": "1s"})
+    jobs: list[int] = []
+    reasons, decs = [], []
+    try:
+        for _ in range(3):
+            wait_kernel_log_quiet()
+            job, d = _gated_job(rc, "n2")
+            jobs.append(job)
+            cl.wait_state(job, "RUNNING", 60, rc.root)
+            kernel_xid(79)
+            cl.write_user_file(d / "go", "")
+            decs.append(wait_decision(audit, job))
+            cl.wait_until(lambda: bool(results(audit, f"{job}.0")), 60, "the drain's result")
+            reasons.append(node_reason("n2")[1])
+            resume_node("n2")
+        assert [d["xid"]["n2"]["bucket"] for d in decs] == \
+            ["RESTART_BM", "RESTART_BM", "CONTACT_SUPPORT"], decs
+        assert all(d["xid"]["n2"]["asked"] == "RESTART_BM" for d in decs)
+        assert reasons[:2] == ["gpualert: Xid 79 (fallen off the bus): reboot"] * 2, reasons
+        assert reasons[2].startswith("gpualert: Xid 79 (fallen off the bus): contact support "
+                                     "(escalated: n2 was drained 2 times for Xid 79"), reasons
+        shown = gpualert("show", str(jobs[-1]), cfg=rc).stdout
+        assert "reported Xid 79 (fallen off the bus)" in shown and \
+            "contact NVIDIA support" in shown, shown
+    finally:
+        cancel(*jobs)
+        resume_node("n2")
 
 
 # ---- the site's attribution command ---------------------------------------------------------
