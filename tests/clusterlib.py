@@ -108,6 +108,17 @@ PGID_CLUSTER_ENV = {
 }
 
 
+# A third native cluster: Slurm's own memory kill (OverMemoryKill, no cgroup memory limit), its
+# own root dir, name and ports (+200).
+OVERMEM_CLUSTER_ENV = {
+    "GPUALERT_CLUSTER_DIR": "/var/lib/gpualert-cluster-overmem",
+    "GPUALERT_CLUSTER_NAME": "gpaovermem",
+    "GPUALERT_CLUSTER_PORT_OFFSET": "200",
+    "GPUALERT_CLUSTER_PROCTRACK": "pgid",
+    "GPUALERT_CLUSTER_OVERMEMORY": "1",
+}
+
+
 def cluster_cmd(action: str, timeout: float = 300,
                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the cluster script; `env` adds variables (another cluster: PGID_CLUSTER_ENV)."""

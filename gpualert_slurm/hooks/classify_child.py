@@ -17,8 +17,10 @@ class PendingVerdict:
     other work meanwhile); result() gives (verdict JSON, error or None)."""
 
     def __init__(self, tasks: list[TaskLog], facts: dict[str, Any],
-                 kernel_lines: list[str], nice: int = 0) -> None:
+                 kernel_lines: list[str], nice: int = 0,
+                 slurm_output: tuple[str, list[str]] | None = None) -> None:
         self.kpath: str | None = None
+        self.opath: str | None = None
         self.child: Any = None
         self.error: str | None = None
         self.names = {t.proc_path: t.path for t in tasks}
@@ -38,6 +40,13 @@ class PendingVerdict:
                     f.write("\n".join(kernel_lines) + "\n")
                 self.names[self.kpath] = "(kernel log)"
             inputs = []
+            if slurm_output:
+                # slurmstepd's lines from the job's StdOut file: one more log of the job's
+                ofd, self.opath = tempfile.mkstemp(prefix="gpualert-stdout-", suffix=".log")
+                with os.fdopen(ofd, "w") as f:
+                    f.write("\n".join(slurm_output[1]) + "\n")
+                self.names[self.opath] = slurm_output[0]
+                inputs.append(TaskInput(path=self.opath, step="batch"))
             for t in tasks:
                 e = t.exit or {}
                 inputs.append(TaskInput(
@@ -76,10 +85,11 @@ class PendingVerdict:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        if self.kpath:
-            with suppress(OSError):
-                os.unlink(self.kpath)
-            self.kpath = None
+        for p in (self.kpath, self.opath):
+            if p:
+                with suppress(OSError):
+                    os.unlink(p)
+        self.kpath = self.opath = None
 
     def result(self, timeout_s: float) -> tuple[dict[str, Any], str | None]:
         try:
@@ -104,12 +114,14 @@ class PendingVerdict:
 
 
 def classify_tasks(tasks: list[TaskLog], facts: dict[str, Any], kernel_lines: list[str],
-                   timeout_s: float = 60.0) -> tuple[dict[str, Any], str | None]:
+                   timeout_s: float = 60.0, slurm_output: tuple[str, list[str]] | None = None
+                   ) -> tuple[dict[str, Any], str | None]:
     """The classifier's verdict as JSON, with file names mapped back from /proc/self/fd to the
     spool paths, or (an 'unknown' verdict, the error) when the classifier raised or ran past
     timeout_s (a huge log on a busy node): a broken or slow classifier must still leave a
     report. It runs in a forked child, which can be killed at the bound."""
-    return PendingVerdict(tasks, facts, kernel_lines).result(timeout_s)
+    return PendingVerdict(tasks, facts, kernel_lines,
+                          slurm_output=slurm_output).result(timeout_s)
 
 
 def _unproc(text: str, names: dict[str, str]) -> str:

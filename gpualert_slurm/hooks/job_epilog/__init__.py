@@ -39,6 +39,7 @@ from gpualert_slurm.hooks.job_epilog.facts import (
     classify_facts,
     nodes_to_wait_for,
     slurm_facts,
+    slurm_output,
     wait_node_verdicts,
 )
 from gpualert_slurm.hooks.job_epilog.pending import clear_pending, mark_pending, sweep_pending
@@ -194,9 +195,12 @@ def _judge(ctx: JobEpilog) -> dict[str, Any]:
     for m in sf["identity_mismatch"]:
         ctx.log.error(f"job {ctx.jobid}: Slurm's record disagrees with the hook's "
                         f"environment ({m}): the environment is used")
+    if sf["signal"] or sf["slurm_state"] == "OUT_OF_MEMORY":  # a memory kill is a SIGKILL
+        ctx.slurm_output = slurm_output(sf, env)
     now = time.time()
     warm.join(b.warm_up_left())
-    early = PendingVerdict(ctx.tasks, classify_facts(ctx, sf, {}, now), [])
+    early = PendingVerdict(ctx.tasks, classify_facts(ctx, sf, {}, now), [],
+                           slurm_output=ctx.slurm_output)
     node_recs = wait_node_verdicts(js, nodes_to_wait_for(nodes, sf), b.node_wait_left(ctx.cfg))
     v = build_verdict(ctx, node_recs, nodes, sf, now, classify_s=max(1.0, b.before_reserve()),
                       early=early)

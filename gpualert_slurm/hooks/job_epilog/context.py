@@ -95,6 +95,8 @@ class JobEpilog:
     js: JobSpool | None = None      # None: the job has no spool dir (never ran)
     tasks: list[TaskLog] = field(default_factory=list)
     verdict: dict[str, Any] | None = None  # verdict.json's content, once built
+    # slurmstepd's own lines in the job's StdOut file (facts.slurm_output): (the file, lines)
+    slurm_output: tuple[str, list[str]] | None = None
 
     @property
     def jobid(self) -> str:

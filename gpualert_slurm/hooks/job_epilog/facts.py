@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 import time
 from contextlib import suppress
 from typing import Any
@@ -101,6 +103,76 @@ def identity_from_env(record: dict[str, str], env: dict[str, str]
         rec["UserId"] = f"{have['SLURM_JOB_USER']}({have['SLURM_JOB_UID']})"
         rec["Account"], rec["Partition"] = have["SLURM_JOB_ACCOUNT"], have["SLURM_JOB_PARTITION"]
     return rec, mismatch
+
+
+# slurmstepd writes its memory kill into the job's StdOut file itself, not through the task's
+# output (which the tap logs): an OverMemoryKill then reads FAILED 0:9 with no line in the logs
+# (issue 32). Its lines, as the 22.05-26.05 sources print them (src/slurmd/slurmstepd/).
+_STEPD_LINE = re.compile(r"^slurmstepd(?:-[\w.-]+)?: error: .*(?:[Ee]xceeded (?:job |step )?memory "
+                         r"limit|Detected \d+ oom[-_]kill event)")
+_PATTERN = re.compile(r"%(\d*)([%AaJjNnstuxb])")
+
+
+def output_path(rec: dict[str, str], user: str) -> str:
+    """The batch step's StdOut file as slurmstepd names it: Slurm's JSON keeps the pattern
+    (`slurm-%j.out`), which slurmstepd expands for the batch step (task 0, node rank 0, on the
+    batch host); "" for one that cannot be told (a pattern this does not know)."""
+    pattern = str(rec.get("StdOut") or "")
+    job = rec.get("JobId", "")
+    array_job, task = rec.get("ArrayJobId"), rec.get("ArrayTaskId")
+    node = rec.get("BatchHost") or (slurm.expand_hostlist(rec.get("NodeList", "")) or [""])[0]
+    values = {"%": "%", "A": array_job or job, "a": task or "4294967294", "J": f"{job}.batch",
+              "j": job, "N": node.split(".")[0], "n": "0", "s": "batch", "t": "0", "u": user,
+              "x": rec.get("JobName", ""), "b": str(int(task) % 10) if task else "0"}
+
+    def one(m: re.Match[str]) -> str:
+        v = values[m.group(2)]
+        return v.zfill(int(m.group(1))) if m.group(1) and v.isdigit() else v
+    out = _PATTERN.sub(one, pattern)
+    return "" if "%" in _PATTERN.sub("", pattern).replace("%%", "") else out
+STDOUT_TAIL = 64 * 1024
+STDOUT_LINES = 20
+
+
+def _tail_of(path: str) -> bytes:
+    """The last STDOUT_TAIL bytes of a regular file (run as the job's user)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b""
+        return os.pread(fd, STDOUT_TAIL, max(0, st.st_size - STDOUT_TAIL))
+    finally:
+        os.close(fd)
+
+
+def slurm_output(sf: dict[str, Any], env: dict[str, str], timeout_s: float = 2.0
+                 ) -> tuple[str, list[str]] | None:
+    """(the job's StdOut file, slurmstepd's memory-kill lines in its tail), or None. The file
+    is the user's: read in a child as the job's user (never root's view of the filesystem),
+    its last 64 KiB only, within timeout_s. What it says is the job's (provenance job), like
+    anything the job printed; Slurm's word is its state and accounting."""
+    from gpualert_slurm.core.artifacts import Forked
+
+    path = output_path(sf.get("record") or {}, env.get("SLURM_JOB_USER", ""))
+    uid, gid = env.get("SLURM_JOB_UID", ""), env.get("SLURM_JOB_GID", "")
+    if not gid.isdigit() and uid.isdigit():
+        with suppress(KeyError):
+            import pwd
+
+            gid = str(pwd.getpwuid(int(uid)).pw_gid)
+    if not path.startswith("/") or path == "/dev/null" or not uid.isdigit() \
+            or not gid.isdigit():
+        return None
+    try:
+        data = Forked(lambda: _tail_of(path), int(uid), int(gid)).result(timeout_s)
+    except Exception:
+        return None
+    if not isinstance(data, bytes):
+        return None
+    lines = [ln[:300] for ln in data.decode("utf-8", "replace").splitlines()
+             if _STEPD_LINE.match(ln)]
+    return (path, lines[-STDOUT_LINES:]) if lines else None
 
 
 def run_times(sf: dict[str, Any], now: float) -> tuple[float | None, float]:

@@ -122,7 +122,7 @@ def judge(ctx: JobEpilog, sf: dict[str, Any], kernel: list[str], nvml: dict[str,
         if early is not None:
             early.cancel()
         return classify_tasks(ctx.tasks, classify_facts(ctx, sf, nvml, now), kernel,
-                              timeout_s=classify_s)
+                              timeout_s=classify_s, slurm_output=ctx.slurm_output)
     return early.result(classify_s)
 
 
