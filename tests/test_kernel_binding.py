@@ -64,3 +64,49 @@ def test_lines_naming_no_job_are_kept() -> None:
     lines = [T.format(1) + "Out of memory: Killed process 99 (java) total-vm:1kB",
              T.format(2) + "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE (double bit error)"]
     assert bind_to_job(lines, {"319"}) == (lines, [], set())
+
+
+# ---------------------------------------------------------------------------------------------
+# on the real cluster: two jobs of one user on n1, one OOM-killed by its cgroup, the other
+# killed by a plain SIGKILL in the same seconds (the review's case: job 319 judged host_oom
+# from job 320's kill)
+
+OOM_JOB = """#!/bin/bash
+#SBATCH --gpualert=notify=never
+#SBATCH -w n1 --mem=64M -o slurm-%j.out
+sleep 2
+python3 -c "x = b'x' * (400 << 20)"
+"""
+KILLED_JOB = """#!/bin/bash
+#SBATCH --gpualert=notify=never
+#SBATCH -w n1 --mem=64M -o slurm-%j.out
+echo "step 1 of 10"
+sleep 6
+kill -9 $$
+"""
+
+
+@pytest.mark.cluster
+def test_a_neighbours_oom_kill_is_not_this_jobs_cause(cluster, workdir) -> None:
+    import json
+
+    import clusterlib as cl
+
+    if not cluster.memory_enforced:
+        pytest.fail(f"the test cluster enforces no memory limit ({cluster.cgroup})")
+    killed = cl.submit(KILLED_JOB, workdir=workdir, name="killed.sh")
+    oom = cl.submit(OOM_JOB, workdir=workdir, name="oom.sh")
+    states = {j: cl.wait_final(j, 120) for j in (killed, oom)}
+    assert states[oom].state == "OUT_OF_MEMORY", states[oom]
+    verdicts = {}
+    for j in (killed, oom):
+        p = cluster.spool / str(j) / "verdict.json"
+        verdicts[j] = cl.wait_until(lambda p=p: p.exists() and json.loads(p.read_text()), 90,
+                                    f"job {j}'s verdict")
+    assert verdicts[oom]["verdict"]["class"] == "host_oom"
+    v = verdicts[killed]
+    assert v["verdict"]["class"] != "host_oom", v["verdict"]
+    kernel = [e for e in v["verdict"]["evidence"] if "kernel" in str(e.get("file"))]
+    assert not any(f"job_{oom}" in str(e.get("text")) for e in kernel), kernel
+    assert any(f"job {oom}" in n and "another job" in n for n in v.get("notes") or []), \
+        v.get("notes")
