@@ -60,11 +60,14 @@ def vc(request: pytest.FixtureRequest) -> Iterator[DockerCluster]:
     version, layout = request.param.split("-")
     assert dc.facts.slurm_version.startswith(version + "."), dc.facts.slurm_version
     assert dc.facts.cgroup == layout, (dc.facts.cgroup, request.param)
+    # in the run's output itself (past pytest's capture), passed or not
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if tr is not None and capman is not None:
         raw = dc.facts.raw
-        tr.write_line(f"[{request.param}] Slurm {dc.facts.slurm_version}, package "
-                      f"{raw.get('slurm_package', '?')}, image {raw.get('image')}")
+        with capman.global_and_fixture_disabled():
+            tr.write_line(f"[{request.param}] Slurm {dc.facts.slurm_version}, package "
+                          f"{raw.get('slurm_package', '?')}, image {raw.get('image')}")
     require_plugin(dc.facts)
     with using(dc):
         yield dc
