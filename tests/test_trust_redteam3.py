@@ -59,11 +59,19 @@ def _sacct_line(job: int) -> str:
                         "NodeDown", "2020-01-01T00:00:00", "x"))
 
 
-def forged(job: int, limit: int = 1000) -> str:
-    """Every key, a newline, every key again, a forged accounting row: at most `limit`
-    characters (Slurm refuses a name or comment past ~1 KB: see the 100 KB test)."""
-    text = f"x {KEYS}\n{KEYS}\n{_sacct_line(job)}\n{KEYS}"
-    return text[:limit]
+def forged(job: int) -> str:
+    """A name: a forged accounting row of the job's own id, then a step row of it whose name
+    is every key. In that order because slurmdbd keeps a name's first 255 bytes only, and
+    every line must be a whole row (one that is not made the old table parse fail whole)."""
+    step = "\x1f".join((f"{job}.9", "COMPLETED", "0:0", "0:0", "n1", "1", "", "", "", "",
+                        KEYS))
+    return f"x\n{_sacct_line(job)}\n{step}"
+
+
+def forged_comment() -> str:
+    """Every key, three times over two newlines (Slurm refuses more than ~1 KB: see the
+    100 KB test)."""
+    return f"x {KEYS}\n{KEYS}\n{KEYS}"[:1000]
 
 
 def _as_user(cmd: list[str]) -> None:
@@ -157,14 +165,14 @@ def test_every_scontrol_key_in_name_comment_workdir_and_output_changes_no_fact(
             j = cl.submit(job_script(body), "-H", "-w", "n1", "-J", "placeholder", "-o",
                           out_path, workdir=weird, name=f"{kind}.sh")
             _as_user(["scontrol", "update", f"JobId={j}", f"JobName={forged(j)}",
-                      f"Comment={forged(j)}"])
+                      f"Comment={forged_comment()}"])
             jobs[f"hostile-{kind}"] = j
             jobs[f"plain-{kind}"] = cl.submit(job_script(body), "-w", "n1", workdir=plain_dir,
                                               name=f"{kind}.sh")
         for kind in ("fail", "ok"):
             j = jobs[f"hostile-{kind}"]
             st = slurm.show_job(j)  # the attack's premise: Slurm took every text as given
-            assert st.name == forged(j) and st.raw["Comment"] == forged(j), st.raw
+            assert st.name == forged(j) and st.raw["Comment"] == forged_comment(), st.raw
             assert st.raw["WorkDir"] == str(weird), st.raw
             _as_user(["scontrol", "release", str(j)])
         cl.wait_final_many(list(jobs.values()), 120)
@@ -189,6 +197,11 @@ def test_every_scontrol_key_in_name_comment_workdir_and_output_changes_no_fact(
             t = vs[f"hostile-{kind}"]["trusted"]["slurm"]
             assert abs(t["start"] - slurm.parse_time(truth["Start"])) <= 1, (t, truth)
             assert abs(t["end"] - slurm.parse_time(truth["End"])) <= 1, (t, truth)
+            # the premise: read with its name, sacct's table has the forged row last
+            named = slurm.parse_sacct_table(slurm.run(
+                ["sacct", "-n", "-P", f"--delimiter={slurm.SACCT_DELIM}", "-j", str(h), "-o",
+                 ",".join(slurm.SACCT_FIELDS)]))
+            assert (named[-1].state, named[-1].user) == ("NODE_FAIL", "root"), named
             # accounting, as the job epilog reads it, is the job's one real row
             acct = slurm.accounting(h)
             assert (acct.state, acct.user, acct.nodes) == (
