@@ -5,9 +5,13 @@ stopped at the end).
 
     bench_recovery.py [--jobs N] [--wave W] [--node-loss K]    (defaults: 30 jobs, 5, 3)
 
-Faults, in turn: an NCCL error (rule: requeue), an Xid GPU fault (rule: drain the node), a
-Python exception (rule: record only), and K node losses (a node's slurmd killed mid-job: drain
-and requeue excluding it). Per job:
+Faults, in turn: an NCCL error (rule: requeue), an Xid GPU fault, a Python exception (rule:
+record only), and K node losses (a node's slurmd killed mid-job: drain and requeue excluding
+it). The Xid faults are the driver's lines root writes into the kernel log while the job runs
+(recoverylib.write_kmsg; a line the job prints drains nothing, docs/SECURITY.md), one case per
+resolution bucket of the GPU fault catalogue in turn: IGNORE (Xid 92: nothing), RESTART_APP
+(94: requeue only), RESET_GPU (48: drain), RESTART_BM (79: drain), CONTACT_SUPPORT (54: drain).
+Every "node" shares one kernel, so each Xid job runs alone. Per job:
 - detection latency: the failure (the tap's exit record of the batch step; for a node loss,
   the kill) -> the decision line in the audit log;
 - action latency: the failure -> Slurm's state changed (restart count up, node drained), seen
@@ -41,11 +45,16 @@ NCCL = ("n1:123:456 [0] NCCL WARN NET/IB : Got completion from peer with error 1
         "RuntimeError: NCCL communicator was aborted on rank 0. ncclRemoteError: network")
 BODIES = {
     "nccl": f"cat <<'EOF'\n{NCCL}\nEOF\nexit 1",
-    "xid": "echo 'NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus.'\nexit 1",
+    # gated: the kernel line is written while it runs, then it exits 1
+    "xid": "while [ ! -e go ]; do sleep 0.2; done\nexit 1",
     "pyexc": "python3 -c 'raise ValueError(\"bad input\")'",
     "nodeloss": "srun -N2 -n2 bash -c 'touch \"running-$SLURM_PROCID\"; exec sleep 300'",
 }
 POLL_S = 0.25
+# one Xid per resolution bucket (data/xid-catalogue.yaml), the cause hardware (gpu_hardware)
+XID_CASES = (("IGNORE", 92), ("RESTART_APP", 94), ("RESET_GPU", 48), ("RESTART_BM", 79),
+             ("CONTACT_SUPPORT", 54))
+XID_LINE = "NVRM: Xid (PCI:0000:3b:00): {code}, pid=4242, name=bench, Ch 00000010"
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -72,6 +81,14 @@ class Job:
         self.victim: str | None = None
         self.expect_action = kind in ("nccl", "xid", "nodeloss")
         self.drain_node: str | None = None
+        self.bucket: str | None = None  # an Xid case: its bucket and code
+        self.code: int | None = None
+        self.reason = ""  # the drain's Reason= as Slurm shows it
+
+    @property
+    def drains(self) -> bool:
+        return self.kind == "nodeloss" or (self.kind == "xid" and self.bucket not in (
+            "IGNORE", "RESTART_APP"))
 
     @property
     def done(self) -> bool:
@@ -82,8 +99,20 @@ class Job:
 def submit(f: cl.ClusterFacts, kind: str, i: int) -> Job:
     work = cl.make_workdir(f, f"bench-recovery-{kind}-{i}")
     args = ["-N2", "--exclusive"] if kind == "nodeloss" else []
+    if kind == "xid":
+        args = ["-w", f.nodes[i % len(f.nodes)]]
     job = cl.submit(rl_script(BODIES[kind]), *args, workdir=work)
     return Job(job, kind, work)
+
+
+def fault_xid(f: cl.ClusterFacts, j: Job, case: tuple[str, int]) -> None:
+    """The driver's Xid line in the kernel log, as root writes it, while the job runs; then
+    the job goes on and exits 1."""
+    j.bucket, j.code = case
+    j.expect_action = case[0] != "IGNORE"
+    cl.wait_state(j.job, "RUNNING", 60, f.root)
+    rl.write_kmsg(f"<3>{XID_LINE.format(code=j.code)}")
+    cl.write_user_file(j.work / "go", "")
 
 
 def rl_script(body: str) -> str:
@@ -119,9 +148,10 @@ def poll(f: cl.ClusterFacts, audit: Path, jobs: list[Job]) -> None:
                 q is None or q.final or q.state == "COMPLETING" or q.restarts > 0):
             j.slurm_at = now
         if j.acted_at is None and j.expect_action and d is not None:
-            if j.kind in ("xid", "nodeloss"):  # gpualert's drain (Slurm requeues a lost job)
+            if j.drains:  # gpualert's drain (Slurm requeues a lost job)
                 if j.drain_node and drained.get(j.drain_node, "").startswith("gpualert:"):
                     j.acted_at = now
+                    j.reason = drained[j.drain_node]
             elif q is not None and q.restarts > 0:
                 j.acted_at = now
 
@@ -144,16 +174,23 @@ def lose_a_node(f: cl.ClusterFacts, j: Job) -> None:
 def campaign(f: cl.ClusterFacts, audit: Path, n: int, wave: int, node_loss: int) -> list[Job]:
     kinds = ["nodeloss"] * node_loss + [("nccl", "xid", "pyexc")[i % 3]
                                          for i in range(max(0, n - node_loss))]
+    # a node loss and an Xid job run alone (one kernel: an Xid line is in the window of every
+    # job running then); the others in waves
+    alone = [[k] for k in kinds if k in ("nodeloss", "xid")]
+    rest = [k for k in kinds if k not in ("nodeloss", "xid")]
+    batches = alone + [rest[x:x + wave] for x in range(0, len(rest), wave)]
     out: list[Job] = []
-    i = 0
-    while i < len(kinds):
-        batch = kinds[i:i + (1 if kinds[i] == "nodeloss" else wave)]
-        batch = [k for k in batch if k != "nodeloss"] or batch[:1]
+    i = xids = 0
+    for batch in batches:
+        rl.wait_kernel_log_quiet()  # an earlier Xid line is in no later job's window
         jobs = [submit(f, k, i + x) for x, k in enumerate(batch)]
         i += len(batch)
         for j in jobs:
             if j.kind == "nodeloss":
                 lose_a_node(f, j)
+            elif j.kind == "xid":
+                fault_xid(f, j, XID_CASES[xids % len(XID_CASES)])
+                xids += 1
         deadline = time.monotonic() + 180
         while not all(j.done for j in jobs) and time.monotonic() < deadline:
             poll(f, audit, jobs)
@@ -231,6 +268,17 @@ def report(jobs: list[Job]) -> bool:
              and j.failed_at]
         if d:
             print(f"    {kind:<9} detection p50 {pct(d, 50):6.2f} s")
+    for bucket, code in XID_CASES:
+        xs = [j for j in jobs if j.kind == "xid" and j.bucket == bucket]
+        if not xs:
+            continue
+        d = [j.decided_at - j.failed_at for j in xs if j.decided_at and j.failed_at]
+        a = [j.acted_at - j.failed_at for j in xs if j.acted_at and j.failed_at]
+        what = "drain" if xs[0].drains else ("requeue" if xs[0].expect_action else "nothing")
+        det = f"{pct(d, 50):6.2f} s" if d else "     -  "
+        act = f"{pct(a, 50):6.2f} s" if a else "-"
+        print(f"    xid {code:<3} {bucket:<15} n={len(xs)} detection p50 {det}, action "
+              f"({what}) p50 {act}" + (f"; Reason={xs[0].reason!r}" if xs[0].reason else ""))
     if det and base:
         print(f"  ratio detection/baseline   {pct(det, 50) / max(pct(base, 50), 1e-3):.2f}x "
               "(p50)")
