@@ -174,6 +174,16 @@ def test_a_site_overrides_a_row_and_the_escalation_in_xid_d(tmp_path: Path,
     assert dec.xid["n2"]["bucket"] == "CONTACT_SUPPORT"
     assert xid_reason(dec.xid["n2"]) == \
         "gpualert: Xid 79 (off the bus (site)): contact support"
+    # Xid 31 made hardware by the site: its sealed line (the program's fault as shipped,
+    # cuda_error) now drains for a GPU reset; as shipped it does not
+    t31 = LINE.format(code=31)
+    dec = decide(ACTION, _verdict("cuda_error", t31), _facts(t31), [])
+    assert dec.recommended[0] == "drain_node"  # (the requeue: cuda_error's rule, retries 0)
+    assert ("drain_node", "n2") in [(p["action"], p["target"]) for p in dec.planned]
+    monkeypatch.setattr(xid, "catalogue", shipped)
+    dec = decide(ACTION, _verdict("cuda_error", t31), _facts(t31), [])
+    assert "drain_node" not in [p["action"] for p in dec.planned] and \
+        dec.xid["n2"]["bucket"] == "RESTART_APP"
 
 
 def _history(node: str, code: int, n: int, t0: float) -> list[dict[str, Any]]:

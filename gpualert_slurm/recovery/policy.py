@@ -269,7 +269,8 @@ def _xid_drains(history: list[dict[str, Any]], node: str, code: int, since: floa
 def _xid_bucket(c: _Case) -> None:
     """The GPU fault catalogue on the sealed driver Xid line that backs the class on each
     proven node (never a line the job printed: only proven nodes are read): its bucket says
-    what the node needs. For gpu_hardware under the shipped rule, the bucket's actions replace
+    what the node needs. For gpu_hardware (or cuda_error on a code a site made hardware) under
+    the shipped rule, the bucket's actions replace
     the rule's (IGNORE nothing, RESTART_APP requeue only, RESET_GPU / RESTART_BM / CONTACT_SUPPORT
     drain and requeue elsewhere); a site rule for the class in recovery.rules keeps its own.
     A node drained for the same code `escalation.after` times within the window escalates to
@@ -299,7 +300,11 @@ def _xid_bucket(c: _Case) -> None:
                 d.notes.append(f"escalated to CONTACT_SUPPORT: {item['escalated']} "
                                f"(the GPU fault catalogue's threshold {cat.escalate_after})")
         d.xid[n] = item
-    if not d.xid or d.cls != "gpu_hardware" or c.rule.name in dict(c.cfg.rules):
+    # a cuda_error verdict follows the bucket only where the site made the code hardware
+    # (xid.d: cause: hardware); the shipped catalogue's application codes never drain
+    hardware = d.cls == "gpu_hardware" or (d.cls == "cuda_error" and all(
+        x.get("class") == "gpu_hardware" for x in d.xid.values()))
+    if not d.xid or not hardware or c.rule.name in dict(c.cfg.rules):
         return
     bucket = xid.worst([x["bucket"] for x in d.xid.values()])
     d.recommended = list(xid.BUCKET_ACTIONS[bucket])
@@ -404,7 +409,7 @@ def _targets(c: _Case, a: str) -> list[str] | None:
     if a not in ("drain_node", "exclude_node"):
         return [c.facts.job_id]
     ok, targets = (c.proven, c.trusted) if a == "drain_node" else (c.ran, c.excludable)
-    if a == "drain_node" and c.d.xid and c.d.cls == "gpu_hardware" \
+    if a == "drain_node" and c.d.xid and c.d.cls in ("gpu_hardware", "cuda_error") \
             and c.rule.name not in dict(c.cfg.rules):
         # a node whose own sealed Xid asks for no drain is not drained for another's
         from gpualert_slurm.core.xid import BUCKET_ACTIONS
