@@ -325,7 +325,8 @@ def test_repeated_reboots_for_one_xid_escalate_to_contact_support(rc: cl.Cluster
             kernel_xid(79)
             cl.write_user_file(d / "go", "")
             decs.append(wait_decision(audit, job))
-            cl.wait_until(lambda: bool(results(audit, f"{job}.0")), 60, "the drain's result")
+            did = f"{job}.0"
+            cl.wait_until(lambda did=did: bool(results(audit, did)), 60, "the drain's result")
             reasons.append(node_reason("n2")[1])
             resume_node("n2")
         assert [d["xid"]["n2"]["bucket"] for d in decs] == \
