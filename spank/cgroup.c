@@ -98,7 +98,7 @@ static int read_paths(const char *proc_cgroup, char *unified, char *frz, size_t 
 
 /*
  * Slurm's cgroup plugins put slurmstepd: v1 (proctrack/cgroup) in the job's freezer cgroup,
- * outside its steps'; v2 in job_X/step_Y/slurm_processes, beside the step's user_processes.
+ * outside its steps'; v2 in job_X/step_Y/slurm, beside the step's user (24.11's names).
  * So the path that decides is the freezer's under v1 or hybrid (the unified one there is
  * systemd's, not Slurm's) and the unified one under v2. No cgroups: no step cgroup either.
  * Unreadable: 1 (cannot tell; the task starts its copier, as before the host existed).
@@ -120,7 +120,7 @@ int gpa_stepd_in_step_cgroup(const char *proc_cgroup, enum gpa_cgroup_mode mode)
 }
 
 /* The cgroup of gpualert's own beside Slurm's scope, for a v2 slurmstepd at PATH
- * (<scope>/job_<id>/step_<id>/slurm_processes); -1 when PATH is not that shape. */
+ * (<scope>/job_<id>/step_<id>/slurm); -1 when PATH is not that shape. */
 static int own_cgroup_of(const char *path, char *own, size_t len)
 {
     const char *job = strstr(path, "/job_");
@@ -129,8 +129,10 @@ static int own_cgroup_of(const char *path, char *own, size_t len)
     const char *step = strchr(job + 1, '/');
     if (!step || strncmp(step, "/step_", 6) != 0)
         return -1;
+    /* slurmstepd's own leaf: "slurm" (24.11: src/plugins/cgroup/v2/cgroup_v2.c,
+     * cgroup_p_step_create), "slurm_processes" in the layout's description */
     const char *leaf = strchr(step + 1, '/');
-    if (!leaf || strcmp(leaf, "/slurm_processes") != 0)
+    if (!leaf || (strcmp(leaf, "/slurm") != 0 && strcmp(leaf, "/slurm_processes") != 0))
         return -1;
     /* the scope's parent: job_ sits in the scope (slurmstepd.scope, <node>_slurmstepd.scope) */
     const char *parent_end = job;

@@ -121,7 +121,7 @@ static __attribute__((noreturn)) void host_main(int sock, const struct plugin_co
 /*
  * Where the host goes (cgroup.c decides): where slurmstepd is, under v1 (proctrack/cgroup
  * keeps slurmstepd in the job's freezer cgroup, outside the step's); under v2, where
- * slurmstepd sits in job_X/step_Y/slurm_processes, which Slurm counts with the step's tasks
+ * slurmstepd sits in job_X/step_Y/slurm, which Slurm counts with the step's tasks
  * at its end, in a cgroup of gpualert's own beside Slurm's scope, which the step's end,
  * cgroup.kill and freeze do not reach (the host moves itself there as root, before it drops
  * to the user). A layout the plugin does not know: no host, each task starts its copier (the

@@ -17,7 +17,10 @@ import os
 import sys
 from typing import Any
 
-from fuse import FUSE, FuseOSError, Operations, fuse_get_context
+try:
+    from fuse import FUSE, FuseOSError, Operations, fuse_get_context
+except ImportError:  # Debian's python3-fusepy names the module fusepy (the v2 guest)
+    from fusepy import FUSE, FuseOSError, Operations, fuse_get_context
 
 
 class Passthrough(Operations):  # type: ignore[misc]

@@ -197,3 +197,22 @@ def test_unreadable_cgroup_file_is_an_unknown_layout(driver: Path, tmp_path: Pat
         out = subprocess.run([str(driver), "place", str(tmp_path / "missing"), mode],
                              capture_output=True, text=True, check=True).stdout.strip()
         assert out == "unknown -", mode
+
+
+# what Slurm 24.11 really makes (seen in the cgroup v2 guest, tests/test_tap_cgroup_v2.py):
+# job_X/step_Y/{slurm,user/task_N} under <node>_slurmstepd.scope
+STEPD_V2_2411 = "0::/system.slice/n1_slurmstepd.scope/job_5/step_batch/slurm\n"
+TASK_V2_2411 = "0::/system.slice/n1_slurmstepd.scope/job_5/step_0/user/task_0\n"
+
+
+@pytest.mark.parametrize(("text", "place"), [
+    (STEPD_V2_2411, "own-cgroup /system.slice/gpualert_copiers"),
+    (TASK_V2_2411, "unknown -"),
+])
+def test_copier_place_slurm_2411_names(driver: Path, tmp_path: Path, text: str,
+                                       place: str) -> None:
+    f = tmp_path / "cgroup"
+    f.write_text(text)
+    out = subprocess.run([str(driver), "place", str(f), "v2"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == place
