@@ -120,3 +120,12 @@ def test_a_real_hostile_name_fools_the_text_and_not_the_json(version: str) -> No
     assert st.name.startswith("x UserId=root(0)") and "\n" in st.name
     assert st.raw["Comment"] == "ExitCode=0:9 Restarts=7"
     assert st.exit_code == slurm.ExitCode(0, 0) and st.restarts == 0
+
+
+def test_stdout_is_the_expanded_path_where_slurm_gives_it() -> None:
+    """25.05+ JSON: standard_output keeps the pattern, stdout_expanded the file opened."""
+    job = copy.deepcopy(_jobs("24.11")[0])
+    job["standard_output"] = "/w/slurm-%j.out"
+    assert slurm.record_from_json(job)["StdOut"] == "/w/slurm-%j.out"
+    job["stdout_expanded"] = "/w/slurm-7.out"
+    assert slurm.record_from_json(job)["StdOut"] == "/w/slurm-7.out"

@@ -617,7 +617,8 @@ def record_from_json(job: Mapping[str, Any]) -> dict[str, str]:
         "ExcNodeList": str(job.get("excluded_nodes") or "") or "(null)",
         "WorkDir": str(job.get("current_working_directory") or ""),
         "Comment": str(job.get("comment") or ""),
-        "StdOut": str(job.get("standard_output") or ""),
+        # 25.05+ give the path slurmstepd opened; before, the pattern (slurm-%j.out)
+        "StdOut": str(job.get("stdout_expanded") or job.get("standard_output") or ""),
     }
     if dec is not None:
         d = _json_exit_code(dec)
