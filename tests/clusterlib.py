@@ -108,12 +108,12 @@ PGID_CLUSTER_ENV = {
 }
 
 
-# A third native cluster: Slurm's own memory kill (OverMemoryKill, no cgroup memory limit), its
-# own root dir, name and ports (+200).
+# Another native cluster: Slurm's own memory kill (OverMemoryKill, no cgroup memory limit), its
+# own root dir, name and ports (+400: +100 pgid, +200 recovery, +300 bench_scale, +600 chain).
 OVERMEM_CLUSTER_ENV = {
     "GPUALERT_CLUSTER_DIR": "/var/lib/gpualert-cluster-overmem",
     "GPUALERT_CLUSTER_NAME": "gpaovermem",
-    "GPUALERT_CLUSTER_PORT_OFFSET": "200",
+    "GPUALERT_CLUSTER_PORT_OFFSET": "400",
     "GPUALERT_CLUSTER_PROCTRACK": "pgid",
     "GPUALERT_CLUSTER_OVERMEMORY": "1",
 }

@@ -32,8 +32,11 @@ def overmem() -> Iterator[cl.ClusterFacts]:
         facts = cl.cluster_up(env=cl.OVERMEM_CLUSTER_ENV)
     except cl.ClusterError as e:
         pytest.fail(f"the OverMemoryKill test cluster is not available:\n{e}", pytrace=False)
-    with cl.using_conf(facts):
-        yield require_plugin(facts)
+    try:
+        with cl.using_conf(facts):
+            yield require_plugin(facts)
+    finally:  # its daemons go: the machine's other clusters need the cores
+        cl.cluster_cmd("down", env=cl.OVERMEM_CLUSTER_ENV)
 
 
 @pytest.mark.cluster
