@@ -8,7 +8,7 @@ CLUSTER := docker/slurm-cluster/cluster
 DCLUSTER := docker/slurm-cluster/dcluster
 
 .PHONY: install plugin demo test lint unit bench eval corpus cluster-up cluster-down clean \
-        dockerd dcluster-up dcluster-down deb rpm
+        dockerd dcluster-up dcluster-down deb rpm test-matrix
 
 install:
 	scripts/install.sh
@@ -34,6 +34,11 @@ test: install dockerd
 unit: install
 	scripts/install-test-deps.sh
 	scripts/run-pytest.sh -m "not cluster"
+
+# Cells beyond CI's (issue 33): the cgroup v2 guest on Slurm 26.05 too (tests/test_tap_cgroup_v2.py).
+test-matrix: install dockerd
+	scripts/install-test-deps.sh
+	GPUALERT_TEST_MATRIX=1 scripts/run-pytest.sh tests/test_tap_cgroup_v2.py
 
 bench: install
 	$(PY) bench/run.py
