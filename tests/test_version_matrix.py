@@ -292,3 +292,34 @@ def test_doctor_passes_on_the_controller(vc: DockerCluster) -> None:
         assert f"ok   {key}= in slurm.conf runs gpualert-{hook}" in out, out
     assert f"ok   spool {c.spool}" in out
     assert f"ok   mail relay {c.smtp_host}:{c.smtp_port}" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# trust (issue 28): a job's name and comment never speak for Slurm, on each version
+
+HOSTILE_NAME = ("x UserId=root(0) Account=root Partition=urgent StartTime=2001-01-01T00:00:00 "
+                "EndTime=2001-01-01T00:00:01 JobState=NODE_FAIL Reason=NodeDown NodeList=n9 "
+                "Restarts=7 ExitCode=0:9 FailedNode=n9")
+HOSTILE_JOB = """#!/bin/bash
+echo "ValueError: a plain failure of the job's own"
+exit 3
+"""
+
+
+def test_a_hostile_name_does_not_speak_for_slurm(vc: DockerCluster) -> None:
+    c = vc.facts
+    d = make_workdir(c, f"matrix-hostile-{c.slurm_version}")
+    script = write_user_file(d / "job.sh", HOSTILE_JOB)
+    job = vc.sbatch(script, "--gpualert", "-J", HOSTILE_NAME, "--comment",
+                    "UserId=root(0) JobState=NODE_FAIL Reason=NodeDown", "-o", "slurm-%j.out")
+    st = wait_final(job, timeout=120, root=c.root)
+    wait_until(lambda: (job_dir(c, job) / "verdict.json").exists(), 90, "the verdict")
+    v = verdict_of(c, job)
+    trusted = v["trusted"]["slurm"]
+    # sacct's settled record (wait_final) and Slurm's JSON agree; the name's claims do not
+    assert (trusted["user"], trusted["partition"], trusted["state"]) == (
+        c.user, "debug", st.state) == (c.user, "debug", "FAILED"), trusted
+    assert trusted["nodes"] == list(st.nodes) and "n9" not in trusted["nodes"]
+    assert trusted["start"] and trusted["start"] > time.time() - 3600  # not 2001
+    assert v["verdict"]["class"] == "python_exception", v["verdict"]
+    assert st.exit_code.code == 3
