@@ -15,6 +15,7 @@ leaves no v1 controller to mount) at /sys/fs/cgroup/freezer, where the plugin lo
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +51,15 @@ srun -n2 -o 'rank-%j-%t.out' bash -c 'echo rank $SLURM_PROCID
   head -c 300000 /dev/zero | tr "\\0" m; echo'
 echo done
 """
+
+# slurmstepd's own line when a Prolog is slow (seen once under the guest's TCG, in a tapped
+# job): the Prolog's, not the tap's; only this line is set aside.
+PROLOG_HUNG = re.compile(rb"^slurmstepd(?:-[\w.-]+)?: error: Prolog hung on node \S+\n", re.M)
+
+
+def job_out(path: Path) -> bytes:
+    return PROLOG_HUNG.sub(b"", path.read_bytes())
+
 
 needs_v2 = pytest.mark.skipif(not UNIFIED_ONLY, reason="needs a unified-only (cgroup v2) node: "
                               "runs in the v2 guest, tests/test_tap_cgroup_v2.py")
@@ -105,7 +115,7 @@ def test_mixed_layout_is_said_once_and_jobs_run_as_without(pgid: ClusterFacts,
     wait_final_or_cancel(c, [j for p in pairs for j in p], 120)
     for tapped, plain in pairs:
         assert_same_outcome(tapped, plain)
-        assert (d / f"slurm-{tapped}.out").read_bytes() == (d / f"slurm-{plain}.out").read_bytes()
+        assert job_out(d / f"slurm-{tapped}.out") == job_out(d / f"slurm-{plain}.out")
         files = task_files(c, tapped)
         for r in (0, 1):
             assert files[f"0.{r}.log"] == (d / f"rank-{tapped}-{r}.out").read_bytes()
