@@ -5,8 +5,9 @@ path) and the job runs as without gpualert; `gpualert doctor` says the layout an
 tap's stall guarantee does not hold there, and on the plain v2 node that it does.
 
 Needs a unified-only node (cgroup2 at /sys/fs/cgroup): it runs in the cgroup v2 guest
-(docker/slurm-cluster/v2vm, tests/test_tap_cgroup_v2.py), and skips, saying so, on a v1 or
-hybrid machine, where a mixed layout cannot be made without remounting the machine's cgroups.
+(docker/slurm-cluster/v2vm, tests/test_tap_cgroup_v2.py, under `make test-matrix`); on a v1 or
+hybrid machine, where a mixed layout cannot be made without remounting the machine's cgroups,
+it is not collected (tests/conftest.py).
 Slurm's own cgroup/v2 refuses a node whose processes list a v1 hierarchy ("Hybrid mode is not
 supported"), so the jobs run on the proctrack/pgid cluster (no Slurm cgroup plugin loaded);
 the hierarchy is a named one (`name=gpatest`: the guest boots with cgroup_no_v1=all, which
@@ -61,8 +62,8 @@ def job_out(path: Path) -> bytes:
     return PROLOG_HUNG.sub(b"", path.read_bytes())
 
 
-needs_v2 = pytest.mark.skipif(not UNIFIED_ONLY, reason="needs a unified-only (cgroup v2) node: "
-                              "runs in the v2 guest, tests/test_tap_cgroup_v2.py")
+# a unified-only node's test: run in the v2 guest, not collected elsewhere (tests/conftest.py)
+needs_v2 = pytest.mark.v2guest
 
 
 def doctor(c: ClusterFacts) -> str:
