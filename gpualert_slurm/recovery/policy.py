@@ -205,6 +205,7 @@ class _Case:
     claimed: list[str]  # suspects the verdict names, whoever named them
     trusted: list[str]  # the proven ones
     excludable: list[str]  # what the job's own requeue may leave out
+    escalated: bool = False  # _escalate asked for the drain (the same fault in others' jobs)
 
     def unbacked(self, n: str) -> str:
         cls = self.d.cls
@@ -334,6 +335,7 @@ def _escalate(c: _Case) -> None:
                 d.recommended.append("exclude_node")
             d.notes.append(f"escalated: signature {sig!r} seen {seen + 1} times on {n}: "
                            "drain for inspection")
+            c.escalated = True
 
 
 def _blast_radius(c: _Case) -> None:
@@ -410,8 +412,9 @@ def _targets(c: _Case, a: str) -> list[str] | None:
         return [c.facts.job_id]
     ok, targets = (c.proven, c.trusted) if a == "drain_node" else (c.ran, c.excludable)
     if a == "drain_node" and c.d.xid and c.d.cls in ("gpu_hardware", "cuda_error") \
-            and c.rule.name not in dict(c.cfg.rules):
-        # a node whose own sealed Xid asks for no drain is not drained for another's
+            and c.rule.name not in dict(c.cfg.rules) and not c.escalated:
+        # a node whose own sealed Xid asks for no drain is not drained for another's (an
+        # escalation is the other way round: the same fault in other users' jobs asks for it)
         from gpualert_slurm.core.xid import BUCKET_ACTIONS
 
         keep = [t for t in targets if t not in c.d.xid
