@@ -420,10 +420,13 @@ def test_a_job_that_stops_printing_is_reported_hung_while_it_runs(rc: cl.Cluster
                                  f"the hang alert for job {job}")
             arrived = mail.stat().st_mtime
             assert slurm.show_job(job).state == "RUNNING"  # reported while it still runs
+            # the watcher mails first, then decides: its decision may come a moment later
+            # (a full clean-clone run read the audit log before it, with the watcher gone)
+            dec = cl.wait_until(lambda: next(
+                (r for r in audit_records(audit) if r.get("event") == "decision"
+                 and r.get("job") == str(job)), None), 60, f"job {job}'s hang decision")
         assert arrived - last_output <= 20 + 30, arrived - last_output
         assert "epoch 1 loss 2.0" in mail_text(mail)[1]  # the rank's last lines
-        dec = next(r for r in audit_records(audit) if r.get("event") == "decision"
-                   and r.get("job") == str(job))
         assert dec["class"] == "hang" and dec["id"].endswith(".hang")
     finally:
         cancel(job)
