@@ -119,15 +119,31 @@ int gpa_stepd_in_step_cgroup(const char *proc_cgroup, enum gpa_cgroup_mode mode)
     return strstr(path, "/step_") != NULL;
 }
 
+/* A job's cgroup directory: "job_<id>" (to 25.11; 26.05 with CgroupJobIdPaths=yes) or the
+ * job's SLUID, "s" and 13 Crockford base-32 digits (26.05's default: cgroup_v2.c,
+ * cgroup_p_step_create, print_sluid). NAME runs to the next '/'. */
+static int is_job_dir(const char *name)
+{
+    size_t n = strcspn(name, "/");
+    if (n > 4 && strncmp(name, "job_", 4) == 0)
+        return strspn(name + 4, "0123456789") == n - 4;
+    return n == 14 && name[0] == 's' && strspn(name + 1, "0123456789ABCDEFGHJKMNPQRSTVWXYZ") == 13;
+}
+
 /* The cgroup of gpualert's own beside Slurm's scope, for a v2 slurmstepd at PATH
- * (<scope>/job_<id>/step_<id>/slurm); -1 when PATH is not that shape. */
+ * (<scope>/<job dir>/step_<id>/slurm); -1 when PATH is not that shape. */
 static int own_cgroup_of(const char *path, char *own, size_t len)
 {
-    const char *job = strstr(path, "/job_");
-    if (!job)
+    /* the step: the last "/step_" component, the job dir the one before it */
+    const char *step = NULL;
+    for (const char *p = strstr(path, "/step_"); p; p = strstr(p + 1, "/step_"))
+        step = p;
+    if (!step || step == path)
         return -1;
-    const char *step = strchr(job + 1, '/');
-    if (!step || strncmp(step, "/step_", 6) != 0)
+    const char *job = step - 1;
+    while (job > path && *job != '/')
+        job--;
+    if (*job != '/' || !is_job_dir(job + 1))
         return -1;
     /* slurmstepd's own leaf: "slurm" (24.11: src/plugins/cgroup/v2/cgroup_v2.c,
      * cgroup_p_step_create), "slurm_processes" in the layout's description */

@@ -216,3 +216,31 @@ def test_copier_place_slurm_2411_names(driver: Path, tmp_path: Path, text: str,
     out = subprocess.run([str(driver), "place", str(f), "v2"], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == place
+
+
+# Slurm 26.05 names the job's cgroup by its SLUID unless CgroupJobIdPaths=yes
+# (src/plugins/cgroup/v2/cgroup_v2.c, cgroup_p_step_create; src/common/sluid.c, print_sluid:
+# "s" and 13 Crockford base-32 digits), then step_Y/{slurm,user/task_N} as in 24.11
+STEPD_V2_2605 = "0::/system.slice/n1_slurmstepd.scope/s0A1B2C3D4E5F6/step_batch/slurm\n"
+TASK_V2_2605 = "0::/system.slice/n1_slurmstepd.scope/s0A1B2C3D4E5F6/step_0/user/task_0\n"
+
+
+@pytest.mark.parametrize(("text", "place"), [
+    (STEPD_V2_2605, "own-cgroup /system.slice/gpualert_copiers"),
+    (STEPD_V2_2605.replace("/system.slice/n1_slurmstepd.scope", ""),
+     "own-cgroup /gpualert_copiers"),
+    (TASK_V2_2605, "unknown -"),
+    # not a job's directory: a SLUID has no I, L, O or U and 13 digits; job_ takes digits only
+    (STEPD_V2_2605.replace("s0A1B2C3D4E5F6", "s0I1B2C3D4E5F6"), "unknown -"),
+    (STEPD_V2_2605.replace("s0A1B2C3D4E5F6", "s0A1B2C3D4E5F"), "unknown -"),
+    (STEPD_V2_2605.replace("s0A1B2C3D4E5F6", "job_5x"), "unknown -"),
+    (STEPD_V2_2605.replace("s0A1B2C3D4E5F6", "job_"), "unknown -"),
+    (STEPD_V2_2605.replace("s0A1B2C3D4E5F6", "job_5/extra"), "unknown -"),
+])
+def test_copier_place_slurm_2605_sluid_names(driver: Path, tmp_path: Path, text: str,
+                                             place: str) -> None:
+    f = tmp_path / "cgroup"
+    f.write_text(text)
+    out = subprocess.run([str(driver), "place", str(f), "v2"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == place
