@@ -3,12 +3,12 @@ for its job epilog with N hostile jobs of one user queued before it, against the
 alone (the baseline, measured in the same run).
 
 Real parts: the shim (epilog.d/gpualert-epilog-slurmctld, run by /bin/sh as slurmctld runs it),
-the real drainer (hooks/drain.py) with its real flock, fork per job and slots. The per-job work
-is a stand-in, as in tests/test_hook_drain.py: a hostile job's job epilog sleeps its whole node
+the real queue worker (hooks/queue.py) with its real flock, fork per job and slots. The per-job work
+is a stand-in, as in tests/test_hook_queue.py: a hostile job's job epilog sleeps its whole node
 wait (--hostile-wait, the 22.5 s a job whose nodes/ was a file cost before the fix; now such a
 job fails its wait at once, so this is the worst a job epilog can hold a slot), the other
 user's burns --work CPU-seconds (a job epilog's classify and report, measured ~0.1-0.3 s).
-The bench stops the drainer once the other user's job is done: the flood is not drained.
+The bench stops the worker once the other user's job is done: the flood is not worked through.
 
     python bench/bench_queue.py [--hostile 1000] [--hostile-wait 22.5] [--slots 4]
 """
@@ -31,7 +31,7 @@ SHIM = REPO / "epilog.d" / "gpualert-epilog-slurmctld"
 FAKE_BIN = """#!{py}
 import json, os, sys, time
 sys.path.insert(0, {repo!r})
-from gpualert_slurm.hooks import drain
+from gpualert_slurm.hooks import queue
 out = os.environ["B_OUT"]
 
 def work(env, waited):
@@ -45,7 +45,7 @@ def work(env, waited):
         with open(os.path.join(out, env["SLURM_JOB_ID"]), "w") as f:
             f.write(json.dumps({{"start": t0, "end": time.time(), "waited": waited}}))
 
-drain.drain(work=work, idle_s=0.5, bound_s=3600)
+queue.run_worker(work=work, idle_s=0.5, bound_s=3600)
 """
 
 
@@ -81,7 +81,7 @@ def measure(tmp: Path, hostile: int, args: argparse.Namespace) -> float:
         if not done.exists():
             return float("inf")
         return json.loads(done.read_text())["end"] - t0
-    finally:  # the drainer and its children: their command line names the stand-in
+    finally:  # the worker and its children: their command line names the stand-in
         subprocess.run(["pkill", "-KILL", "-f", str(fake)], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
 

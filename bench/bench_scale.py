@@ -126,8 +126,10 @@ exit 1
 COST_RE = re.compile(r"job (\d+): (epilog on (\S+)|epilog-slurmctld) cost cpu ([\d.]+) s "
                      r"\(children ([\d.]+) s\), peak rss ([\d.]+) MiB \(largest child ([\d.]+)"
                      r" MiB\)(?:, waited ([\d.]+) s for a slot)?")
-DRAIN_RE = re.compile(r"^(\S+) \S+ INFO drain: drained (\d+) job epilog\(s\) \((\d+) cut short\)"
-                      r"[^;\n]*; drainer cost cpu ([\d.]+) s", re.M)
+# the queue worker's last line (hooks/queue.py); before it was renamed, the drainer's
+WORKER_RE = re.compile(r"^(\S+) \S+ INFO (?:queue: worked through|drain: drained) (\d+) job "
+                       r"epilog\(s\) \((\d+) cut short\)[^;\n]*; (?:worker|drainer) cost cpu "
+                       r"([\d.]+) s", re.M)
 NODE_RE = re.compile(r"job (\d+): node verdict \S+ for \d+ task\(s\) on (\S+) in ([\d.]+) s")
 
 
@@ -505,8 +507,8 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
     except FileNotFoundError:  # a fresh cluster whose hooks have not run yet (no gpualert job)
         log_text = ""
     gave_up = sum(1 for ln in log_text.splitlines() if "gave up after" in ln and ln[:19] >= since)
-    # the job epilogs' drainer (hooks/drain.py): its own start and loop, once per burst
-    drains = [m for m in DRAIN_RE.finditer(log_text) if m.group(1)[:19] >= since]
+    # the hook queue's worker (hooks/queue.py): its own start and loop, once per burst
+    workers = [m for m in WORKER_RE.finditer(log_text) if m.group(1)[:19] >= since]
     settled = time.time()
     time.sleep(1)
     sampler.stop.set()
@@ -532,10 +534,10 @@ def run_array(f: cl.ClusterFacts, mail: MailWatch, n: int, gpualert: bool) -> di
         "last_end_to_summary": (summary_at - last_end) if summary_at and last_end else None,
         "summary_mails": sum(1 for sub, _t in mail.subjects.values()
                              if re.search(rf"\b{jid}\b", sub)),
-        "ctld_epilog_cpu": sum(ctld_cpu) + sum(float(m.group(4)) for m in drains)
+        "ctld_epilog_cpu": sum(ctld_cpu) + sum(float(m.group(4)) for m in workers)
         if ctld_cpu else None, "ctld_epilogs": len(ctld_cpu),
-        "drainers": len(drains), "jobs_drained": sum(int(m.group(2)) for m in drains),
-        "drain_cut": sum(int(m.group(3)) for m in drains),
+        "workers": len(workers), "jobs_worked": sum(int(m.group(2)) for m in workers),
+        "worker_cut": sum(int(m.group(3)) for m in workers),
         "node_epilog_cpu": sum(node_cpu) if node_cpu else None, "node_epilogs": len(node_cpu),
         "slurmctld_cpu": ctld1 - ctld0, "machine_cpu": mach1 - mach0,
         "wall": settled - t0,
@@ -586,8 +588,9 @@ def print_arrays(rows: list[dict[str, Any]]) -> None:
               f"{fmt(r['last_end_to_summary'], '.1f')} ({r['summary_mails']} mail(s)); "
               f"wall until the hooks settled {r['wall']:.1f}")
         print(f"    job epilogs' CPU {fmt(r['ctld_epilog_cpu'], '.1f')} over "
-              f"{r['ctld_epilogs']} cost lines and {r['drainers']} drainer(s) ({r['jobs_drained']} "
-              f"drained, {r['drain_cut']} cut short); node Epilogs' CPU "
+              f"{r['ctld_epilogs']} cost lines and {r['workers']} queue worker(s) "
+              f"({r['jobs_worked']} worked through, {r['worker_cut']} cut short); node "
+              f"Epilogs' CPU "
               f"{fmt(r['node_epilog_cpu'], '.1f')} over {r['node_epilogs']}; slurmctld's own "
               f"CPU {r['slurmctld_cpu']:.1f}; the machine's CPU {r['machine_cpu']:.1f}")
         print(f"    squeue latency over {r['squeue_n']} samples: max "
@@ -638,7 +641,7 @@ def pin_hosts(f: cl.ClusterFacts) -> str:
     slurmctld's host runs no job: slurmctld (with slurmscriptd, which runs EpilogSlurmctld),
     slurmdbd and MariaDB on CPU 0; the slurmd (their slurmstepd, jobs, Prologs and Epilogs
     inherit it) on CPU 1. The controller's job epilogs get a queue of their own (so their
-    drainer is the controller's, on its CPU); the node hooks keep theirs. Both runs of the
+    worker is the controller's, on its CPU); the node hooks keep theirs. Both runs of the
     array, with and without --gpualert, are pinned alike, and so is the bench with its squeue
     clients (on CPU 0, as a client on the controller's host)."""
     def pin(pidfile: Path, cpu: int) -> list[int]:

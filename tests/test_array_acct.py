@@ -32,7 +32,7 @@ def test_all_recorded_lets_the_summary_go() -> None:
 
 def test_an_array_slurmctld_forgot_has_no_active_task(cluster) -> None:
     """squeue says 'Invalid job id specified' for an array slurmctld no longer holds (all
-    tasks past MinJobAge): none of its tasks is active, which lets the drainer settle its
+    tasks past MinJobAge): none of its tasks is active, which lets the queue worker settle its
     summary; Slurm not answering at all is not that."""
     import clusterlib as cl
 

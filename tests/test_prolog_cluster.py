@@ -230,9 +230,9 @@ def _cluster_name() -> str:
 
 def test_a_job_whose_prolog_comes_late_keeps_its_logs(cluster: ClusterFacts,
                                                       workdir: Path) -> None:
-    """A burst's job: its Prolog still queued when its tasks start (here: the drainer's lock
-    held by the test, so no drainer runs and the Prolog's shim leaves the job to it after its
-    wait). The plugin's slurmstepd made the job dir before the first task, as the Prolog makes
+    """A burst's job: its Prolog still queued when its tasks start (here: the queue worker's
+    lock held by the test, so no worker runs and the Prolog's shim leaves the job to it after
+    its wait). The plugin's slurmstepd made the job dir before the first task, as the Prolog makes
     it, so every line is logged; the Prolog that runs later joins the dir, and the report has
     the logs and the root rank."""
     import pwd
@@ -243,10 +243,10 @@ def test_a_job_whose_prolog_comes_late_keeps_its_logs(cluster: ClusterFacts,
     qdir = Path("/run/gpualert") / f"epilog-queue-{_cluster_name()}"
     qdir.mkdir(parents=True, exist_ok=True)
     d = cluster.spool / str(0)
-    started_drainer = False
+    started_worker = False
     try:
-        # a drainer still warm from an earlier test lets go of the lock once its queue is empty
-        with held_lock(qdir / "drainer.lock", timeout=120, holder=" (a drainer)"):
+        # a queue worker still warm from an earlier test lets go of the lock once its queue is empty
+        with held_lock(qdir / "drainer.lock", timeout=120, holder=" (a queue worker)"):
             job = submit(LATE, "-N2", "-o", "out-%j.txt", workdir=workdir)
             d = cluster.spool / str(job)
             st = wait_final(job, timeout=120)
@@ -265,14 +265,14 @@ def test_a_job_whose_prolog_comes_late_keeps_its_logs(cluster: ClusterFacts,
                 _owned(tasks / name, uid, 0o600)
             assert not list(cluster.spool.glob(f".tmp-{job}-*"))
             assert list(qdir.glob(f"{job}.*.prolog")), "the Prolog should still be queued"
-        # The lock let go: a drainer, started as a shim starts it, takes the queue.
-        subprocess.run(["setsid", "-f", "/opt/gpualert/venv/bin/gpualert", "hook", "drain"],
+        # The lock let go: a queue worker, started as a shim starts it, takes the queue.
+        subprocess.run(["setsid", "-f", "/opt/gpualert/venv/bin/gpualert", "hook", "queue"],
                        env=dict(os.environ, GPUALERT_QUEUE_DIR=str(qdir),
                                 GPUALERT_CONFIG=str(cluster.gpualert_config),
                                 SLURM_CONF=str(cluster.conf)),
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, check=True, timeout=30)
-        started_drainer = True
+        started_worker = True
         wait_until(lambda: (d / "job.json").exists(), 60, f"{d}/job.json from the late Prolog")
         rec = json.loads((d / "job.json").read_text())
         assert rec["job_id"] == str(job) and rec["uid"] == uid
@@ -285,8 +285,8 @@ def test_a_job_whose_prolog_comes_late_keeps_its_logs(cluster: ClusterFacts,
         mail = wait_for_mail(cluster.maildir, f"X-Gpualert-Job: {job}", timeout=60)
         assert "shard 1 has 0 samples" in mail.read_text(errors="replace").replace("=\n", "")
     finally:
-        if not started_drainer:  # never leave the cluster's queue without a drainer
-            subprocess.run(["setsid", "-f", "/opt/gpualert/venv/bin/gpualert", "hook", "drain"],
+        if not started_worker:  # never leave the cluster's queue without a queue worker
+            subprocess.run(["setsid", "-f", "/opt/gpualert/venv/bin/gpualert", "hook", "queue"],
                            env=dict(os.environ, GPUALERT_QUEUE_DIR=str(qdir),
                                     GPUALERT_CONFIG=str(cluster.gpualert_config),
                                     SLURM_CONF=str(cluster.conf)),

@@ -112,8 +112,8 @@ def test_a_site_rule_change_takes_effect_at_once(dirs, tmp_path):
 
 
 def test_a_kept_rule_set_is_dropped_when_its_files_change(dirs, monkeypatch):
-    """A long-lived drainer (hooks/drain.py) loads the rules once and forks its workers; in each
-    worker drop_if_stale() makes the files in use now decide: an edited site rule, or another
+    """A long-lived queue worker (hooks/queue.py) loads the rules once and forks its children;
+    in each child drop_if_stale() makes the files in use now decide: an edited site rule, or another
     GPUALERT_RULES_DIR in the job's environment, takes effect as in a fresh process."""
     _, site = dirs
     monkeypatch.setattr(rules_mod, "_DEFAULT", None)

@@ -2,7 +2,7 @@
 
 Writes job.json and nodes/<node>.prolog.json into <spool>/<jobid>/ (the user's, 0700), making
 the dir when the plugin's slurmstepd has not (spank/records.c, make_job_dir: the pre-launch log
-guarantee is the plugin's, so that a job need not wait for its Prolog). When the drainer is
+guarantee is the plugin's, so that a job need not wait for its Prolog). When the queue worker is
 free this runs before the first task; in a burst it may run after the job started. A requeued
 job's run N (SLURM_JOB_RESTART_COUNT=N) gets its own attempt-N/ with nodes/ and tasks/
 (docs/CONTRACTS.md, Attempts); job.json stays at the job root and lists every attempt. Bounded by
@@ -65,7 +65,7 @@ def _job_record(env: dict[str, str], options: Options, options_error: str | None
         nodes = expand_hostlist(nodelist) if nodelist else [node]
     except SlurmError:
         nodes = []
-    # A Prolog the drainer ran late (a burst) dates the job from when Slurm ran its shim.
+    # A Prolog the queue worker ran late (a burst) dates the job from when Slurm ran its shim.
     now = time.time() if queued_at is None else queued_at
     rec: dict[str, Any] = {
         "version": RECORD_VERSION,
@@ -113,7 +113,7 @@ def _node_record(env: dict[str, str], node: str) -> dict[str, Any]:
 
 def prolog(env: dict[str, str], log: HookLog, watchdog: Watchdog,
            queued_at: float | None = None) -> None:
-    """queued_at: when the shim queued it, for a Prolog the drainer runs (hooks/drain.py)."""
+    """queued_at: when the shim queued it, for a Prolog the queue worker runs (hooks/queue.py)."""
     jobid = env.get("SLURM_JOB_ID", "")
     cfg = load_config_logged(log)
     if cfg is None:

@@ -1,9 +1,9 @@
-"""The job epilogs' queue (epilog.d/gpualert-epilog-slurmctld + hooks/drain.py): the real shim,
-run by /bin/sh as slurmctld runs it, queues the job and returns at once; one drainer (started
+"""The job epilogs' queue (epilog.d/gpualert-epilog-slurmctld + hooks/queue.py): the real shim,
+run by /bin/sh as slurmctld runs it, queues the job and returns at once; one worker (started
 by the shim under a real flock) takes every queued job exactly once, oldest first, at most
-gate.slots() at once, each in a forked child; a job queued while the drainer lets go of its
+gate.slots() at once, each in a forked child; a job queued while the worker lets go of its
 lock is still taken; a job whose work did not finish gets its finish step. Real processes,
-real flocks; the drainer's per-job work is a recording workload (as in test_hook_gate)."""
+real flocks; the worker's per-job work is a recording workload (as in test_hook_gate)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ REPO = Path(__file__).resolve().parent.parent
 SHIMS = REPO / "epilog.d"
 SHIM = SHIMS / "gpualert-epilog-slurmctld"
 
-# GPUALERT_BIN for the shim: `gpualert hook drain`, with a recording work function. A job whose
+# GPUALERT_BIN for the shim: `gpualert hook queue`, with a recording work function. A job whose
 # SLURM_JOB_NAME is "cut" raises (its work did not finish); "hang" sleeps past the bound.
 FAKE_BIN = """#!{py}
 import json, os, sys, time
 sys.path.insert(0, {repo!r})
-from gpualert_slurm.hooks import drain
+from gpualert_slurm.hooks import queue
 out = os.environ["T_OUT"]
-with open(os.path.join(out, "drainers"), "a") as f:
+with open(os.path.join(out, "workers"), "a") as f:
     f.write(f"{{os.getpid()}} {{' '.join(sys.argv[1:])}}\\n")
 
 def work(env, waited):
@@ -43,7 +43,7 @@ def work(env, waited):
         raise RuntimeError("cut short")
     rec = {{"job": env["SLURM_JOB_ID"], "start": t0, "end": time.time(), "waited": waited,
            "uid": env.get("SLURM_JOB_UID"),
-           "nice": os.nice(0), "drainer": os.getppid(), "env_ok": env.get("T_MARK") == "m",
+           "nice": os.nice(0), "worker": os.getppid(), "env_ok": env.get("T_MARK") == "m",
            "kind": env.get("T_KIND")}}
     with open(os.path.join(out, "job." + env["SLURM_JOB_ID"]), "a") as f:
         f.write(json.dumps(rec) + "\\n")
@@ -52,7 +52,7 @@ def finish(env, why):
     with open(os.path.join(out, "finish." + env["SLURM_JOB_ID"]), "a") as f:
         f.write(why + "\\n")
 
-drain.drain(work=work, finish=finish, idle_s=float(os.environ.get("T_IDLE", "0.5")),
+queue.run_worker(work=work, finish=finish, idle_s=float(os.environ.get("T_IDLE", "0.5")),
             bound_s=float(os.environ.get("T_BOUND", "30")))
 """
 
@@ -71,7 +71,7 @@ def _setup(tmp: Path, slots: int = 2, **extra: str) -> dict[str, str]:
 
 class _Shim:
     """The shim as slurmctld runs it: in a process group of its own, which is killed once the
-    shim exits (so the drainer must have left it by then)."""
+    shim exits (so the worker must have left it by then)."""
 
     def __init__(self, env: dict[str, str], job: int, name: str,
                  shim: str = "gpualert-epilog-slurmctld", uid: int | None = None) -> None:
@@ -106,7 +106,7 @@ def _records(tmp: Path, n: int, prefix: str = "job.", timeout: float = 90) -> di
 
 
 def _settled(tmp: Path, timeout: float = 30) -> bool:
-    """The queue is empty and no drainer holds its lock."""
+    """The queue is empty and no worker holds its lock."""
     import fcntl
 
     deadline = time.time() + timeout
@@ -122,7 +122,7 @@ def _settled(tmp: Path, timeout: float = 30) -> bool:
     return False
 
 
-def test_a_burst_is_queued_and_drained_once_each_within_the_slots(tmp_path: Path) -> None:
+def test_a_burst_is_queued_and_taken_once_each_within_the_slots(tmp_path: Path) -> None:
     env = _setup(tmp_path, slots=2)
     t0 = time.monotonic()
     shims = [_shim(env, 1000 + i) for i in range(40)]
@@ -139,11 +139,11 @@ def test_a_burst_is_queued_and_drained_once_each_within_the_slots(tmp_path: Path
         at_once = sum(1 for o in flat if o["start"] <= r["start"] < o["end"])
         assert at_once <= 2, flat
     assert all(r["env_ok"] and r["nice"] >= 10 for r in flat)  # the job's env, niced
-    drainers = (tmp_path / "out" / "drainers").read_text().split("\n")
-    started = [d for d in drainers if d.strip()]
-    assert all(d.split()[1:] == ["hook", "drain"] for d in started)
-    # one drainer for the burst (the next shim finds the lock held); a few at most
-    assert len({r["drainer"] for r in flat}) <= 3, started
+    workers = (tmp_path / "out" / "workers").read_text().split("\n")
+    started = [d for d in workers if d.strip()]
+    assert all(d.split()[1:] == ["hook", "queue"] for d in started)
+    # one worker for the burst (the next shim finds the lock held); a few at most
+    assert len({r["worker"] for r in flat}) <= 3, started
     assert _settled(tmp_path)
     assert (tmp_path / "q").stat().st_mode & 0o777 == 0o700
 
@@ -160,9 +160,9 @@ def test_one_slot_takes_the_oldest_first(tmp_path: Path) -> None:
     assert _settled(tmp_path)
 
 
-def test_jobs_queued_while_the_drainer_lets_go_are_taken(tmp_path: Path) -> None:
-    """The drainer gives up its lock after a short idle time; jobs arriving around then find
-    the lock held (and queue only) or free (and start a new drainer): none is left."""
+def test_jobs_queued_while_the_worker_lets_go_are_taken(tmp_path: Path) -> None:
+    """The worker gives up its lock after a short idle time; jobs arriving around then find
+    the lock held (and queue only) or free (and start a new worker): none is left."""
     env = _setup(tmp_path, slots=2, T_IDLE="0.05", T_BUSY="0.0")
     n = 60
     for i in range(n):
@@ -172,8 +172,8 @@ def test_jobs_queued_while_the_drainer_lets_go_are_taken(tmp_path: Path) -> None
     assert len(recs) == n, sorted(set(map(str, range(3000, 3000 + n))) - set(recs))
     assert all(len(r) == 1 for r in recs.values())
     assert _settled(tmp_path)
-    starts = [d for d in (tmp_path / "out" / "drainers").read_text().splitlines() if d]
-    assert len(starts) > 1  # the drainer did exit and was started again meanwhile
+    starts = [d for d in (tmp_path / "out" / "workers").read_text().splitlines() if d]
+    assert len(starts) > 1  # the worker did exit and was started again meanwhile
 
 
 def test_one_users_slow_jobs_leave_another_users_job_its_turn(tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_one_users_slow_jobs_leave_another_users_job_its_turn(tmp_path: Path) ->
 
 
 def test_fair_turns_alternate_users_and_keep_each_users_order() -> None:
-    from gpualert_slurm.hooks.drain import fair_turns
+    from gpualert_slurm.hooks.queue import fair_turns
 
     jobs = [(float(i), f"{i}.1.job") for i in range(10)]
     user = {f"{i}.1.job": ("a" if i < 8 else "b") for i in range(10)}.__getitem__
@@ -228,16 +228,16 @@ def test_work_that_does_not_finish_gets_its_finish_step(tmp_path: Path) -> None:
 
 
 def test_work_past_its_bound_is_killed_and_finished(tmp_path: Path) -> None:
-    from gpualert_slurm.hooks import drain
+    from gpualert_slurm.hooks import queue
 
     env = _setup(tmp_path, slots=1, T_BOUND="0.5")
     t0 = time.monotonic()
     assert _shim(env, 5001, "hang").wait(30) == 0
     assert _shim(env, 5002, "train").wait(30) == 0
-    fin = _records(tmp_path, 1, prefix="finish.", timeout=drain.KILL_MARGIN_S + 30)
+    fin = _records(tmp_path, 1, prefix="finish.", timeout=queue.KILL_MARGIN_S + 30)
     assert list(fin) == ["5001"]
     assert list(_records(tmp_path, 1)) == ["5002"]
-    assert time.monotonic() - t0 < 0.5 + drain.KILL_MARGIN_S + 20  # killed, not its 60 s
+    assert time.monotonic() - t0 < 0.5 + queue.KILL_MARGIN_S + 20  # killed, not its 60 s
     assert _settled(tmp_path)
 
 
@@ -252,27 +252,27 @@ def test_off_and_bad_job_ids_queue_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "q").exists() or not list((tmp_path / "q").glob("*.job"))
 
 
-def test_a_queue_not_the_drainers_own_is_refused(tmp_path: Path) -> None:
-    from gpualert_slurm.hooks import drain
+def test_a_queue_not_the_workers_own_is_refused(tmp_path: Path) -> None:
+    from gpualert_slurm.hooks import queue
 
     q = tmp_path / "q"
     q.mkdir(mode=0o755)
     q.chmod(0o755)  # readable by others: a queue of job environments must not be
     (q / "1.1.job").write_bytes(b"SLURM_JOB_ID=1\0")
     env = dict(os.environ, GPUALERT_QUEUE_DIR=str(q))
-    code = ("import sys; from gpualert_slurm.hooks import drain; "
-            "sys.exit(drain.drain(work=lambda e, w: open(sys.argv[1], 'w').write('ran')))")
+    code = ("import sys; from gpualert_slurm.hooks import queue; "
+            "sys.exit(queue.run_worker(work=lambda e, w: open(sys.argv[1], 'w').write('ran')))")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ran")], env=env, timeout=60,
                        cwd=REPO)
     assert r.returncode == 0
     assert not (tmp_path / "ran").exists()
-    assert (q / "1.1.job").exists()  # kept for a drainer of a sound queue
-    assert drain.read_env(os.open(q, os.O_RDONLY), "1.1.job") == {"SLURM_JOB_ID": "1"}
+    assert (q / "1.1.job").exists()  # kept for a worker of a sound queue
+    assert queue.read_env(os.open(q, os.O_RDONLY), "1.1.job") == {"SLURM_JOB_ID": "1"}
 
 
-def test_node_epilogs_and_prologs_go_through_the_same_drainer(tmp_path: Path) -> None:
+def test_node_epilogs_and_prologs_go_through_the_same_worker(tmp_path: Path) -> None:
     """The node Epilog's shim queues as the job epilog's does; the Prolog's waits for the
-    drainer's word, so its job's work is done when it returns; Prologs go first."""
+    worker's word, so its job's work is done when it returns; Prologs go first."""
     env = _setup(tmp_path, slots=1, T_BUSY="0.3")
     jobs = [_shim(env, 6000 + i, shim="gpualert-epilog-slurmctld") for i in range(3)]
     nodes = [_shim(env, 6100 + i, shim="gpualert-epilog") for i in range(3)]
@@ -323,10 +323,10 @@ def test_a_node_epilog_waits_for_its_jobs_prolog(tmp_path: Path) -> None:
     assert _settled(tmp_path)
 
 
-def _prolog_no_answer(tmp_path: Path, drainer: str) -> tuple[subprocess.Popen, float, Path]:
+def _prolog_no_answer(tmp_path: Path, worker: str) -> tuple[subprocess.Popen, float, Path]:
     fake = tmp_path / "gpualert"
     out = tmp_path / "ran"
-    fake.write_text(f"#!/bin/sh\n[ \"$2\" = drain ] && {{ {drainer}; }}\necho \"$@\" >> {out}\n")
+    fake.write_text(f"#!/bin/sh\n[ \"$2\" = queue ] && {{ {worker}; }}\necho \"$@\" >> {out}\n")
     fake.chmod(0o755)
     env = dict(os.environ, GPUALERT_BIN=str(fake), GPUALERT_QUEUE_DIR=str(tmp_path / "q"),
                GPUALERT_PROLOG_WAIT="1", SLURM_JOB_ID="7001")
@@ -338,8 +338,8 @@ def _prolog_no_answer(tmp_path: Path, drainer: str) -> tuple[subprocess.Popen, f
     return p, time.time() - t0, out
 
 
-def test_a_prolog_no_drainer_answers_runs_in_its_shim(tmp_path: Path) -> None:
-    """No drainer (here: one that exits at once, letting go of the lock): after
+def test_a_prolog_no_worker_answers_runs_in_its_shim(tmp_path: Path) -> None:
+    """No worker (here: one that exits at once, letting go of the lock): after
     GPUALERT_PROLOG_WAIT the shim takes its job back and runs the Prolog itself."""
     _p, took, out = _prolog_no_answer(tmp_path, "exit 0")
     assert took < 10
@@ -347,11 +347,11 @@ def test_a_prolog_no_drainer_answers_runs_in_its_shim(tmp_path: Path) -> None:
     assert [x.name for x in (tmp_path / "q").iterdir()] == ["drainer.lock"]
 
 
-def test_a_prolog_behind_a_busy_drainer_is_left_to_it(tmp_path: Path) -> None:
-    """A drainer that holds the lock but has not answered in time (a burst): the shim returns
+def test_a_prolog_behind_a_busy_worker_is_left_to_it(tmp_path: Path) -> None:
+    """A worker that holds the lock but has not answered in time (a burst): the shim returns
     within its bound and leaves the job queued for it, rather than add a cold start to the
     burst."""
-    pid = tmp_path / "drainer.pid"
+    pid = tmp_path / "worker.pid"
     p, took, out = _prolog_no_answer(tmp_path, f"echo $$ > {pid}; exec sleep 30")
     try:
         assert took < 10
@@ -359,24 +359,24 @@ def test_a_prolog_behind_a_busy_drainer_is_left_to_it(tmp_path: Path) -> None:
         assert [x.name for x in (tmp_path / "q").glob("7001.*.prolog")]  # still queued
     finally:
         with contextlib.suppress(ProcessLookupError, ValueError, OSError):
-            os.kill(int(pid.read_text()), signal.SIGKILL)  # the drainer that never answered
+            os.kill(int(pid.read_text()), signal.SIGKILL)  # the worker that never answered
 
 
-# A drainer whose job epilog is cut short (ends as its watchdog ends it: EXIT_CUT) and whose
+# A worker whose job epilog is cut short (ends as its watchdog ends it: EXIT_CUT) and whose
 # finish step is the real one: the array's state and its summary mail.
 CUT_BIN = """#!{py}
 import os, sys
 sys.path.insert(0, {repo!r})
-from gpualert_slurm.hooks import drain
-drain.drain(work=lambda env, waited: os._exit(drain.EXIT_CUT),
-            finish=drain._finish_array_task, idle_s=0.5)
+from gpualert_slurm.hooks import array_settle, queue
+queue.run_worker(work=lambda env, waited: os._exit(queue.EXIT_CUT),
+                 finish=array_settle.finish_array_task, idle_s=0.5)
 """
 
 
 def test_an_array_task_cut_short_is_summarised_as_unclassified(tmp_path: Path,
                                                                smtp_server) -> None:
     """The array's other task was recorded by its job epilog; the last one's epilog is cut
-    short at its bound: the drainer records it unclassified (failed, by Slurm's exit code), and
+    short at its bound: the worker records it unclassified (failed, by Slurm's exit code), and
     as the array's last task it sends the one summary, which says so."""
     spool = tmp_path / "spool"
     spool.mkdir(mode=0o755)
@@ -420,8 +420,8 @@ def test_an_array_task_cut_short_is_summarised_as_unclassified(tmp_path: Path,
 
 SETTLE = """import json, os, sys
 sys.path.insert(0, {repo!r})
-from gpualert_slurm.hooks import drain
-drain.settle_array(json.loads(sys.argv[1]), float(sys.argv[2]))
+from gpualert_slurm.hooks import array_settle
+array_settle.settle_array(json.loads(sys.argv[1]), float(sys.argv[2]))
 """
 
 
@@ -459,9 +459,9 @@ def test_an_array_whose_tasks_never_recorded_is_summarised(cluster, workdir, tmp
                                json.dumps(job_env), str(grace)], env=dict(env, **job_env),
                               timeout=120).returncode
 
-    from gpualert_slurm.hooks import drain
+    from gpualert_slurm.hooks import array_settle
 
-    assert settle(3600) == drain.EXIT_NOT_YET  # the tasks may still be running, or just ended
+    assert settle(3600) == array_settle.EXIT_NOT_YET  # the tasks may still run, or just ended
     deadline = time.time() + 120
     while time.time() < deadline:
         out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", str(arr), "-o", "State,End"],
@@ -470,7 +470,7 @@ def test_an_array_whose_tasks_never_recorded_is_summarised(cluster, workdir, tmp
         if len(out) == 3 and all(s.startswith("FAILED|2") for s in out):
             break
         time.sleep(1)
-    assert settle(3600) == drain.EXIT_NOT_YET  # ended, but within the grace
+    assert settle(3600) == array_settle.EXIT_NOT_YET  # ended, but within the grace
     assert not list((tmp_path / "mail").glob("*.eml"))
     assert settle(0) == 0
     mails = list((tmp_path / "mail").glob("*.eml"))
