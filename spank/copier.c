@@ -11,11 +11,11 @@
  * - The task's path does no spool I/O at all: the log is opened by the writer thread, so a
  *   hung mount stalls logging, never the task's start or its output.
  * When the task ends, slurm_spank_task_exit asks the copier (over an abstract unix socket, no
- * file in the spool: drain.c) whether everything was logged, and puts the answer in the exit
+ * file in the spool: handoff.c) whether everything was logged, and puts the answer in the exit
  * record. Who starts a copier: the host (host.c) or, without one, the task (tap.c).
  */
 #include "copier.h"
-#include "drain.h"
+#include "handoff.h"
 #include "records.h"
 
 #include <errno.h>
@@ -47,7 +47,8 @@
 #define RECORD_WAIT_MS 1000        /* after answering root, how long its exit record may take */
 #define THREAD_STACK (256 * 1024)  /* the forwarder's and the writer's stacks */
 
-/* The exit record task_exit sends back once answered (drain.c), for the writer to put in tasks/. */
+/* The exit record task_exit sends back once answered (handoff.c), for the writer to put in
+ * tasks/. */
 enum { REC_AWAITED, REC_READY, REC_NONE };
 
 /* The log side's buffer: a queue of chunks, so the copier's memory (in the job's cgroup) is
@@ -67,7 +68,7 @@ struct tap {
     int in[2];                     /* read ends of the stdout and stderr pipes */
     int orig[2];                   /* where the task's stdout and stderr went before the tap */
     int pidfd;                     /* readable once the task exited; -1 without pidfd */
-    struct drain_listener drain;   /* the handshake with task_exit (drain.c) */
+    struct handoff_listener handoff; /* the handshake with task_exit (handoff.c) */
     int stats;                     /* GPUALERT_TAP_STATS=1: byte counts and CPU to tap.log */
     int hosted;                    /* started by the host, outside the step's cgroup */
     int threaded;                  /* two threads of the host's, not a process of its own */
@@ -88,7 +89,7 @@ struct tap {
     int eof, writer_idle, writer_done, writer_dead, log_errno;
     int log_closed;                /* the writer closed the log: task_exit may have its answer */
     long answered_at;              /* when root (task_exit) was answered; -1 before */
-    int rec_state;                 /* REC_*: the exit record in drain.rec, once REC_READY */
+    int rec_state;                 /* REC_*: the exit record in handoff.rec, once REC_READY */
     int wake;                      /* eventfd: the writer's word to the forwarder's last loop */
     long progress_ms;              /* when the writer last finished a write */
     unsigned long long put;        /* bytes accepted for the log */
@@ -133,13 +134,13 @@ void copier_wait_all(void)
  * two threads to finish does it; a process copier just exits). */
 static void tap_free(struct tap *t)
 {
-    int fds[] = {t->in[0], t->in[1], t->orig[0], t->orig[1], t->pidfd, t->drain.lsock,
-                 t->drain.rec_fd, t->wake};
+    int fds[] = {t->in[0], t->in[1], t->orig[0], t->orig[1], t->pidfd, t->handoff.lsock,
+                 t->handoff.rec_fd, t->wake};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    for (int k = 0; k < t->drain.nconns; k++)
-        close(t->drain.conns[k]);
+    for (int k = 0; k < t->handoff.nconns; k++)
+        close(t->handoff.conns[k]);
     drop_queue_all(t);
     free(t->tail);
     free(t->buf);
@@ -522,7 +523,7 @@ done:
     int have_record = t->rec_state == REC_READY;
     pthread_mutex_unlock(&t->mu);
     if (have_record && jfd >= 0)
-        write_exit_record(jfd, &t->id, t->drain.rec, t->drain.rec_len);
+        write_exit_record(jfd, &t->id, t->handoff.rec, t->handoff.rec_len);
     if (jfd >= 0)
         close(jfd);
     pthread_mutex_lock(&t->mu);
@@ -537,9 +538,9 @@ done:
 
 /*
  * Copies from pipe i: one read (so stdout and stderr take turns, keeping the log close to
- * arrival order), or until the pipe is empty when drain is set. Returns 0 at EOF, else 1.
+ * arrival order), or until the pipe is empty when to_empty is set. Returns 0 at EOF, else 1.
  */
-static int pump(struct tap *t, int i, char *buf, int drain)
+static int pump(struct tap *t, int i, char *buf, int to_empty)
 {
     for (;;) {
         ssize_t n = read(t->in[i], buf, COPY_BUF);
@@ -573,7 +574,7 @@ static int pump(struct tap *t, int i, char *buf, int drain)
             }
             return 0;
         }
-        if (!drain)
+        if (!to_empty)
             return 1;
     }
 }
@@ -587,23 +588,23 @@ static void answer(struct tap *t, int final)
     size_t pending = t->writer_dead ? 0 : t->len;
     if (pending && !t->writer_idle && now_ms() - t->progress_ms > STUCK_MS)
         final = 1;
-    struct drain_report dr = {.drained = pending == 0, .bytes = t->bytes[0] + t->bytes[1],
+    struct handoff_report dr = {.flushed = pending == 0, .bytes = t->bytes[0] + t->bytes[1],
                               .gaps = t->ngaps, .gap_bytes = t->gap_bytes,
                               .first_gap = t->first_gap, .log_errno = t->log_errno};
     pthread_mutex_unlock(&t->mu);
     if (pending && !final)
         return;
-    drain_answer(&t->drain, &dr);
-    if (t->drain.rec_fd >= 0 && t->answered_at < 0)
+    handoff_answer(&t->handoff, &dr);
+    if (t->handoff.rec_fd >= 0 && t->answered_at < 0)
         t->answered_at = now_ms();
 }
 
 /* What task_exit sent back after its answer: handed to the writer, or given up on. */
 static void take_record(struct tap *t)
 {
-    if (t->drain.rec_fd < 0)
+    if (t->handoff.rec_fd < 0)
         return;
-    int r = drain_take_record(&t->drain);
+    int r = handoff_take_record(&t->handoff);
     if (r != 0)
         record_is(t, r > 0 ? REC_READY : REC_NONE);
 }
@@ -651,16 +652,16 @@ static void run_copier(struct tap *t)
             pfd[n] = (struct pollfd){t->pidfd, POLLIN, 0};
             idx[n++] = 2;
         }
-        if (t->drain.lsock >= 0) {
-            pfd[n] = (struct pollfd){t->drain.lsock, POLLIN, 0};
+        if (t->handoff.lsock >= 0) {
+            pfd[n] = (struct pollfd){t->handoff.lsock, POLLIN, 0};
             idx[n++] = 3;
         }
-        if (t->drain.rec_fd >= 0) {
-            pfd[n] = (struct pollfd){t->drain.rec_fd, POLLIN, 0};
+        if (t->handoff.rec_fd >= 0) {
+            pfd[n] = (struct pollfd){t->handoff.rec_fd, POLLIN, 0};
             idx[n++] = 4;
         }
         /* Waiting for the log to catch up before answering task_exit: look again soon. */
-        int timeout = task_done && t->drain.nconns ? 2 : -1;
+        int timeout = task_done && t->handoff.nconns ? 2 : -1;
         if (poll(pfd, (nfds_t)n, timeout) < 0) {
             if (errno == EINTR)
                 continue;
@@ -677,7 +678,7 @@ static void run_copier(struct tap *t)
                     small = 0;
             }
             if (i == 3) {
-                drain_accept(&t->drain);
+                handoff_accept(&t->handoff);
             } else if (i == 4) {
                 take_record(t);
             } else if (i == 2) {
@@ -701,11 +702,11 @@ static void run_copier(struct tap *t)
         }
         /* Pipes still open (the task's children hold them): answer once its bytes are logged.
          * At EOF the answer waits for the log to be closed too (below). */
-        if (task_done && t->drain.nconns && open_in > 0)
+        if (task_done && t->handoff.nconns && open_in > 0)
             answer(t, 0);
         /* Trickling output (pipes far from full) while the task runs: let it gather for
          * 0.3 ms so each wake-up copies more (about 3x less CPU per GiB through srun); a full
-         * pipe is never made to wait, and the drain at exit (or at EOF) never naps. */
+         * pipe is never made to wait, and the flush at exit (or at EOF) never naps. */
         if (small && t->pidfd >= 0 && open_in > 0) {
             struct timespec nap = {0, 300000};
             nanosleep(&nap, NULL);
@@ -730,17 +731,17 @@ static void run_copier(struct tap *t)
     long start = now_ms(), asked_at = t->answered_at;
     long flush_ms = t->hosted ? HOSTED_FLUSH_MS : FINAL_FLUSH_MS;
     for (;;) {
-        drain_accept(&t->drain);
+        handoff_accept(&t->handoff);
         take_record(t);
         pthread_mutex_lock(&t->mu);
         int done = t->writer_done, closed = t->log_closed;
         pthread_mutex_unlock(&t->mu);
-        if (t->drain.nconns) {
+        if (t->handoff.nconns) {
             /* Once every byte is written (or the writer is stuck on a hung spool: answer()
              * says so at once). The log's close is not waited for: it is one more wake-up
              * on each task_exit, which run one after another (issue 20). */
             answer(t, closed || now_ms() - start > flush_ms);
-            if (!t->drain.nconns && asked_at < 0)
+            if (!t->handoff.nconns && asked_at < 0)
                 asked_at = now_ms();
         }
         /* No record will come: root did not ask in time, or sent none once answered (a
@@ -755,10 +756,10 @@ static void run_copier(struct tap *t)
         /* Woken by what it waits for: an ask, the record, the writer's word (eventfd). The
          * timeout only serves the bounds above; an answer held for the log's close, or a
          * copier without the eventfd, looks again soon. */
-        struct pollfd pfd[3] = {{t->drain.lsock, POLLIN, 0}, {t->drain.rec_fd, POLLIN, 0},
+        struct pollfd pfd[3] = {{t->handoff.lsock, POLLIN, 0}, {t->handoff.rec_fd, POLLIN, 0},
                                 {t->wake, POLLIN, 0}};
         uint64_t woken;
-        int timeout = t->drain.nconns || t->wake < 0 ? 5 : 100;
+        int timeout = t->handoff.nconns || t->wake < 0 ? 5 : 100;
         if (poll(pfd, 3, timeout) > 0 && (pfd[2].revents & POLLIN) &&
             read(t->wake, &woken, sizeof(woken)) < 0) {
             /* nothing pending after all */
@@ -799,7 +800,7 @@ static void tap_init(struct tap *t, int fds[CF_N], const struct copier_spec *spe
     t->orig[0] = fds[CF_ORIG_OUT];
     t->orig[1] = fds[CF_ORIG_ERR];
     t->pidfd = fds[CF_PIDFD];
-    t->drain.lsock = fds[CF_LSOCK];
+    t->handoff.lsock = fds[CF_LSOCK];
     t->cfg = cfg;
     t->stats = spec->stats;
     t->hosted = spec->hosted;
@@ -808,7 +809,7 @@ static void tap_init(struct tap *t, int fds[CF_N], const struct copier_spec *spe
     t->start_time = time(NULL);
     t->cap = cfg->ring_bytes;
     t->head_max = spec->id.step == SLURM_BATCH_SCRIPT ? cfg->batch_log_max : 0;
-    t->drain.rec_fd = -1;
+    t->handoff.rec_fd = -1;
     t->answered_at = -1;
     t->rec_state = REC_AWAITED;
     t->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

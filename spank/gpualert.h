@@ -1,6 +1,6 @@
 /*
  * gpualert SPANK plugin: the types the files share (one task's identity, the copier's fds and
- * spec, the copier's drain answer). Each .c has its own header for its functions; the map of
+ * spec, the copier's handoff answer). Each .c has its own header for its functions; the map of
  * the files is in spank/README.md ("Files").
  */
 #ifndef GPUALERT_H
@@ -37,9 +37,9 @@ struct copier_spec {
     int hosted;                /* started by the host (outside the step's cgroup) */
 };
 
-/* What the copier tells task_exit once the task's output is drained (drain.c). */
-struct drain_report {
-    int drained;               /* 1 all logged; 0 not (yet) at the bound; -1 no copier asked */
+/* What the copier tells task_exit once the task's output is written out (handoff.c). */
+struct handoff_report {
+    int flushed;               /* 1 all logged; 0 not (yet) at the bound; -1 no copier asked */
     unsigned long long bytes, gaps, gap_bytes, first_gap;
     int log_errno;             /* why the task log could not be written (0: it could) */
 };

@@ -10,7 +10,7 @@
  * The host runs as the job's user (its privileges are dropped for good before it does
  * anything), in a session of its own with every signal blocked, and holds nothing of
  * slurmstepd's but one end of a socketpair. Each task (in task_init, our code before exec)
- * sends its pipe ends, Slurm's original stdout/stderr, its pidfd and drain socket over the
+ * sends its pipe ends, Slurm's original stdout/stderr, its pidfd and handoff socket over the
  * pair (SCM_RIGHTS) with a fresh ack pipe; the host forks the copier, which says "1" on the
  * ack pipe once it runs. No answer (host gone, fork failed): the task starts the copier
  * itself, as before the host existed. The host ends when slurmstepd and every task have
@@ -263,7 +263,7 @@ void host_start(spank_t sp, struct host *h, const struct plugin_config *cfg)
             _exit(1);
         setsid();
         /* Two threads and about ten fds per local task (its pipes, Slurm's outputs, pidfd,
-         * drain socket, log, job dir): the soft limit of slurmstepd's 1024 would refuse them
+         * handoff socket, log, job dir): the soft limit of slurmstepd's 1024 would refuse them
          * past ~100 tasks on a node (the task then starts its own copier). */
         struct rlimit nofile;
         if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

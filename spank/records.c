@@ -412,7 +412,7 @@ int write_local_exit_record(const char *local_dir, const struct task_id *id, con
 /* The record's one format (docs/CONTRACTS.md), made by slurmstepd from the task's wait status
  * and what its copier said of the log. Returns its length, or -1 if it did not fit. */
 int exit_record_json(char *json, size_t cap, const struct task_id *id, int status, pid_t pid,
-                     const struct drain_report *dr)
+                     const struct handoff_report *dr)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -423,13 +423,13 @@ int exit_record_json(char *json, size_t cap, const struct task_id *id, int statu
         snprintf(sig, sizeof(sig), "%d", WTERMSIG(status));
     /* What the copier said of the log; null where no copier was there to ask (untapped,
      * or it had already finished and gone). */
-    if (dr->drained < 0)
-        snprintf(logf, sizeof(logf), "\"log_drained\": null, \"log_bytes\": null, "
+    if (dr->flushed < 0)
+        snprintf(logf, sizeof(logf), "\"log_flushed\": null, \"log_bytes\": null, "
                  "\"log_gaps\": null, \"log_gap_bytes\": null, \"log_first_gap\": null");
     else
-        snprintf(logf, sizeof(logf), "\"log_drained\": %s, \"log_bytes\": %llu, "
+        snprintf(logf, sizeof(logf), "\"log_flushed\": %s, \"log_bytes\": %llu, "
                  "\"log_gaps\": %llu, \"log_gap_bytes\": %llu, \"log_first_gap\": %lld",
-                 dr->drained ? "true" : "false", dr->bytes, dr->gaps, dr->gap_bytes,
+                 dr->flushed ? "true" : "false", dr->bytes, dr->gaps, dr->gap_bytes,
                  dr->gaps ? (long long)dr->first_gap : -1LL);
     int n = snprintf(json, cap,
                      "{\"node\": \"%s\", \"step\": \"%s\", \"rank\": %u, \"pid\": %d, "

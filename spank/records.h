@@ -25,7 +25,7 @@ void make_job_dir(const struct plugin_config *cfg, const struct task_id *id, lon
  * task's wait status and its copier's answer; returns its length, -1 if it did not fit. */
 #define EXIT_RECORD_MAX 768
 int exit_record_json(char *json, size_t cap, const struct task_id *id, int status, pid_t pid,
-                     const struct drain_report *dr);
+                     const struct handoff_report *dr);
 /* slurmstepd (root): the record kept in the node-local dir (root's alone, tmpfs), where the
  * user cannot reach it; the node Epilog moves it into tasks/ when the spool lacks it. 0 or -1. */
 int write_local_exit_record(const char *local_dir, const struct task_id *id, const char *json,

@@ -1,13 +1,13 @@
 /*
  * The remote context: slurmstepd (root, or the job's euid in user_init) and each task it
  * forks (task_init, as the user, before exec). The step's state across Slurm's callbacks is
- * one struct: the plugin's arguments, the copier host's socket (host.c), the drain sockets'
- * names (drain.c) and the step's drain deadline. A task is a fork of slurmstepd, so it sees
+ * one struct: the plugin's arguments, the copier host's socket (host.c), the handoff sockets'
+ * names (handoff.c) and the step's handoff deadline. A task is a fork of slurmstepd, so it sees
  * the state as it was when it was forked.
  */
 #include "stepd.h"
 #include "config.h"
-#include "drain.h"
+#include "handoff.h"
 #include "host.h"
 #include "options.h"
 #include "records.h"
@@ -27,8 +27,8 @@
 static struct stepd {
     struct plugin_config cfg;
     struct host host;
-    struct drain_names names;
-    struct timespec deadline;  /* task_exit's bound, for the whole step (drain.c) */
+    struct handoff_names names;
+    struct timespec deadline;  /* task_exit's bound, for the whole step (handoff.c) */
 } st = {.host = {.sock = -1}};
 
 /* The step's part of id (no rank: slurmstepd's callbacks before the tasks); -1 for steps that
@@ -110,7 +110,7 @@ int stepd_user_init(spank_t sp, int ac, char **av)
     if (tapping()) {
         uint32_t ntasks = 0;
         if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) == ESPANK_SUCCESS)
-            drain_names_make(&st.names, ntasks);
+            handoff_names_make(&st.names, ntasks);
         host_start(sp, &st.host, &st.cfg);
     }
     return 0;
@@ -153,9 +153,9 @@ int stepd_task_exit(spank_t sp, int ac, char **av)
     if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS)
         return 0;
     spank_get_item(sp, S_TASK_PID, &pid);
-    drain_deadline(&st.deadline);
-    struct drain_report dr = {.drained = -1};
-    int copier = drain_ask(&st.names, &id, &st.deadline, &dr);
+    handoff_deadline(&st.deadline);
+    struct handoff_report dr = {.flushed = -1};
+    int copier = handoff_ask(&st.names, &id, &st.deadline, &dr);
     /* The copier cannot log to slurmd's log itself; a spool it could not write is no
      * silent fault, so it is said here. */
     if (dr.log_errno)
@@ -171,7 +171,7 @@ int stepd_task_exit(spank_t sp, int ac, char **av)
                    id.step_name, id.rank, st.cfg.local_dir, strerror(errno));
     if (copier >= 0) {
         if (n > 0)
-            drain_send_record(copier, json, (size_t)n);
+            handoff_send_record(copier, json, (size_t)n);
         else
             close(copier);
     }

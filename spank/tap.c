@@ -1,7 +1,7 @@
 /*
  * The tap's task side: in the task (slurm_spank_task_init), as the user, just before exec.
  * It makes a pipe for stdout and one for stderr, keeps the original fds, opens a pidfd of
- * itself, binds the drain socket (drain.c), has ONE copier started (copier.c) by the host
+ * itself, binds the handoff socket (handoff.c), has ONE copier started (copier.c) by the host
  * (host.c) or, without one, by itself, then dup2s the pipes over fds 1 and 2. No spool I/O
  * here: a hung mount must never stall a task's start (spank/README.md, "The tap").
  */
@@ -65,7 +65,7 @@ static int fork_copier_here(int fds[CF_N], const struct copier_spec *spec,
 }
 
 int tap_start(spank_t sp, const struct task_id *id, const struct plugin_config *cfg,
-              struct host *h, const struct drain_names *dn)
+              struct host *h, const struct handoff_names *dn)
 {
     int fds[CF_N] = {-1, -1, -1, -1, -1, -1};
     int wr[2] = {-1, -1};          /* the pipes' write ends: the task's new stdout and stderr */
@@ -89,7 +89,7 @@ int tap_start(spank_t sp, const struct task_id *id, const struct plugin_config *
     /* Lets the copier see the task's end even if children keep the pipes open. */
     fds[CF_PIDFD] = (int)syscall(SYS_pidfd_open, getpid(), 0);
     /* Bound before the task can exit, so task_exit always finds it while the copier runs. */
-    fds[CF_LSOCK] = drain_listen(dn, id);
+    fds[CF_LSOCK] = handoff_listen(dn, id);
     if (spank_getenv(sp, "GPUALERT_TAP_STATS", stats, sizeof(stats)) != ESPANK_SUCCESS)
         stats[0] = '\0';
 

@@ -100,7 +100,7 @@ def test_killed_node_ends_the_job_node_fail(node_loss: NodeLoss) -> None:
 def test_surviving_ranks_logs_are_complete_after_node_loss(node_loss: NodeLoss) -> None:
     # The ranks on n1 and n3: the tap's log holds exactly what the rank wrote to Slurm's own
     # output file (less slurmstepd's "CANCELLED ... NODE FAILURE" line, which is not the
-    # rank's), numbered lines without a gap, and their exit was recorded as drained.
+    # rank's), numbered lines without a gap, and their exit was recorded as flushed.
     files = node_loss.files
     for rank in (0, 2):
         log = files.get(f"0.{rank}.log")
@@ -112,7 +112,7 @@ def test_surviving_ranks_logs_are_complete_after_node_loss(node_loss: NodeLoss) 
         nums = numbered(lines_of(log), rank)
         assert len(nums) >= 20 and nums == list(range(1, len(nums) + 1)), nums[-5:]
         rec = json.loads(files[f"0.{rank}.exit"])
-        assert rec["log_drained"] is True and rec["log_bytes"] == len(log), rec
+        assert rec["log_flushed"] is True and rec["log_bytes"] == len(log), rec
     # The lost rank: what reached the shared spool before its node died, in order; no exit
     # record (its slurmstepd died with the node).
     lost_nums = numbered(lines_of(files.get("0.1.log", b"")), 1)

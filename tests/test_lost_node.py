@@ -43,7 +43,7 @@ def lost_node_tasks(tasks: Path, lost: dict[int, str], survivors: dict[int, str]
         _write(tasks / f"0.{rank}.exit", json.dumps(
             {"node": node, "step": "0", "rank": rank, "pid": 4000 + rank, "exit_code": None,
              "signal": 9, "core_dumped": False, "end_time": now, "status": 9,
-             "attempt": 0, "log_drained": True}), owner)
+             "attempt": 0, "log_flushed": True}), owner)
     _write(tasks / "batch.0.log", batch, owner)
 
 

@@ -156,7 +156,7 @@ def test_stdout_and_stderr_stay_separate(tmp_path):
 
 
 def test_grandchild_holding_the_pipe_does_not_hang_us(tmp_path):
-    # We return when the child exits, after copying what is there, within the drain bound.
+    # We return when the child exits, after copying what is there, within the flush bound.
     pidfile = tmp_path / "gc.pid"
     t0 = time.monotonic()
     r = run(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; echo parent-done"], tmp_path / "l")

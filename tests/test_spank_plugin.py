@@ -113,7 +113,7 @@ def exit_record(c: ClusterFacts, jobid: int, name: str) -> dict:
     raw = task_files(c, jobid)[name]
     rec = json.loads(raw)
     assert set(rec) == {"node", "step", "rank", "pid", "exit_code", "signal", "core_dumped",
-                        "end_time", "status", "attempt", "log_drained", "log_bytes", "log_gaps",
+                        "end_time", "status", "attempt", "log_flushed", "log_bytes", "log_gaps",
                         "log_gap_bytes", "log_first_gap"}
     return rec
 

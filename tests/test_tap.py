@@ -227,7 +227,7 @@ exec /usr/bin/python3 gen.py 7 {size}
 
 
 def test_copier_holds_only_its_own_fds(c: ClusterFacts) -> None:
-    """The copier keeps 9 fds (2 pipes, the 2 original outputs, log, job dir, pidfd, drain
+    """The copier keeps 9 fds (2 pipes, the 2 original outputs, log, job dir, pidfd, handoff
     socket, its writer's wake-up eventfd) and none of the task's other files (here: fd 7 the
     script opens, and its stdin). It runs as two threads of the step's copier host, whose fds
     0-2 are /dev/null and which holds nothing else of slurmstepd's."""
@@ -255,7 +255,7 @@ sleep 6
     (fds,) = found.values()
     assert [fds.get(n) for n in ("0", "1", "2")] == ["/dev/null"] * 3, fds
     own = {n: t for n, t in fds.items() if n not in ("0", "1", "2")}
-    # 2 pipes in, the 2 original destinations, the task's pidfd, the drain socket, the
+    # 2 pipes in, the 2 original destinations, the task's pidfd, the handoff socket, the
     # writer's eventfd, the job dir and the task log (both opened by the writer thread).
     assert len(own) == 9, fds
     assert "anon_inode:[pidfd]" in own.values(), fds

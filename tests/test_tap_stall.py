@@ -277,8 +277,8 @@ def record_gap_problems(jd: Path, job: int) -> list[str]:
     first = min(rec["log_first_gap"], len(logged))
     if logged[:first] != want[:first]:
         return [f"the log differs from the output before the first gap (offset {first})"]
-    if rec["log_drained"] not in (True, False):
-        return [f"the exit record does not say whether the log was drained: {rec}"]
+    if rec["log_flushed"] not in (True, False):
+        return [f"the exit record does not say whether the log was flushed: {rec}"]
     # Drained or not when the task ended, the copier outlives the step: once the spool is
     # back it writes all it had queued, so the log ends up the output less the gaps.
     log = jd / "tasks" / "batch.0.log"
@@ -288,5 +288,5 @@ def record_gap_problems(jd: Path, job: int) -> list[str]:
     logged = log.read_bytes()
     if len(logged) + rec["log_gap_bytes"] != len(want):
         return [f"log {len(logged)} bytes + gaps {rec['log_gap_bytes']} != output {len(want)} "
-                f"(log_drained {rec['log_drained']})"]
+                f"(log_flushed {rec['log_flushed']})"]
     return []

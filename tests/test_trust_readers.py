@@ -470,14 +470,14 @@ def test_routing_and_mailprog_ignore_user_written_records(smtp_server: Any) -> N
         assert len(got) == 1 and "FORGED-HINT" not in got[0] and "gpu_hardware" not in got[0]
 
 
-# ---- lower: the drain handshake's socket name -------------------------------------------------
+# ---- lower: the output handoff's socket name --------------------------------------------------
 
 @pytest.mark.cluster
-def test_drain_socket_names_are_not_guessable_and_a_squatter_changes_nothing(
+def test_handoff_socket_names_are_not_guessable_and_a_squatter_changes_nothing(
         cluster: cl.ClusterFacts) -> None:
     """Another user binds, before the job starts, every abstract name the old scheme would
-    have used (uid/job/step/rank/attempt) for a held job; the job's tasks still drain (their
-    exit records say log_drained true), and the names they bound, seen in /proc/net/unix,
+    have used (uid/job/step/rank/attempt) for a held job; the job's tasks still flush (their
+    exit records say log_flushed true), and the names they bound, seen in /proc/net/unix,
     carry a random part and not the job id."""
     d = cl.make_workdir(cluster, "trust-sock")
     script = cl.write_user_file(d / "s.sh", (
@@ -499,7 +499,7 @@ def test_drain_socket_names_are_not_guessable_and_a_squatter_changes_nothing(
         for r in (0, 1):
             rec = cl.wait_until(lambda r=r: (tasks / f"0.{r}.exit").exists() and json.loads(
                 (tasks / f"0.{r}.exit").read_text()), 30, f"exit record 0.{r}")
-            assert rec.get("log_drained") is True, rec
+            assert rec.get("log_flushed") is True, rec
         names = (d / "names.0").read_text().split()
         squatted = {"@" + s.getsockname()[1:].decode() for s in squat}
         assert squatted <= set(names), (squatted, names)  # the squatter held its names

@@ -288,10 +288,10 @@ def test_a_log_rule_in_the_users_own_network_namespace_writes_no_driver_line(
     assert provenance.kmsg_forwarded(sysctl=str(tmp_path)) is None
 
 
-# ---- the drain handshake: another user connects first -------------------------------------
+# ---- the output handoff: another user connects first ---------------------------------------
 
 FIND_COPIER = r'''import os, sys
-# this task's stdout is a pipe to its copier; the copier holds the drain socket
+# this task's stdout is a pipe to its copier; the copier holds the handoff socket
 pipe = os.readlink(f"/proc/{sys.argv[1]}/fd/1")
 me = {int(sys.argv[1]), os.getpid(), os.getppid()}
 socks = set()
@@ -329,14 +329,14 @@ time.sleep(float(sys.argv[2]))
 
 
 @pytest.mark.cluster
-def test_another_users_connections_to_a_copier_leave_its_drain_handshake_alone(
+def test_another_users_connections_to_a_copier_leave_its_output_handoff_alone(
         cluster: cl.ClusterFacts) -> None:
-    """The drain socket's name is random, but once bound it is in /proc/net/unix for every
+    """The handoff socket's name is random, but once bound it is in /proc/net/unix for every
     user to read. Another user connected to root's task's copier before the task ended and
     held 16 connections: the copier kept them in its 8 slots and closed task_exit's ask (or
-    answered them and left first), so the task's exit record said log_drained null. The
+    answered them and left first), so the task's exit record said log_flushed null. The
     copier now listens only to root (task_exit) and the job's own user."""
-    d = cl.make_workdir(cluster, "redteam-drain", user="root")
+    d = cl.make_workdir(cluster, "redteam-handoff", user="root")
     cl.write_user_file(d / "find.py", FIND_COPIER, mode=0o644, user="root")
     cl.write_user_file(d / "neighbour.py", NEIGHBOUR, mode=0o644)
     job = cl.submit("#!/bin/bash\n#SBATCH --gpualert\n#SBATCH -o slurm-%j.out\n"
@@ -358,7 +358,7 @@ def test_another_users_connections_to_a_copier_leave_its_drain_handshake_alone(
         ex = cluster.spool / str(job) / "tasks" / "0.0.exit"
         rec = cl.wait_until(lambda: ex.exists() and json.loads(ex.read_text()), 30,
                             "exit record 0.0")
-        assert rec.get("log_drained") is True, rec
+        assert rec.get("log_flushed") is True, rec
     finally:
         pw.kill()
         pw.wait(10)

@@ -141,7 +141,7 @@ def test_tap_every_rank_byte_reaches_slurm_and_the_log(tap_run: TapRun) -> None:
         assert sha(slurm_file) == sha(want), f"rank {rank}: Slurm's file is not what it wrote"
         assert len(log) == len(want) and sha(log) == sha(want), f"rank {rank}: the tap's log"
         rec = json.loads(tap_run.files[f"0.{rank}.exit"])
-        assert rec["log_drained"] is True and rec["log_bytes"] == len(want), rec
+        assert rec["log_flushed"] is True and rec["log_bytes"] == len(want), rec
         assert rec["log_gaps"] == 0, rec
     out = (tap_run.workdir / f"slurm-{tap_run.job}.out").read_bytes()
     assert tap_run.files["batch.0.log"] == out
@@ -169,7 +169,7 @@ def test_tap_a_signal_to_the_job_reaches_every_rank_and_no_copier(tap_run: TapRu
         assert (tap_run.workdir / f"got-usr1-{rank}").exists(), rank
         log = tap_run.files[f"0.{rank}.log"]
         assert log.endswith(rank_output(rank)[-40:]), (rank, log[-80:])
-    assert json.loads(tap_run.files["batch.0.exit"])["log_drained"] is True
+    assert json.loads(tap_run.files["batch.0.exit"])["log_flushed"] is True
 
 
 def verdict_of(c: clusterlib.ClusterFacts, job: int) -> dict:

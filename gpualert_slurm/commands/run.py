@@ -10,7 +10,7 @@ Runs CMD outside Slurm with the guarantees the plugin gives a Slurm task:
 - SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 sent to us reach CMD. Signals the terminal sends
   to the whole foreground group (Ctrl-C) reach CMD directly and are not sent twice.
 When CMD exits while something it started still holds its output open, we copy on for at most
-DRAIN_IDLE_S of silence / DRAIN_MAX_S in all, then exit (the rest is not captured, and we say so).
+FLUSH_IDLE_S of silence / FLUSH_MAX_S in all, then exit (the rest is not captured, and we say so).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ BUF = 1 << 20
 # (glibc's posix_spawn leaves its internal signals 32/33 ignored; glibc's own code in the child
 # installs its handlers for them when it needs them, and nothing else may use them.)
 _SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ)
-DRAIN_IDLE_S = 0.25
-DRAIN_MAX_S = 2.0
+FLUSH_IDLE_S = 0.25
+FLUSH_MAX_S = 2.0
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 USAGE = """usage: gpualert run [--log-dir DIR] [--name NAME] [--classify] -- CMD [ARGS...]
@@ -209,7 +209,7 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
     while view:
         try:
             n = os.write(fd, view)
-        except BlockingIOError:  # an inherited non-blocking stdout: wait until it drains
+        except BlockingIOError:  # an inherited non-blocking stdout: wait until it has room
             select.select([], [fd], [])
             continue
         view = view[n:]
@@ -252,7 +252,7 @@ def _spawn(cmd: list[str]) -> tuple[int, int, int]:
 
 
 def _pump(pid: int, r_out: int, r_err: int, log: RunLog) -> tuple[int, str | None]:
-    """Copy the child's output until it exits (and its pipes are drained, within bounds);
+    """Copy the child's output until it exits (and its pipes are emptied, within bounds);
     returns (wait status, a note when output was left uncopied)."""
     try:
         pidfd: int | None = os.pidfd_open(pid)
@@ -271,11 +271,11 @@ def _pump(pid: int, r_out: int, r_err: int, log: RunLog) -> tuple[int, str | Non
         if exited_at is None:
             timeout = None if pidfd is not None else 100
         else:
-            left = DRAIN_MAX_S - (time.monotonic() - exited_at)
+            left = FLUSH_MAX_S - (time.monotonic() - exited_at)
             if left <= 0:
                 note = "stopped copying: output still held open after the command exited"
                 break
-            timeout = int(min(DRAIN_IDLE_S, left) * 1000) + 1
+            timeout = int(min(FLUSH_IDLE_S, left) * 1000) + 1
         events = poller.poll(timeout)
         if not events and exited_at is not None:
             note = "stopped copying: output still held open after the command exited"

@@ -301,9 +301,18 @@ def classify_facts(ctx: JobEpilog, sf: dict[str, Any], nvml: dict[str, Any], now
 MAX_GAP_NOTES = 4
 
 
+def log_flushed(exit_rec: dict[str, Any]) -> bool | None:
+    """An exit record's log_flushed: True when the copier had written the task's whole output
+    when the task ended, False when not, None when no copier answered (or the task was not
+    tapped). A record the plugin wrote before the field was renamed says log_drained (such
+    records may still be in the spool after an upgrade)."""
+    v = exit_rec.get("log_flushed", exit_rec.get("log_drained"))
+    return v if isinstance(v, bool) else None
+
+
 def log_gap_notes(tasks: list[TaskLog]) -> list[str]:
     """What the tap could not log, from the exit records (spank/README.md): output dropped while
-    the spool lagged (log_gaps), and logs not complete when the task ended (log_drained false).
+    the spool lagged (log_gaps), and logs not complete when the task ended (log_flushed false).
     Slurm's own output file has every byte; the evidence may not."""
     out = []
     for t in tasks:
@@ -313,7 +322,7 @@ def log_gap_notes(tasks: list[TaskLog]) -> list[str]:
             out.append(f"{t.name}: {lost} bytes of the task's output are not in this log "
                        f"({gaps} gap(s): the spool did not keep up); the job's own output file "
                        "has them")
-        elif e.get("log_drained") is False:
+        elif log_flushed(e) is False:
             out.append(f"{t.name}: the log was not complete when the task ended (the spool was "
                        "slow); the evidence may miss the task's last lines")
     if len(out) > MAX_GAP_NOTES:

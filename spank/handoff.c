@@ -1,11 +1,11 @@
 /*
- * No data lost at task end (spank/README.md, "the drain handshake"): when a task ends,
+ * No data lost at task end (spank/README.md, "the output handoff"): when a task ends,
  * task_exit (root, in slurmstepd) asks the task's copier over a unix socket in the abstract
  * namespace (no file in the spool, so a stalled spool cannot block it) whether every byte is
  * logged, and waits for the answer, bounded per step. Both ends are here, with the one line
  * they exchange (ANSWER_FMT).
  */
-#include "drain.h"
+#include "handoff.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -18,14 +18,14 @@
 #include <slurm/spank.h>
 
 /* The copier's answer, written and read with this one format. */
-#define ANSWER_FMT "drained=%d bytes=%llu gaps=%llu gap_bytes=%llu first_gap=%llu log_errno=%d\n"
+#define ANSWER_FMT "flushed=%d bytes=%llu gaps=%llu gap_bytes=%llu first_gap=%llu log_errno=%d\n"
 
 /* One random number per local task (so each task and task_exit, in slurmstepd, know it, and
- * no one else does): the drain socket's name. An abstract name anyone on the node can bind;
+ * no one else does): the handoff socket's name. An abstract name anyone on the node can bind;
  * a guessable one (uid/job/step/rank) let another user bind it first and so switch a task's
- * drain handshake off. /proc/net/unix shows names once bound, so each task has its own
+ * output handoff off. /proc/net/unix shows names once bound, so each task has its own
  * number, not one per step. */
-void drain_names_make(struct drain_names *dn, uint32_t ntasks)
+void handoff_names_make(struct handoff_names *dn, uint32_t ntasks)
 {
     if (ntasks == 0 || ntasks > 65536 || dn->nonce)
         return;
@@ -41,8 +41,8 @@ void drain_names_make(struct drain_names *dn, uint32_t ntasks)
     dn->n = ntasks;
 }
 
-void drain_socket_name(const struct drain_names *dn, const struct task_id *id,
-                       struct sockaddr_un *sa, socklen_t *len)
+void handoff_socket_name(const struct handoff_names *dn, const struct task_id *id,
+                         struct sockaddr_un *sa, socklen_t *len)
 {
     memset(sa, 0, sizeof(*sa));
     sa->sun_family = AF_UNIX;
@@ -60,15 +60,15 @@ void drain_socket_name(const struct drain_names *dn, const struct task_id *id,
 /* ---------------------------------------------------------------- the task */
 
 /* Bound before the task can exit, so task_exit always finds it while the copier runs. */
-int drain_listen(const struct drain_names *dn, const struct task_id *id)
+int handoff_listen(const struct handoff_names *dn, const struct task_id *id)
 {
     struct sockaddr_un sa;
     socklen_t salen;
-    drain_socket_name(dn, id, &sa, &salen);
+    handoff_socket_name(dn, id, &sa, &salen);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd >= 0 &&
-        (bind(fd, (struct sockaddr *)&sa, salen) != 0 || listen(fd, DRAIN_MAX_CONNS) != 0)) {
-        slurm_info("gpualert: job %u %s.%u: no drain handshake: %s", id->job, id->step_name,
+        (bind(fd, (struct sockaddr *)&sa, salen) != 0 || listen(fd, HANDOFF_MAX_CONNS) != 0)) {
+        slurm_info("gpualert: job %u %s.%u: no output handoff: %s", id->job, id->step_name,
                    id->rank, strerror(errno));
         close(fd);
         fd = -1;
@@ -80,7 +80,7 @@ int drain_listen(const struct drain_names *dn, const struct task_id *id)
 
 /* Only task_exit (slurmstepd, root) or the job's user may ask: the bound name is in
  * /proc/net/unix, and another user's connections filled the slots (the real ask was closed)
- * or were answered first (the copier left before task_exit asked): log_drained null. */
+ * or were answered first (the copier left before task_exit asked): log_flushed null. */
 static int peer_uid(int c, uid_t *uid)
 {
     struct ucred cred;
@@ -91,13 +91,13 @@ static int peer_uid(int c, uid_t *uid)
     return 0;
 }
 
-void drain_accept(struct drain_listener *l)
+void handoff_accept(struct handoff_listener *l)
 {
     int c;
     uid_t uid;
     while (l->lsock >= 0 &&
            (c = accept4(l->lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
-        if (l->nconns < DRAIN_MAX_CONNS && peer_uid(c, &uid) == 0 &&
+        if (l->nconns < HANDOFF_MAX_CONNS && peer_uid(c, &uid) == 0 &&
             (uid == 0 || uid == geteuid())) {
             l->root[l->nconns] = uid == 0;
             l->conns[l->nconns++] = c;
@@ -107,10 +107,10 @@ void drain_accept(struct drain_listener *l)
     }
 }
 
-void drain_answer(struct drain_listener *l, const struct drain_report *dr)
+void handoff_answer(struct handoff_listener *l, const struct handoff_report *dr)
 {
     char line[256];
-    int n = snprintf(line, sizeof(line), ANSWER_FMT, dr->drained, dr->bytes, dr->gaps,
+    int n = snprintf(line, sizeof(line), ANSWER_FMT, dr->flushed, dr->bytes, dr->gaps,
                      dr->gap_bytes, dr->first_gap, dr->log_errno);
     for (int k = 0; k < l->nconns; k++) {
         if (write(l->conns[k], line, (size_t)n) < 0) {
@@ -125,7 +125,7 @@ void drain_answer(struct drain_listener *l, const struct drain_report *dr)
     l->nconns = 0;
 }
 
-int drain_take_record(struct drain_listener *l)
+int handoff_take_record(struct handoff_listener *l)
 {
     if (l->rec_fd < 0)
         return -1;
@@ -163,26 +163,26 @@ static long ms_until(const struct timespec *deadline)
 }
 
 /* One budget for the whole step (this slurmstepd): tasks ending one after another do not
- * each get DRAIN_WAIT_MS. */
-void drain_deadline(struct timespec *deadline)
+ * each get HANDOFF_WAIT_MS. */
+void handoff_deadline(struct timespec *deadline)
 {
     if (deadline->tv_sec != 0)
         return;
     clock_gettime(CLOCK_MONOTONIC, deadline);
-    deadline->tv_sec += DRAIN_WAIT_MS / 1000;
-    deadline->tv_nsec += (DRAIN_WAIT_MS % 1000) * 1000000L;
+    deadline->tv_sec += HANDOFF_WAIT_MS / 1000;
+    deadline->tv_nsec += (HANDOFF_WAIT_MS % 1000) * 1000000L;
     if (deadline->tv_nsec >= 1000000000L) {
         deadline->tv_sec++;
         deadline->tv_nsec -= 1000000000L;
     }
 }
 
-int drain_ask(const struct drain_names *dn, const struct task_id *id,
-              const struct timespec *deadline, struct drain_report *dr)
+int handoff_ask(const struct handoff_names *dn, const struct task_id *id,
+                const struct timespec *deadline, struct handoff_report *dr)
 {
     struct sockaddr_un sa;
     socklen_t salen;
-    drain_socket_name(dn, id, &sa, &salen);
+    handoff_socket_name(dn, id, &sa, &salen);
     /* Non-blocking: a connect to a listener whose backlog the job filled would otherwise
      * block slurmstepd (root) for as long as the job likes. */
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), answered = 0;
@@ -206,7 +206,7 @@ int drain_ask(const struct drain_names *dn, const struct task_id *id,
         if (left <= 0) {
             slurm_info("gpualert: job %u %s.%u: the copier did not finish logging within "
                        "%d ms; not waiting longer", id->job, id->step_name, id->rank,
-                       DRAIN_WAIT_MS);
+                       HANDOFF_WAIT_MS);
             break;
         }
         struct pollfd pfd = {fd, POLLIN, 0};
@@ -223,10 +223,10 @@ int drain_ask(const struct drain_names *dn, const struct task_id *id,
         got += (size_t)n;
         line[got] = '\0';
         if (strchr(line, '\n') || got == sizeof(line) - 1) {
-            int drained = 0;
-            if (sscanf(line, ANSWER_FMT, &drained, &dr->bytes, &dr->gaps, &dr->gap_bytes,
+            int flushed = 0;
+            if (sscanf(line, ANSWER_FMT, &flushed, &dr->bytes, &dr->gaps, &dr->gap_bytes,
                        &dr->first_gap, &dr->log_errno) == 6) {
-                dr->drained = drained;
+                dr->flushed = flushed;
                 answered = 1;
             }
             break;
@@ -239,7 +239,7 @@ out:
     return -1;
 }
 
-void drain_send_record(int fd, const char *json, size_t n)
+void handoff_send_record(int fd, const char *json, size_t n)
 {
     /* Non-blocking, into an empty socket buffer: the line goes whole or not at all, and a
      * copier that stopped reading cannot hold slurmstepd. Closing ends the record. */
