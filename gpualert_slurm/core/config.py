@@ -10,10 +10,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpualert_slurm.core.classes import class_domains
+from gpualert_slurm.core.config_check import Checker
+from gpualert_slurm.core.config_check import ConfigError as ConfigError  # the one error
 from gpualert_slurm.core.options import ADDR_RE, Options, parse_duration, parse_size
+from gpualert_slurm.core.vocab import DEFAULT_ACTIONS, MODES, Mode
 
 DEFAULT_PATH = "/etc/gpualert/gpualert.yaml"
-RECOVERY_ACTIONS = ("requeue", "exclude_node", "drain_node", "hold", "cancel")
 _HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})$")
 _DOMAIN_RE = re.compile(r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*$")
 _HOST_RE = re.compile(r"^([A-Za-z0-9._-]+|[0-9A-Fa-f:.]+)$")
@@ -21,10 +23,6 @@ _USER_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
 _SMTP_USER_RE = re.compile(r"^[!-~]{1,256}$")
 _CHANNEL_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _URL_RE = re.compile(r"^[a-z][a-z0-9+.-]*://[!-~]+$")
-
-
-class ConfigError(ValueError):
-    """str() is a one-line message: file, key, what is accepted."""
 
 
 MAIL_TLS = ("none", "starttls", "ssl")
@@ -112,10 +110,11 @@ class RecoveryConfig:
     """What gpualert does after a failure (gpualert_slurm/recovery/; docs/RECOVERY.md). The
     built-in rules are gpualert_slurm/recovery/policy.yaml; `rules` here override them."""
 
-    mode: str = "monitor"  # monitor: only record what would be done; action: do it
-    partitions: tuple[tuple[str, str], ...] = ()  # partition -> mode, over `mode`
-    # The whitelist: what gpualert may do at all (cancel only when an admin adds it).
-    actions: tuple[str, ...] = ("requeue", "exclude_node", "drain_node", "hold")
+    mode: Mode = Mode.MONITOR  # monitor: only record what would be done; action: do it
+    partitions: tuple[tuple[str, Mode], ...] = ()  # partition -> mode, over `mode`
+    # The whitelist: what gpualert may do at all (core/vocab.py's ACTION_SPECS: cancel only
+    # when an admin adds it).
+    actions: tuple[str, ...] = DEFAULT_ACTIONS
     max_retries: int = 2  # requeues per job; below Slurm 22.05's fixed MaxBatchRequeue=5
     same_cause_limit: int = 2  # attempts ending with the same signature before it stops
     rules: tuple[tuple[str, dict[str, Any]], ...] = ()  # class or domain:<d> -> rule override
@@ -132,7 +131,7 @@ class RecoveryConfig:
     timeout_s: float = 15.0  # bound of one decision with its actions (fail open past it)
     audit_log: str | None = None  # None: <spool>/.gpualert/recovery/audit.jsonl
 
-    def mode_for(self, partition: str | None) -> str:
+    def mode_for(self, partition: str | None) -> Mode:
         return dict(self.partitions).get(partition or "", self.mode)
 
 
@@ -211,46 +210,9 @@ def config_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get("GPUALERT_CONFIG") or DEFAULT_PATH
 
 
-class _Checker:
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def err(self, key: str, accepted: str, got: Any) -> ConfigError:
-        return ConfigError(f"gpualert: config {self.path}: {key}: expected {accepted}, got {got!r}")
-
-    def mapping(self, key: str, value: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.err(key or "top level", "a mapping of keys", value)
-        for k in value:
-            if k not in allowed:
-                where = f"{key}.{k}" if key else str(k)
-                raise ConfigError(
-                    f"gpualert: config {self.path}: unknown key {where} "
-                    f"(accepted: {', '.join(allowed)})"
-                )
-        return value
-
-    def boolean(self, key: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise self.err(key, "true or false", value)
-        return value
-
-    def number(self, key: str, value: Any, lo: float, hi: float) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-            raise self.err(key, f"a number from {lo:g} to {hi:g}", value)
-        return float(value)
-
-    def string(self, key: str, value: Any, pattern: re.Pattern[str] | None, what: str) -> str:
-        if not isinstance(value, str) or (pattern is not None and not pattern.fullmatch(value)):
-            raise self.err(key, what, value)
-        return value
-
-
 def parse_config(data: Any, path: str) -> Config:
     """Validate an already-loaded YAML document."""
-    c = _Checker(path)
+    c = Checker(path)
     top = c.mapping("", data, (
         "spool", "default_monitoring", "hook_timeout_s", "epilog_wait_s", "budget", "hang",
         "mail", "recovery", "notify", "report", "retention", "limits", "provenance",
@@ -302,7 +264,7 @@ def parse_config(data: Any, path: str) -> Config:
     return Config(**kw)
 
 
-def _parse_limits(c: _Checker, value: Any) -> LimitsConfig:
+def _parse_limits(c: Checker, value: Any) -> LimitsConfig:
     r = c.mapping("limits", value, (
         "budget_max", "hang_min", "max_recipients", "checkpoint_max_matches",
         "checkpoint_timeout_s", "watch_job_s", "watch_alerts_per_job",
@@ -314,7 +276,7 @@ def _parse_limits(c: _Checker, value: Any) -> LimitsConfig:
         except ValueError:
             raise c.err("limits.budget_max", "a size like 20M or 1G", r["budget_max"]) from None
     if "hang_min" in r:
-        kw["hang_min_s"] = _duration(c, "limits.hang_min", r["hang_min"])
+        kw["hang_min_s"] = c.duration("limits.hang_min", r["hang_min"])
     for key, lo, hi in (("max_recipients", 1, 100), ("checkpoint_max_matches", 1, 10**7),
                         ("watch_alerts_per_job", 1, 1000),
                         ("watch_alerts_per_user_hour", 1, 100000)):
@@ -346,30 +308,25 @@ RULE_KEYS = ("do", "retries", "shadow")
 RECOVERY_MAX_RETRIES = 4  # Slurm 22.05 stops requeueing a batch job after 5 (MaxBatchRequeue)
 
 
-def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
+def _parse_recovery(c: Checker, value: Any) -> RecoveryConfig:
     r = c.mapping("recovery", value, (
         "mode", "partitions", "actions", "max_retries", "same_cause_limit", "rules",
         "escalate_after", "blast_nodes", "blast_window", "flag_drains", "flag_window",
         "breaker", "attribution", "timeout_s", "audit_log"))
     kw: dict[str, Any] = {}
-    modes = "monitor or action"
+    modes = " or ".join(MODES)
     if "mode" in r:
-        if r["mode"] not in ("monitor", "action"):
+        if r["mode"] not in MODES:
             raise c.err("recovery.mode", modes, r["mode"])
-        kw["mode"] = r["mode"]
+        kw["mode"] = Mode(r["mode"])
     if r.get("partitions") is not None:
         p = r["partitions"]
         if not isinstance(p, dict) or any(not isinstance(k, str) or not _USER_RE.fullmatch(k)
-                                           or v not in ("monitor", "action")
-                                           for k, v in p.items()):
+                                           or v not in MODES for k, v in p.items()):
             raise c.err("recovery.partitions", f"a mapping of partition names to {modes}", p)
-        kw["partitions"] = tuple(sorted(p.items()))
+        kw["partitions"] = tuple(sorted((k, Mode(v)) for k, v in p.items()))
     if r.get("actions") is not None:
-        acts = r["actions"]
-        what = f"a list of {', '.join(RECOVERY_ACTIONS)}"
-        if not isinstance(acts, list) or any(a not in RECOVERY_ACTIONS for a in acts):
-            raise c.err("recovery.actions", what, acts)
-        kw["actions"] = tuple(acts)
+        kw["actions"] = c.actions("recovery.actions", r["actions"])
     for key, lo, hi in (("max_retries", 0, RECOVERY_MAX_RETRIES), ("same_cause_limit", 1, 100),
                         ("escalate_after", 1, 100), ("blast_nodes", 2, 100000),
                         ("flag_drains", 1, 1000)):
@@ -382,13 +339,13 @@ def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
             kw[key] = v
     for key in ("blast_window", "flag_window"):
         if key in r:
-            kw[f"{key}_s"] = _duration(c, f"recovery.{key}", r[key])
+            kw[f"{key}_s"] = c.duration(f"recovery.{key}", r[key])
     if r.get("breaker") is not None:
         b = c.mapping("recovery.breaker", r["breaker"], ("share", "window", "per_user"))
         if "share" in b:
             kw["breaker_share"] = c.number("recovery.breaker.share", b["share"], 0, 1)
         if "window" in b:
-            kw["breaker_window_s"] = _duration(c, "recovery.breaker.window", b["window"])
+            kw["breaker_window_s"] = c.duration("recovery.breaker.window", b["window"])
         if "per_user" in b:
             kw["breaker_per_user"] = int(c.number("recovery.breaker.per_user", b["per_user"],
                                                   0, 100000))
@@ -410,7 +367,7 @@ def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
     if "timeout_s" in r:
         kw["timeout_s"] = c.number("recovery.timeout_s", r["timeout_s"], 1, 120)
     if r.get("audit_log") is not None:
-        kw["audit_log"] = _abs_path(c, "recovery.audit_log", r["audit_log"])
+        kw["audit_log"] = c.abs_path("recovery.audit_log", r["audit_log"])
     if r.get("rules") is not None:
         rules = r["rules"]
         if not isinstance(rules, dict):
@@ -425,10 +382,7 @@ def _parse_recovery(c: _Checker, value: Any) -> RecoveryConfig:
             s = c.mapping(key, spec, RULE_KEYS)
             rule: dict[str, Any] = {}
             if "do" in s:
-                do = s["do"] or []
-                if not isinstance(do, list) or any(a not in RECOVERY_ACTIONS for a in do):
-                    raise c.err(f"{key}.do", f"a list of {', '.join(RECOVERY_ACTIONS)}", do)
-                rule["do"] = list(do)
+                rule["do"] = list(c.actions(f"{key}.do", s["do"] or []))
             if "retries" in s:
                 v = s["retries"]
                 if isinstance(v, bool) or not isinstance(v, int) \
@@ -466,7 +420,7 @@ def check_rule_names(cfg: RecoveryConfig) -> list[str]:
 _PAGE_URL_RE = re.compile(r"https?://[^\s{}]+\{job\}[^\s{}]*")
 
 
-def _report_config(c: _Checker, value: Any) -> ReportConfig:
+def _report_config(c: Checker, value: Any) -> ReportConfig:
     r = c.mapping("report", value, ("templates", "artifacts", "arrays", "max_per_array",
                                     "max_per_user_hour", "url"))
     kw: dict[str, Any] = {}
@@ -493,31 +447,7 @@ def _report_config(c: _Checker, value: Any) -> ReportConfig:
     return ReportConfig(**kw)
 
 
-def _str_list(c: _Checker, key: str, value: Any, pattern: re.Pattern[str] | None,
-              what: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or any(
-            not isinstance(v, str) or (pattern is not None and not pattern.fullmatch(v))
-            for v in value):
-        raise c.err(key, f"a list of {what}", value)
-    return tuple(value)
-
-
-def _abs_path(c: _Checker, key: str, value: Any) -> str:
-    if not isinstance(value, str) or not os.path.isabs(value) or "\n" in value:
-        raise c.err(key, "an absolute path", value)
-    return os.path.normpath(value)
-
-
-def _duration(c: _Checker, key: str, value: Any) -> int:
-    try:
-        return parse_duration(str(value))
-    except ValueError:
-        raise c.err(key, "a duration like 90s, 30m, 2h or 1d", value) from None
-
-
-def _parse_mail(c: _Checker, data: Any) -> MailConfig:
+def _parse_mail(c: Checker, data: Any) -> MailConfig:
     m = c.mapping("mail", data, (
         "relay", "host", "port", "from", "domain", "users", "allow_domains", "tls", "username",
         "password_file", "password", "ca_file", "connect_timeout_s", "send_timeout_s",
@@ -561,8 +491,8 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
             raise c.err("mail.recipients", "allowed or owner", m["recipients"])
         mkw["recipients"] = m["recipients"]
     if m.get("allow_domains") is not None:
-        mkw["allow_domains"] = tuple(d.lower() for d in _str_list(
-            c, "mail.allow_domains", m["allow_domains"], _DOMAIN_RE, "domains like lab.org"))
+        mkw["allow_domains"] = tuple(d.lower() for d in c.str_list(
+            "mail.allow_domains", m["allow_domains"], _DOMAIN_RE, "domains like lab.org"))
     if "tls" in m:
         if m["tls"] not in MAIL_TLS:
             raise c.err("mail.tls", " or ".join(MAIL_TLS), m["tls"])
@@ -573,9 +503,9 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
     if "username" in m:
         mkw["username"] = c.string("mail.username", m["username"], _SMTP_USER_RE,
                                    "a user name without spaces or control characters")
-        mkw["password_file"] = _abs_path(c, "mail.password_file", m["password_file"])
+        mkw["password_file"] = c.abs_path("mail.password_file", m["password_file"])
     if m.get("ca_file") is not None:
-        mkw["ca_file"] = _abs_path(c, "mail.ca_file", m["ca_file"])
+        mkw["ca_file"] = c.abs_path("mail.ca_file", m["ca_file"])
     for key in ("connect_timeout_s", "send_timeout_s", "slurm_mail_wait_s"):
         if key in m:
             mkw[key] = c.number(f"mail.{key}", m[key], 0 if key == "slurm_mail_wait_s" else 0.1,
@@ -585,21 +515,21 @@ def _parse_mail(c: _Checker, data: Any) -> MailConfig:
             raise c.err("mail.slurm_mail", ", ".join(SLURM_MAIL_MODES), m["slurm_mail"])
         mkw["slurm_mail"] = m["slurm_mail"]
     if m.get("slurm_mail_chain") is not None:
-        mkw["slurm_mail_chain"] = _abs_path(c, "mail.slurm_mail_chain", m["slurm_mail_chain"])
+        mkw["slurm_mail_chain"] = c.abs_path("mail.slurm_mail_chain", m["slurm_mail_chain"])
     if "slurm_mail_chain_send" in m:
         mkw["slurm_mail_chain_send"] = c.boolean("mail.slurm_mail_chain_send",
                                                  m["slurm_mail_chain_send"])
     return MailConfig(**mkw)
 
 
-def _parse_notify(c: _Checker, data: Any) -> NotifyConfig:
+def _parse_notify(c: Checker, data: Any) -> NotifyConfig:
     n = c.mapping("notify", data, (
         "outbox", "total_timeout_s", "tries", "backoff_s", "max_attempts", "max_age",
         "quarantine_keep", "default", "rules", "channels",
     ))
     nkw: dict[str, Any] = {}
     if n.get("outbox") is not None:
-        nkw["outbox"] = _abs_path(c, "notify.outbox", n["outbox"])
+        nkw["outbox"] = c.abs_path("notify.outbox", n["outbox"])
     if "total_timeout_s" in n:
         nkw["total_timeout_s"] = c.number("notify.total_timeout_s", n["total_timeout_s"], 1, 600)
     if "backoff_s" in n:
@@ -611,9 +541,9 @@ def _parse_notify(c: _Checker, data: Any) -> NotifyConfig:
                 raise c.err(f"notify.{key}", f"an integer from {lo} to {hi}", v)
             nkw[key] = v
     if "max_age" in n:
-        nkw["max_age_s"] = _duration(c, "notify.max_age", n["max_age"])
+        nkw["max_age_s"] = c.duration("notify.max_age", n["max_age"])
     if "quarantine_keep" in n:
-        nkw["quarantine_keep_s"] = _duration(c, "notify.quarantine_keep", n["quarantine_keep"])
+        nkw["quarantine_keep_s"] = c.duration("notify.quarantine_keep", n["quarantine_keep"])
     channels: list[ChannelConfig] = []
     chans = n.get("channels")
     if chans is not None:
@@ -633,13 +563,13 @@ def _parse_notify(c: _Checker, data: Any) -> NotifyConfig:
                 url = c.string(f"{key}.url", s["url"], _URL_RE, "an apprise URL scheme://...")
                 channels.append(ChannelConfig(name, url=url))
             else:
-                channels.append(ChannelConfig(name, url_file=_abs_path(
-                    c, f"{key}.url_file", s["url_file"])))
+                channels.append(ChannelConfig(name, url_file=c.abs_path(
+                    f"{key}.url_file", s["url_file"])))
     nkw["channels"] = tuple(channels)
     known = {"mail", *(ch.name for ch in channels)}
 
     def names(key: str, value: Any) -> tuple[str, ...]:
-        out = _str_list(c, key, value, _CHANNEL_RE, "channel names")
+        out = c.str_list(key, value, _CHANNEL_RE, "channel names")
         for v in out:
             if v not in known:
                 raise c.err(key, f"channels defined in notify.channels (or mail): "
@@ -660,13 +590,13 @@ def _parse_notify(c: _Checker, data: Any) -> NotifyConfig:
                 raise c.err(f"{key}.channels", "a list of channel names", None)
             rules.append(NotifyRule(
                 channels=names(f"{key}.channels", rd["channels"]),
-                **{f: _str_list(c, f"{key}.{f}", rd[f], _USER_RE, "names")
+                **{f: c.str_list(f"{key}.{f}", rd[f], _USER_RE, "names")
                    for f in ("users", "partitions", "accounts") if rd.get(f) is not None}))
         nkw["rules"] = tuple(rules)
     return NotifyConfig(**nkw)
 
 
-def _parse_retention(c: _Checker, value: Any) -> RetentionConfig:
+def _parse_retention(c: Checker, value: Any) -> RetentionConfig:
     r = c.mapping("retention", value, ("max_age", "max_total", "min_age", "local_max_age"))
     kw: dict[str, Any] = {}
     for key, attr, parse, what in (

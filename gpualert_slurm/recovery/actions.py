@@ -10,15 +10,22 @@ taken, with the state it found, and its result recorded after.
   pending job, and a new value replaces the old list), release unless held. A job Slurm has
   already requeued (node failure) only gets the exclusion merged.
 - cancel: scancel, unless the job already ended.
+
+Which action runs which executor is EXECUTORS, keyed by core/vocab.py's ACTION_SPECS (an
+action carried by another, exclude_node and hold with the requeue, has none of its own).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpualert_slurm.core import slurm
+from gpualert_slurm.core.vocab import ACTION_SPECS, CHECK, Action, PlannedStep, spec_of
 from gpualert_slurm.recovery.audit import AuditLog
+
+__all__ = ["ACTION_SPECS", "EXECUTORS", "execute"]
 
 REASON_PREFIX = "gpualert:"
 SLURM_CALL_S = 5.0
@@ -83,7 +90,7 @@ def do_drain(node: str, reason: str, deadline: float, audit: AuditLog,
             return "already done", {"before": info}
         return "kept", {"before": info, "why": f"already drained by another tool or an admin "
                         f"({before.reason or 'no reason'}): its state and reason are kept"}
-    audit.append({**base, "event": "action", "action": "drain_node", "target": node,
+    audit.append({**base, "event": "action", "action": Action.DRAIN_NODE.value, "target": node,
                   "before": info, "reason": reason})
     slurm.update_node(node, "drain", reason, timeout=_left(deadline))
     return "done", {"before": info}
@@ -101,7 +108,7 @@ def do_requeue(job: str, attempt: int, exclude: list[str], hold: bool, deadline:
         if exclude and st.state in ("PENDING", "COMPLETING"):
             new = merged_exclusion(str(st.raw.get("ExcNodeList", "")), exclude)
             if new != merged_exclusion(str(st.raw.get("ExcNodeList", "")), []):
-                audit.append({**base, "event": "action", "action": "exclude_node",
+                audit.append({**base, "event": "action", "action": Action.EXCLUDE_NODE.value,
                               "target": ",".join(exclude), "before": before})
                 slurm.update_job(job, timeout=_left(deadline), ExcNodeList=new)
                 return "done", {"before": before, "detail": f"already requeued (restart "
@@ -109,7 +116,7 @@ def do_requeue(job: str, attempt: int, exclude: list[str], hold: bool, deadline:
         return "already done", {"before": before}
     if st.state == "PENDING":
         return "already done", {"before": before, "detail": "the job is pending already"}
-    audit.append({**base, "event": "action", "action": "requeue", "target": job,
+    audit.append({**base, "event": "action", "action": Action.REQUEUE.value, "target": job,
                   "before": before, "exclude": exclude, "hold": hold})
     if exclude or hold:
         slurm.requeue(job, hold=True, timeout=_left(deadline))
@@ -130,7 +137,7 @@ def do_cancel(job: str, deadline: float, audit: AuditLog, base: dict[str, Any]
     before = {"state": st.state}
     if st.final or st.state == "COMPLETING":
         return "already done", {"before": before, "detail": "the job has ended"}
-    audit.append({**base, "event": "action", "action": "cancel", "target": job,
+    audit.append({**base, "event": "action", "action": Action.CANCEL.value, "target": job,
                   "before": before})
     slurm.cancel(job, timeout=_left(deadline))
     return "done", {"before": before}
@@ -157,7 +164,42 @@ def _not_this_job(decision: dict[str, Any], deadline: float) -> str | None:
     return None
 
 
-def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: AuditLog,
+# An executor: (the decision record, its step, the deadline, the audit log, the audit records'
+# common fields) -> (outcome, what the result record adds).
+Executor = Callable[[dict[str, Any], PlannedStep, float, AuditLog, dict[str, Any]],
+                    tuple[str, dict[str, Any]]]
+
+
+def _drain_step(decision: dict[str, Any], step: PlannedStep, deadline: float, audit: AuditLog,
+                base: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    # the drain's reason is the Slurm or root fact that allowed it, never job text
+    target = str(step["target"])
+    ev = (decision.get("backing") or {}).get(target) or decision.get("evidence") or ""
+    x = (decision.get("xid") or {}).get(target)
+    reason = xid_reason(x) if x else drain_reason(decision["class"], ev)
+    return do_drain(target, reason, deadline, audit, base)
+
+
+def _requeue_step(decision: dict[str, Any], step: PlannedStep, deadline: float,
+                  audit: AuditLog, base: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return do_requeue(str(decision["job"]), int(decision["attempt"]),
+                      list(decision.get("exclude") or []), bool(step.get("hold")), deadline,
+                      audit, base)
+
+
+def _cancel_step(decision: dict[str, Any], step: PlannedStep, deadline: float,
+                 audit: AuditLog, base: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return do_cancel(str(decision["job"]), deadline, audit, base)
+
+
+EXECUTORS: Mapping[Action, Executor] = {
+    Action.DRAIN_NODE: _drain_step,
+    Action.REQUEUE: _requeue_step,
+    Action.CANCEL: _cancel_step,
+}  # every action not carried by another has one (tests/test_action_specs.py)
+
+
+def execute(decision: dict[str, Any], planned: list[PlannedStep], audit: AuditLog,
             deadline: float, done: dict[tuple[str, str], str] | None = None,
             ) -> tuple[str, list[dict[str, Any]]]:
     """Carry out `planned` (from the decision record); skip steps whose result is already
@@ -170,7 +212,7 @@ def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: Audi
     wrong = _not_this_job(decision, deadline)
     if wrong:
         res = "abandoned" if wrong.startswith(ABANDON) else "failed"
-        results.append(audit.append({**base, "event": "result", "action": "check",
+        results.append(audit.append({**base, "event": "result", "action": CHECK,
                                      "target": str(decision["job"]), "outcome": res,
                                      "why": wrong}))
         return res, results
@@ -181,19 +223,11 @@ def execute(decision: dict[str, Any], planned: list[dict[str, Any]], audit: Audi
             results.append({"action": action, "target": target, "outcome": prior,
                             "detail": "recorded earlier"})
             continue
+        spec = spec_of(action)
+        run = EXECUTORS.get(spec.name) if spec else None
         try:
-            if action == "drain_node":
-                # the drain's reason is the Slurm or root fact that allowed it, never job text
-                ev = (decision.get("backing") or {}).get(target) or decision.get("evidence") or ""
-                x = (decision.get("xid") or {}).get(target)
-                reason = xid_reason(x) if x else drain_reason(decision["class"], ev)
-                res, info = do_drain(target, reason, deadline, audit, base)
-            elif action == "requeue":
-                res, info = do_requeue(str(decision["job"]), int(decision["attempt"]),
-                                       list(decision.get("exclude") or []),
-                                       bool(p.get("hold")), deadline, audit, base)
-            elif action == "cancel":
-                res, info = do_cancel(str(decision["job"]), deadline, audit, base)
+            if run is not None:
+                res, info = run(decision, p, deadline, audit, base)
             else:
                 res, info = "failed", {"why": f"no executor for {action}"}
         except OverBound:

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpualert_slurm.core import slurm
 from gpualert_slurm.core.config import Config, ConfigError, load_config
+from gpualert_slurm.core.vocab import Action
 from gpualert_slurm.recovery.actions import REASON_PREFIX
 from gpualert_slurm.recovery.audit import AuditLog, audit_path, open_breakers
 
@@ -59,7 +60,7 @@ def _ts(t: Any) -> str:
 
 def describe(d: dict[str, Any]) -> str:
     acts = [f"{p['action']} {p['target']}" + (" (excluding " + ",".join(d.get("exclude") or [])
-                                              + ")" if p["action"] == "requeue"
+                                              + ")" if p["action"] == Action.REQUEUE
                                               and d.get("exclude") else "")
             for p in (d.get("planned") or [])]
     lines = [f"{_ts(d.get('time'))}  job {d.get('job')} attempt {d.get('attempt')}  "
@@ -223,7 +224,7 @@ def status_data(cfg: Config) -> dict[str, Any]:
                      "last_decision": _brief(d)})
     queued = {j["job"] for j in jobs}
     recent = [{"job": jid, "state": "stopped" if d.get("outcome") == "recorded"
-               or not any(p["action"] == "requeue" for p in d.get("planned") or [])
+               or not any(p["action"] == Action.REQUEUE for p in d.get("planned") or [])
                else "completed", "last_decision": _brief(d)}
               for jid, d in last.items() if jid not in queued
               and now - float(d.get("time") or 0) < 86400]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
@@ -16,8 +16,16 @@ from typing import Any
 from gpualert_slurm.core.classes import class_domains
 from gpualert_slurm.core.config import RecoveryConfig
 from gpualert_slurm.core.verdict import Verdict
-
-REQUEUE_ACTIONS = ("requeue", "exclude_node", "hold")
+from gpualert_slurm.core.vocab import (
+    NODE_ACTIONS,
+    REQUEUE_FAMILY,
+    Action,
+    Mode,
+    Need,
+    NotTaken,
+    PlannedStep,
+    spec_of,
+)
 
 
 @dataclass(frozen=True)
@@ -63,12 +71,12 @@ class Decision:
     domain: str
     signature: str
     rule: str
-    mode: str  # monitor | action (after per-partition override)
+    mode: Mode  # after the per-partition override
     shadow: bool
     recommended: list[str]  # what the rule asks for (after escalation)
-    planned: list[dict[str, Any]] = field(default_factory=list)  # {"action", "target"}
-    would: list[dict[str, Any]] = field(default_factory=list)  # planned, were it action mode
-    not_taken: list[dict[str, Any]] = field(default_factory=list)  # {"action", "why"}
+    planned: list[PlannedStep] = field(default_factory=list)
+    would: list[PlannedStep] = field(default_factory=list)  # planned, were it action mode
+    not_taken: list[NotTaken] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     retries_left: int = 0
@@ -111,7 +119,7 @@ def not_retried(cfg: RecoveryConfig, d: Decision) -> str | None:
     "Not requeued: ..."); None when a requeue is planned, would be, or was refused for a
     reason of its own (retry budget, whitelist, ...: those are in not_taken)."""
     acts = [p["action"] for p in d.planned + d.would] + [n["action"] for n in d.not_taken]
-    if any(a in ("requeue", "hold") for a in acts):
+    if any(a in (Action.REQUEUE, Action.HOLD) for a in acts):
         return None
     if d.rule in dict(cfg.rules):
         return f"the site's recovery rule {d.rule} does not requeue {d.cls}"
@@ -166,12 +174,12 @@ def drains_in_window(history: list[dict[str, Any]], partition: str, since: float
     for h in history:
         if float(h.get("time") or 0) < since:
             continue
-        if (h.get("event") == "result" and h.get("action") == "drain_node"
+        if (h.get("event") == "result" and h.get("action") == Action.DRAIN_NODE
                 and h.get("outcome") == "done" and inside(h, str(h.get("target")))):
             out.add(str(h.get("target")))
         elif h.get("event") == "decision" and h.get("id") not in ended:
             out |= {str(p.get("target")) for p in h.get("planned") or []
-                    if p.get("action") == "drain_node" and inside(h, str(p.get("target")))}
+                    if p.get("action") == Action.DRAIN_NODE and inside(h, str(p.get("target")))}
     return out
 
 
@@ -182,7 +190,7 @@ def drained_by_user(history: list[dict[str, Any]], user: str, nodes: tuple[str, 
     owner = {h.get("id"): h.get("user") for h in history if h.get("event") == "decision"}
     last: dict[str, Any] = {}
     for h in history:
-        if (h.get("event") == "result" and h.get("action") == "drain_node"
+        if (h.get("event") == "result" and h.get("action") == Action.DRAIN_NODE
                 and h.get("outcome") == "done"):
             last[str(h.get("target"))] = owner.get(h.get("id"))
     return {n for n in nodes if last.get(n) == user}
@@ -262,7 +270,7 @@ def _xid_drains(history: list[dict[str, Any]], node: str, code: int, since: floa
     code_of = {h.get("id"): ((h.get("xid") or {}).get(node) or {}).get("code")
                for h in history if h.get("event") == "decision"}
     return sum(1 for h in history if h.get("event") == "result"
-               and h.get("action") == "drain_node" and h.get("outcome") == "done"
+               and h.get("action") == Action.DRAIN_NODE and h.get("outcome") == "done"
                and h.get("target") == node and float(h.get("time") or 0) >= since
                and code_of.get(h.get("id")) == code)
 
@@ -329,10 +337,10 @@ def _escalate(c: _Case) -> None:
         if seen < len(same) and seen + 1 < cfg.escalate_after:
             d.notes.append(f"not escalated: signature {sig!r} on {n} came again from "
                            f"{facts.user}'s own jobs only")
-        if seen + 1 >= cfg.escalate_after and "drain_node" not in d.recommended:
-            d.recommended = ["drain_node", *d.recommended]
-            if "requeue" in d.recommended and "exclude_node" not in d.recommended:
-                d.recommended.append("exclude_node")
+        if seen + 1 >= cfg.escalate_after and Action.DRAIN_NODE not in d.recommended:
+            d.recommended = [Action.DRAIN_NODE.value, *d.recommended]
+            if Action.REQUEUE in d.recommended and Action.EXCLUDE_NODE not in d.recommended:
+                d.recommended.append(Action.EXCLUDE_NODE.value)
             d.notes.append(f"escalated: signature {sig!r} seen {seen + 1} times on {n}: "
                            "drain for inspection")
             c.escalated = True
@@ -350,7 +358,7 @@ def _blast_radius(c: _Case) -> None:
              for n in (h.get("trusted_suspects") or ())}
     nodes |= set(c.trusted)
     if len(nodes) >= cfg.blast_nodes:
-        for a in ("drain_node", "exclude_node"):
+        for a in NODE_ACTIONS:
             if a in d.recommended:
                 d.recommended.remove(a)
                 d.not_taken.append({"action": a, "why": (
@@ -365,7 +373,7 @@ def _retry_budget(c: _Case) -> None:
     budget = min(cfg.max_retries, c.rule.retries)
     d.retries_left = max(0, cfg.max_retries - facts.attempt)
     stop: str | None = None
-    if "requeue" in d.recommended or "hold" in d.recommended:
+    if Action.REQUEUE in d.recommended or Action.HOLD in d.recommended:
         same = sum(1 for h in c.past if h.get("job") == facts.job_id
                    and h.get("signature") == c.sig and h.get("id") != d.id) + 1
         if facts.attempt >= cfg.max_retries:
@@ -385,17 +393,17 @@ def _retry_budget(c: _Case) -> None:
                 stop = (f"no checkpoint progress: nothing matching {facts.checkpoint!r} is "
                         "newer than at the last attempt")
     if stop:
-        for a in ("requeue", "exclude_node", "hold"):
+        for a in REQUEUE_FAMILY:
             if a in d.recommended:
                 d.not_taken.append({"action": a, "why": stop})
-        d.recommended = [a for a in d.recommended if a not in REQUEUE_ACTIONS]
+        d.recommended = [a for a in d.recommended if a not in REQUEUE_FAMILY]
         d.notes.append(f"not requeued: {stop}")
 
 
 def _why_not_acted(c: _Case) -> str | None:
     """Why what is planned is only what would be done (monitor mode, shadow, recover=off)."""
     cfg, facts = c.cfg, c.facts
-    if c.d.mode != "action":
+    if c.d.mode != Mode.ACTION:
         return (f"monitor mode (partition {facts.partition})" if facts.partition in
                 dict(cfg.partitions) else "monitor mode")
     if c.rule.shadow:
@@ -406,19 +414,22 @@ def _why_not_acted(c: _Case) -> str | None:
 
 
 def _targets(c: _Case, a: str) -> list[str] | None:
-    """What action `a` would act on (None: nothing, said in not_taken): a drain only proven
-    nodes, the requeue's exclusion only nodes Slurm ran this attempt on, others the job."""
-    if a not in ("drain_node", "exclude_node"):
+    """What action `a` would act on (None: nothing, said in not_taken), by what its ActionSpec
+    needs: a drain only proven nodes, the requeue's exclusion only nodes Slurm ran this
+    attempt on, an action on the job the job."""
+    spec = spec_of(a)
+    if spec is None or spec.target == "job":
         return [c.facts.job_id]
-    ok, targets = (c.proven, c.trusted) if a == "drain_node" else (c.ran, c.excludable)
-    if a == "drain_node" and c.d.xid and c.d.cls in ("gpu_hardware", "cuda_error") \
+    ok: Collection[str]
+    ok, targets = (c.proven, c.trusted) if spec.needs == Need.PROVEN else (c.ran, c.excludable)
+    if a == Action.DRAIN_NODE and c.d.xid and c.d.cls in ("gpu_hardware", "cuda_error") \
             and c.rule.name not in dict(c.cfg.rules) and not c.escalated:
         # a node whose own sealed Xid asks for no drain is not drained for another's (an
         # escalation is the other way round: the same fault in other users' jobs asks for it)
         from gpualert_slurm.core.xid import BUCKET_ACTIONS
 
         keep = [t for t in targets if t not in c.d.xid
-                or "drain_node" in BUCKET_ACTIONS.get(c.d.xid[t]["bucket"], ())]
+                or Action.DRAIN_NODE in BUCKET_ACTIONS.get(c.d.xid[t]["bucket"], ())]
         for t in set(targets) - set(keep):
             c.d.not_taken.append({"action": a, "target": t, "why": (
                 f"its Xid {c.d.xid[t]['code']} asks for {c.d.xid[t]['bucket']}, no drain")})
@@ -454,11 +465,12 @@ def _plan(c: _Case, why_not: str | None) -> None:
         if a not in cfg.actions:
             d.not_taken.append({"action": a, "why": f"{a} is not in recovery.actions"})
             continue
-        if a == "exclude_node":
+        spec = spec_of(a)
+        if a == Action.EXCLUDE_NODE:
             d.exclude = list(targets)
             continue  # carried out with the requeue
         for t in targets:
-            if a == "drain_node":
+            if spec is not None and spec.breaker:
                 why = _drain_refused(c, t, size, drains_before, allowed_drains, user_before)
                 if why:
                     d.not_taken.append({"action": a, "target": t, "why": why})
@@ -466,19 +478,19 @@ def _plan(c: _Case, why_not: str | None) -> None:
                 drains_before = drains_before | {t}
                 user_before = user_before | {t}
             d.planned.append({"action": a, "target": t})
-    if "requeue" in [p["action"] for p in d.planned] and "hold" in d.recommended \
-            and "hold" in cfg.actions:
-        d.planned = [p for p in d.planned if p["action"] != "hold"]
+    if Action.REQUEUE in [p["action"] for p in d.planned] and Action.HOLD in d.recommended \
+            and Action.HOLD in cfg.actions:
+        d.planned = [p for p in d.planned if p["action"] != Action.HOLD]
         for p in d.planned:
-            if p["action"] == "requeue":
+            if p["action"] == Action.REQUEUE:
                 p["hold"] = True
     if why_not and d.planned:
         for p in d.planned:
-            d.not_taken.append({**p, "why": why_not})
+            d.not_taken.append(NotTaken(**p, why=why_not))
         d.would, d.planned = d.planned, []
     d.acts = bool(d.planned)
     # what is left after this decision's requeue (done, or only recorded in monitor mode)
-    if any(p["action"] == "requeue" for p in d.planned + d.would):
+    if any(p["action"] == Action.REQUEUE for p in d.planned + d.would):
         d.retries_left = max(0, d.retries_left - 1)
 
 
@@ -512,9 +524,9 @@ def _flag_nodes(c: _Case) -> None:
     since = c.facts.time - cfg.flag_window_s
     for n in c.trusted:
         times = [h for h in c.history if h.get("event") == "result"
-                 and h.get("outcome") == "done" and h.get("action") == "drain_node"
+                 and h.get("outcome") == "done" and h.get("action") == Action.DRAIN_NODE
                  and h.get("target") == n and float(h.get("time") or 0) >= since]
-        will = any(p["action"] == "drain_node" and p["target"] == n for p in d.planned)
+        will = any(p["action"] == Action.DRAIN_NODE and p["target"] == n for p in d.planned)
         if len(times) + will >= cfg.flag_drains:
             d.flagged_nodes.append(n)
             d.notes.append(f"node {n} drained {len(times) + will} times within "

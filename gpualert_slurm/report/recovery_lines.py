@@ -6,6 +6,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpualert_slurm.core.vocab import CHECK, CHECK_TAKEN, Action, spec_of
+
+
+def _taken(action: object, target: object, held: str) -> str:
+    """An action carried out, in the report's words (its ActionSpec's `taken`)."""
+    if action == CHECK:
+        return CHECK_TAKEN
+    spec = spec_of(action)
+    if spec is None or spec.taken is None:
+        return str(action)
+    return spec.taken.format(target=target, held=held)
+
+
+def _planned(action: object, target: object, held: str) -> str:
+    """An action about to be carried out (its ActionSpec's `planned`)."""
+    spec = spec_of(action)
+    if spec is None or spec.planned is None:
+        return f"does {action} {target}"
+    return spec.planned.format(target=target, held=held)
+
+
+def _words(action: object) -> str:
+    """An action in running text ("drain node")."""
+    spec = spec_of(action)
+    return spec.words if spec else str(action or "").replace("_", " ")
+
 
 def xid_lines(found: Any) -> list[str]:
     """The sealed driver Xid lines recovery read (node -> the GPU fault catalogue's reading), in
@@ -39,36 +65,31 @@ def report_lines(summary: dict[str, Any] | None) -> list[str]:
                 "`gpualert show` has the decision once it is made."]
     lines = xid_lines(summary.get("xid"))
     excl = [p for p in summary.get("planned") or summary.get("would") or []
-            if p.get("action") == "requeue"]
+            if p.get("action") == Action.REQUEUE]
     held = " (held)" if excl and excl[0].get("hold") else ""
     for t in summary.get("taken") or []:
-        what = {"drain_node": f"drained node {t.get('target')}",
-                "requeue": f"requeued the job{held}",
-                "cancel": "cancelled the job", "check": "checked the job"}.get(
-                    str(t.get("action")), str(t.get("action")))
-        lines.append(f"gpualert {what}: {t.get('outcome')}.")
+        lines.append(f"gpualert {_taken(t.get('action'), t.get('target'), held)}: "
+                     f"{t.get('outcome')}.")
     if outcome == "planned":
         for p in summary.get("planned") or []:
-            what = {"drain_node": f"drains node {p.get('target')}",
-                    "requeue": f"requeues the job{held}", "cancel": "cancels the job"}.get(
-                        str(p.get("action")), f"does {p.get('action')} {p.get('target')}")
-            lines.append(f"gpualert {what} now (right after this report).")
+            lines.append(f"gpualert {_planned(p.get('action'), p.get('target'), held)} now "
+                         "(right after this report).")
     for w in summary.get("would") or []:
-        lines.append(f"In action mode gpualert would {w.get('action').replace('_', ' ')} "
+        lines.append(f"In action mode gpualert would {_words(w.get('action'))} "
                      f"{w.get('target')}.")
     for n in summary.get("not_taken") or []:
         tgt = f" {n['target']}" if n.get("target") else ""
         if summary.get("would") and n.get("why", "").startswith(("monitor mode", "rule ",
                                                                  "the user")):
             continue
-        if n.get("action") == "requeue":
+        if n.get("action") == Action.REQUEUE:
             lines.append(f"Not requeued: {n.get('why')}.")
             continue
         if n.get("provenance"):  # the fact it needs did not come from Slurm or root
-            lines.append(f"Not acted on: {n.get('action', '').replace('_', ' ')}{tgt}: "
+            lines.append(f"Not acted on: {_words(n.get('action', ''))}{tgt}: "
                          f"{n.get('why')}.")
             continue
-        lines.append(f"Not done: {n.get('action', '').replace('_', ' ')}{tgt}: {n.get('why')}.")
+        lines.append(f"Not done: {_words(n.get('action', ''))}{tgt}: {n.get('why')}.")
     if summary.get("not_retried"):
         lines.append(f"Not requeued: {summary['not_retried']}.")
     if summary.get("would"):
