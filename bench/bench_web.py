@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gpualert_slurm.core.config import Config  # noqa: E402
-from gpualert_slurm.core.verdict import Verdict, read_at, write_at  # noqa: E402
+from gpualert_slurm.core.verdict import VerdictRecord, read_at, write_at  # noqa: E402
 
 USER = "gpatest"
 LINE = b"step 123456 | loss 2.345678 | lr 3.0e-04 | grad_norm 0.91 | tokens/s 51234.5\n"
@@ -82,7 +82,7 @@ def build(base: Path, jobs: int, log_gib: float) -> tuple[Path, int]:
             p.chmod(0o700)
         fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            write_at(fd, Verdict.from_json(verdict(job, d, i)))
+            write_at(fd, VerdictRecord.from_json(verdict(job, d, i)))
         finally:
             os.close(fd)
     big = first  # its log: log_gib GiB of lines

@@ -129,7 +129,7 @@ def test_show_refuses_a_verdict_moved_in_from_another_job(tmp_path: Path) -> Non
     other.update(job_id="4242", attempt=0, array=None)
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        V.write_at(fd, V.Verdict.from_json(other))
+        V.write_at(fd, V.VerdictRecord.from_json(other))
     finally:
         os.close(fd)
     with pytest.raises(ShowError, match="not job 5's: refused"):
@@ -138,7 +138,7 @@ def test_show_refuses_a_verdict_moved_in_from_another_job(tmp_path: Path) -> Non
     own.update(job_id="5")
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        V.write_at(fd, V.Verdict.from_json(own))
+        V.write_at(fd, V.VerdictRecord.from_json(own))
     finally:
         os.close(fd)
     assert str(load_verdict(str(spool), "5").job_id) == "5"

@@ -81,14 +81,14 @@ def dumped(d: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("d", [FULL, FALLBACK, HANG], ids=["full", "fallback", "hang"])
 def test_round_trip_is_byte_identical(d: dict[str, Any]) -> None:
-    v = V.Verdict.from_json(json.loads(json.dumps(d)))
+    v = V.VerdictRecord.from_json(json.loads(json.dumps(d)))
     assert v.to_json() == d
     assert v.dumps() == dumped(d)
-    assert V.Verdict.from_bytes(v.dumps().encode()) == v
+    assert V.VerdictRecord.from_bytes(v.dumps().encode()) == v
 
 
 def test_typed_fields_read_what_the_file_says() -> None:
-    v = V.Verdict.from_json(FULL)
+    v = V.VerdictRecord.from_json(FULL)
     assert (v.job_id, v.attempt, v.label, v.failed_or_silent) == ("4242", 1, "4240_2", True)
     assert v.job.nodes == ("n1", "n2") and v.job.end_time == 1_800_000_100.5
     c = v.cause
@@ -102,7 +102,7 @@ def test_typed_fields_read_what_the_file_says() -> None:
 
 
 def test_replace_writes_a_field_the_record_lacked() -> None:
-    v = V.Verdict.from_json(FALLBACK)
+    v = V.VerdictRecord.from_json(FALLBACK)
     assert "report" not in v.to_json()
     w = v.replace(report={"status": "sent"}, notes=(*v.notes, "later"))
     assert w.to_json()["report"] == {"status": "sent"} and w.to_json()["notes"][-1] == "later"
@@ -112,21 +112,21 @@ def test_replace_writes_a_field_the_record_lacked() -> None:
 
 def test_an_older_file_without_version_reads_the_same() -> None:
     old = {k: x for k, x in FULL.items() if k != "version"}
-    v = V.Verdict.from_json(old)
+    v = V.VerdictRecord.from_json(old)
     assert v.version == 0 and v.cause.cls == "gpu_hardware" and v.job.user == "alice"
     assert v.to_json() == old  # no version added on the way back
 
 
 def test_keys_it_does_not_know_come_back_as_they_were() -> None:
     d = dict(FULL, future={"x": [1, 2]}, verdict=dict(FULL["verdict"], silent=True))
-    v = V.Verdict.from_json(d)
+    v = V.VerdictRecord.from_json(d)
     assert v.extra == {"future": {"x": [1, 2]}} and v.cause.extra == {"silent": True}
     assert v.to_json() == d
 
 
 def test_a_newer_version_is_refused() -> None:
     with pytest.raises(V.VerdictError, match="version 2 is newer"):
-        V.Verdict.from_json(dict(FULL, version=V.VERSION + 1))
+        V.VerdictRecord.from_json(dict(FULL, version=V.VERSION + 1))
 
 
 @pytest.mark.parametrize("path,bad,msg", [
@@ -156,7 +156,7 @@ def test_wrong_types_are_refused_naming_the_field(path: tuple[Any, ...], bad: An
         at = at[p]
     at[path[-1]] = bad
     with pytest.raises(V.VerdictError) as e:
-        V.Verdict.from_json(d)
+        V.VerdictRecord.from_json(d)
     assert msg in str(e.value) and str(e.value).startswith("verdict.json: ")
 
 
@@ -172,7 +172,7 @@ def test_wrong_types_are_refused_naming_the_field(path: tuple[Any, ...], bad: An
 ])
 def test_hostile_bytes_are_a_clear_error(data: bytes, msg: str) -> None:
     with pytest.raises(V.VerdictError, match=msg):
-        V.Verdict.from_bytes(data)
+        V.VerdictRecord.from_bytes(data)
 
 
 def test_the_real_classifier_answer_round_trips(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def _attempt_dir(tmp_path: Path) -> Path:
 def test_read_at_takes_roots_file_and_write_at_writes_it(tmp_path: Path) -> None:
     d = _attempt_dir(tmp_path)
     with opened_dir(str(d)) as fd:
-        V.write_at(fd, V.Verdict.from_json(FULL))
+        V.write_at(fd, V.VerdictRecord.from_json(FULL))
         assert (d / "verdict.json").read_text() == dumped(FULL) + "\n"
         assert (d / "verdict.json").stat().st_mode & 0o777 == 0o644
         assert V.read_at(fd, owners=(os.getuid(),)).to_json() == FULL
@@ -226,12 +226,12 @@ def test_read_run_wants_the_run_it_is_asked_about(tmp_path: Path) -> None:
     (spool / "4242" / "attempt-1").mkdir(parents=True)
     os.chmod(spool, 0o755)
     with opened_dir(str(spool / "4242" / "attempt-1")) as fd:
-        V.write_at(fd, V.Verdict.from_json(FULL))  # root's (the tests run as root)
+        V.write_at(fd, V.VerdictRecord.from_json(FULL))  # root's (the tests run as root)
     assert V.read_run(str(spool), "4242", 1).cause.cls == "gpu_hardware"
     with pytest.raises(FileNotFoundError):
         V.read_run(str(spool), "4242", 2)  # no attempt-2
     with opened_dir(str(spool / "4242")) as fd:
-        V.write_at(fd, V.Verdict.from_json(FULL))  # attempt 1's record in attempt 0's place
+        V.write_at(fd, V.VerdictRecord.from_json(FULL))  # attempt 1's record in attempt 0's place
     with pytest.raises(SpoolError, match="about another run"):
         V.read_run(str(spool), "4242", 0)
     with pytest.raises(SpoolError, match="bad job id"):
@@ -239,7 +239,7 @@ def test_read_run_wants_the_run_it_is_asked_about(tmp_path: Path) -> None:
 
 
 def test_of_reads_an_in_memory_mapping_as_a_file() -> None:
-    v = V.Verdict.of(HANG)
-    assert V.Verdict.of(v) is v and v.decision_id == "9.0.hang" and v.cause.cls == "hang"
+    v = V.VerdictRecord.of(HANG)
+    assert V.VerdictRecord.of(v) is v and v.decision_id == "9.0.hang" and v.cause.cls == "hang"
     with pytest.raises(V.VerdictError):
-        V.Verdict.of({"verdict": {"evidence": "x"}})
+        V.VerdictRecord.of({"verdict": {"evidence": "x"}})

@@ -22,7 +22,7 @@ import pytest
 import weblib
 from weblib import OTHER_USER, get, raw_get
 
-from gpualert_slurm.core.verdict import Verdict, write_at
+from gpualert_slurm.core.verdict import VerdictRecord, write_at
 
 USER_A = "gpatest"
 SECRET_B = "SECRET-OF-USER-B"
@@ -61,7 +61,7 @@ def _verdict(d: Path, job: int, attempt: int = 0, **kw) -> None:
                      "evidence": kw.pop("evidence", [])}, **kw}
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        write_at(fd, Verdict.from_json(v))
+        write_at(fd, VerdictRecord.from_json(v))
     finally:
         os.close(fd)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualert_slurm.core.config import Config, ConfigError, load_config
-from gpualert_slurm.core.verdict import Verdict
+from gpualert_slurm.core.verdict import VerdictRecord
 
 DEFAULT_OUTPUT = "/var/lib/prometheus/node-exporter/gpualert.prom"
 AUDIT_MAX_BYTES = 256 * 1024**2  # read whole (counters), up to this; root's own file
@@ -78,7 +78,7 @@ def _backing() -> Any:
     return backing
 
 
-def count_verdict(scan: Scan, v: Verdict, outbox_ids: set[str]) -> None:
+def count_verdict(scan: Scan, v: VerdictRecord, outbox_ids: set[str]) -> None:
     """Add one attempt's verdict.json (root's, checked by core.verdict) to the scan."""
     scan.verdicts += 1
     cls = v.cause.klass

@@ -17,14 +17,14 @@ from gpualert_slurm.core.spool import (
     latest_attempt,
     open_attempt,
 )
-from gpualert_slurm.core.verdict import Verdict, read_at
+from gpualert_slurm.core.verdict import VerdictRecord, read_at
 
 
 class ShowError(RuntimeError):
     """str() says what is wrong and what to do."""
 
 
-def load_verdict(spool: str, jobid: str, attempt: int | None = None) -> Verdict:
+def load_verdict(spool: str, jobid: str, attempt: int | None = None) -> VerdictRecord:
     if not jobid.isdigit():
         raise ShowError(f"gpualert show: bad job id {jobid!r}: expected a number such as 1234 "
                         "(for an array task, its own job id: see `sacct -j ARRAY -o JobIDRaw`)")

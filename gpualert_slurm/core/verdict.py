@@ -1,14 +1,16 @@
-"""verdict.json as one type: `Verdict` (one attempt of one job), its `Cause` (the classifier's
-answer, JSON key "verdict"), `Evidence` with its `Provenance`, `JobInfo` and `ArrayRef`.
+"""verdict.json as one type: `VerdictRecord` (one attempt of one job), its `Cause` (the
+classifier's answer, JSON key "verdict"), `Evidence` with its `Provenance`, `JobInfo` and
+`ArrayRef`. (The classifier's own result is classify's `Verdict`, a different thing.)
 
-The one place that reads verdict.json (`read_at`, `read_run`, `Verdict.from_bytes`) and the one
-that writes it (`write_at`, `Verdict.to_json`). Reading never trusts the file: it is read as root
-reads a user's directory (fd-relative, no link followed, non-blocking, owner- and size-checked:
-spool.read_bytes_nofollow / read_job_bytes), parsed with NaN/Infinity refused, and every field
-the readers use is type-checked; anything else is a VerdictError naming the field.
+The one place that reads verdict.json (`read_at`, `read_run`, `VerdictRecord.from_bytes`) and
+the one that writes it (`write_at`, `VerdictRecord.to_json`). Reading never trusts the file: it
+is read as root reads a user's directory (fd-relative, no link followed, non-blocking, owner-
+and size-checked: spool.read_bytes_nofollow / read_job_bytes), parsed with NaN/Infinity
+refused, and every field the readers use is type-checked; anything else is a VerdictError
+naming the field.
 
-Round trip: `Verdict.from_json(d).to_json() == d` for every file the job epilog writes. A key
-the file lacks is recorded in `omitted` (so it is not written back as null) and reads as its
+Round trip: `VerdictRecord.from_json(d).to_json() == d` for every file the job epilog writes.
+A key the file lacks is recorded in `omitted` (so it is not written back as null) and reads as its
 default; keys this module does not know are kept in `extra`, written back as they came. The
 nested records that only one module reads (options, tasks, nodes, trusted, last_lines, report,
 artifacts, recovery) stay JSON objects, checked for their shape only.
@@ -35,7 +37,7 @@ from gpualert_slurm.core.spool import (
 )
 
 __all__ = ["VERSION", "FILE", "MAX_BYTES", "VerdictError", "Provenance", "Evidence", "Cause",
-           "JobInfo", "ArrayRef", "Verdict", "read_at", "read_run", "write_at"]
+           "JobInfo", "ArrayRef", "VerdictRecord", "read_at", "read_run", "write_at"]
 
 VERSION = 1  # the schema version the job epilog writes (hooks.jobspool.VERDICT_VERSION)
 FILE = "verdict.json"
@@ -417,7 +419,7 @@ def _node_summaries(v: Any, where: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Verdict(_Record):
+class VerdictRecord(_Record):
     """One attempt of one job, as the job epilog decided and reported it (verdict.json)."""
 
     version: int = VERSION
@@ -473,7 +475,7 @@ class Verdict(_Record):
     # ---- reading --------------------------------------------------------------------------
 
     @classmethod
-    def from_json(cls, obj: Any, where: str = FILE) -> Verdict:
+    def from_json(cls, obj: Any, where: str = FILE) -> VerdictRecord:
         """The verdict a parsed verdict.json says; VerdictError where a field the readers use
         has the wrong type, or the version is newer than VERSION."""
         keys = tuple(k for _a, k in cls.FIELDS)
@@ -515,7 +517,7 @@ class Verdict(_Record):
             omitted=omitted, extra=extra)
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str = FILE) -> Verdict:
+    def from_bytes(cls, data: bytes, where: str = FILE) -> VerdictRecord:
         """Parse and check a verdict.json's bytes: over MAX_BYTES, not UTF-8, not JSON (NaN and
         Infinity included), nested past the parser's depth, or of the wrong shape: a
         VerdictError that says which."""
@@ -530,10 +532,10 @@ class Verdict(_Record):
         return cls.from_json(obj, where)
 
     @classmethod
-    def of(cls, v: Verdict | Mapping[str, Any]) -> Verdict:
-        """A Verdict as it is, or a verdict-shaped mapping (one the epilog has not saved yet,
+    def of(cls, v: VerdictRecord | Mapping[str, Any]) -> VerdictRecord:
+        """A VerdictRecord as it is, or a verdict-shaped mapping (one the epilog has not saved yet,
         the hang watcher's, a test's) read as a verdict.json would be."""
-        return v if isinstance(v, Verdict) else cls.from_json(dict(v), "verdict")
+        return v if isinstance(v, VerdictRecord) else cls.from_json(dict(v), "verdict")
 
     # ---- writing --------------------------------------------------------------------------
 
@@ -555,33 +557,39 @@ class Verdict(_Record):
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
 
 
+# The name VerdictRecord had before (issue 30: two unrelated `Verdict`s). recovery/ still
+# imports it by that name while another change is at work there; it goes once recovery/ says
+# VerdictRecord.
+Verdict = VerdictRecord
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
 # ---- the files -------------------------------------------------------------------------------
 
-def read_at(dir_fd: int, owners: tuple[int, ...] | None = (0,)) -> Verdict:
+def read_at(dir_fd: int, owners: tuple[int, ...] | None = (0,)) -> VerdictRecord:
     """The verdict.json in the attempt directory dir_fd, root's by default (the job epilog
     writes it as root: anyone else's file is not ours), read fd-relative, no link followed,
     non-blocking, at most MAX_BYTES. FileNotFoundError while there is none; SpoolError
     (VerdictError) when it is not one to trust."""
-    return Verdict.from_bytes(read_bytes_nofollow(FILE, dir_fd, MAX_BYTES, owners=owners))
+    return VerdictRecord.from_bytes(read_bytes_nofollow(FILE, dir_fd, MAX_BYTES, owners=owners))
 
 
-def read_run(spool: str, jobid: str | int, attempt: int) -> Verdict:
+def read_run(spool: str, jobid: str | int, attempt: int) -> VerdictRecord:
     """The verdict.json the job epilog (root) wrote for jobid's attempt, read from the spool
     root down by fds (spool.read_job_bytes), and only if it says it is about that job and
     attempt (a root file the user moved between their attempt dirs is not taken for another
     one). OSError/SpoolError else."""
-    v = Verdict.from_bytes(read_job_bytes(spool, jobid, FILE, attempt, limit=MAX_BYTES))
+    v = VerdictRecord.from_bytes(read_job_bytes(spool, jobid, FILE, attempt, limit=MAX_BYTES))
     if str(v.job_id) != str(jobid) or v.attempt != int(attempt):
         raise SpoolError(f"verdict.json of {jobid} attempt {attempt} is about another run: "
                          "refused")
     return v
 
 
-def write_at(dir_fd: int, v: Verdict, uid: int = -1, gid: int = -1) -> None:
+def write_at(dir_fd: int, v: VerdictRecord, uid: int = -1, gid: int = -1) -> None:
     """verdict.json in the attempt directory dir_fd, atomically (rename), 0644: the one
     writer."""
     write_json_atomic(dir_fd, FILE, v.to_json(), 0o644, uid, gid)

@@ -17,14 +17,14 @@ from functools import lru_cache
 from typing import Any
 
 from gpualert_slurm.core.templates import get_template
-from gpualert_slurm.core.verdict import Verdict
+from gpualert_slurm.core.verdict import VerdictRecord
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 LAST_LINES = 30
 # Header text may come from the user (job name, comment, paths): every control character,
 # including Unicode line breaks, becomes a space before it reaches a header.
-# The verdict: a core.verdict.Verdict, or a verdict-shaped mapping (Verdict.of checks it as
-# verdict.json is checked).
+# The verdict: a core.verdict.VerdictRecord, or a verdict-shaped mapping (VerdictRecord.of
+# checks it as verdict.json is checked).
 _CTRL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
 
 
@@ -74,13 +74,13 @@ def _short(path: Any, base: str) -> str:
     return p[len(base) + 1:] if base and p.startswith(base + "/") else p
 
 
-def job_label(v: Verdict | Mapping[str, Any]) -> str:
+def job_label(v: VerdictRecord | Mapping[str, Any]) -> str:
     """'123', or '120_3' for an array task (the parent array id first)."""
-    return Verdict.of(v).label
+    return VerdictRecord.of(v).label
 
 
-def status_word(v: Verdict | Mapping[str, Any]) -> str:
-    v = Verdict.of(v)
+def status_word(v: VerdictRecord | Mapping[str, Any]) -> str:
+    v = VerdictRecord.of(v)
     if v.silent_failure:
         return "FAILED (exit 0, silent failure)"
     if v.failed:
@@ -88,9 +88,9 @@ def status_word(v: Verdict | Mapping[str, Any]) -> str:
     return v.job.slurm_state or "COMPLETED"
 
 
-def subject(v: Verdict | Mapping[str, Any]) -> str:
+def subject(v: VerdictRecord | Mapping[str, Any]) -> str:
     """'[gpualert] FAILED job 123 (train-llama): CUDA out of memory on n2, rank 5'."""
-    v = Verdict.of(v)
+    v = VerdictRecord.of(v)
     c = v.cause
     cls = c.klass
     s = f"[gpualert] {status_word(v)} job {v.label}"
@@ -106,21 +106,21 @@ def subject(v: Verdict | Mapping[str, Any]) -> str:
     return header_text(s, 200)
 
 
-def page_url(template: str | None, v: Verdict | Mapping[str, Any]) -> str | None:
+def page_url(template: str | None, v: VerdictRecord | Mapping[str, Any]) -> str | None:
     """The job's web page (config report.url, `{job}` the job id), or None when unset."""
     if not template:
         return None
-    return template.replace("{job}", str(Verdict.of(v).job_id))
+    return template.replace("{job}", str(VerdictRecord.of(v).job_id))
 
 
-def context(v: Verdict | Mapping[str, Any], cids: tuple[str, ...] = (),
+def context(v: VerdictRecord | Mapping[str, Any], cids: tuple[str, ...] = (),
             url: str | None = None) -> dict[str, Any]:
     """What the templates see: verdict.json plus the derived, display-ready fields; `cids`:
     the Content-IDs of the inline pictures the mail carries (report/timeline.py); `url`: the
     config's report.url, the job's web page the mail links to."""
     from gpualert_slurm.report import ranks, timeline
 
-    v = Verdict.of(v)
+    v = VerdictRecord.of(v)
     c = v.cause
     job = v.job
     base = v.attempt_path or ""
@@ -191,7 +191,7 @@ def context(v: Verdict | Mapping[str, Any], cids: tuple[str, ...] = (),
     }
 
 
-def _recovery_lines(v: Verdict) -> list[str]:
+def _recovery_lines(v: VerdictRecord) -> list[str]:
     """What recovery did, does or would do, and why (verdict.json's "recovery"): the job
     epilog decides before it mails, so the mail has the decision and `gpualert show` the
     outcome of its actions."""
@@ -214,7 +214,7 @@ def render(v: dict[str, Any], fmt: str = "text", cids: tuple[str, ...] = (),
     return get_template(f"{name}.{ext}.j2").render(r=context(v, tuple(cids), url))
 
 
-def inline_images(v: Verdict | Mapping[str, Any]) -> list[tuple[str, bytes, str]]:
+def inline_images(v: VerdictRecord | Mapping[str, Any]) -> list[tuple[str, bytes, str]]:
     """(Content-ID, data, mime) of the pictures for the HTML part: the timeline of a
     multi-node failure; [] otherwise or when it cannot be drawn."""
     from gpualert_slurm.report import timeline

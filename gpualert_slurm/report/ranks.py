@@ -10,7 +10,7 @@ import signal as _signal
 from collections.abc import Mapping
 from typing import Any
 
-from gpualert_slurm.core.verdict import Verdict
+from gpualert_slurm.core.verdict import VerdictRecord
 
 GROUP_FROM = 9  # ranks in the job (beyond the batch step) from which the section is grouped
 
@@ -67,15 +67,15 @@ def hostlist(nodes: list[str]) -> str:
     return ",".join(parts + plain)
 
 
-def _rank_tasks(v: Verdict) -> list[Mapping[str, Any]]:
+def _rank_tasks(v: VerdictRecord) -> list[Mapping[str, Any]]:
     return [t for t in v.tasks if t.get("step") != "batch" and isinstance(t.get("rank"), int)]
 
 
-def rank_groups(v: Verdict | Mapping[str, Any], labels: dict[str, str] | None = None
+def rank_groups(v: VerdictRecord | Mapping[str, Any], labels: dict[str, str] | None = None
                 ) -> list[str]:
     """The lines of the grouped rank section, root first; [] for jobs with fewer than
     GROUP_FROM ranks (the report lists their cascades one by one)."""
-    v = Verdict.of(v)
+    v = VerdictRecord.of(v)
     tasks = _rank_tasks(v)
     if len(tasks) < GROUP_FROM:
         return []

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpualert_slurm.core.verdict import Verdict
+from gpualert_slurm.core.verdict import VerdictRecord
 
 CID = "timeline@gpualert"
 MAX_ROWS = 48
@@ -27,14 +27,14 @@ def _node_key(n: str) -> tuple:
     return (m.group(1), int(m.group(2)), n) if m else (n, -1, n)
 
 
-def _tasks(v: Verdict) -> list[Mapping[str, Any]]:
+def _tasks(v: VerdictRecord) -> list[Mapping[str, Any]]:
     return [t for t in v.tasks if t.get("step") != "batch"
             and isinstance(t.get("rank"), int) and t.get("node")]
 
 
-def wanted(v: Verdict | Mapping[str, Any]) -> bool:
+def wanted(v: VerdictRecord | Mapping[str, Any]) -> bool:
     """Only for a failed job whose ranks ran on more than one node."""
-    v = Verdict.of(v)
+    v = VerdictRecord.of(v)
     if not v.failed_or_silent:
         return False
     return len({t["node"] for t in _tasks(v)}) > 1
@@ -49,10 +49,10 @@ def _colour(t: Mapping[str, Any]) -> str:
     return next((c for k, c in COLOURS.items() if k in what), "#d97706")
 
 
-def timeline_png(v: Verdict | Mapping[str, Any]) -> bytes | None:
+def timeline_png(v: VerdictRecord | Mapping[str, Any]) -> bytes | None:
     """The picture, or None when there is none to draw (single node, no end times) or
     matplotlib is missing or fails."""
-    v = Verdict.of(v)
+    v = VerdictRecord.of(v)
     if not wanted(v):
         return None
     tasks = _tasks(v)
@@ -159,7 +159,7 @@ def _draw(by_node: dict[str, list[Mapping[str, Any]]], nodes: list[str],
     return None
 
 
-def inline_images(v: Verdict | Mapping[str, Any]) -> list[tuple[str, bytes, str]]:
+def inline_images(v: VerdictRecord | Mapping[str, Any]) -> list[tuple[str, bytes, str]]:
     """(Content-ID, data, mime) of the pictures the HTML part shows."""
     png = timeline_png(v)
     return [(CID, png, "image/png")] if png else []

@@ -28,7 +28,7 @@ from gpualert_slurm.core import slurm
 from gpualert_slurm.core.config import Config, load_config
 from gpualert_slurm.core.templates import get_template
 from gpualert_slurm.core.termsafe import one_line
-from gpualert_slurm.core.verdict import Verdict
+from gpualert_slurm.core.verdict import VerdictRecord
 from gpualert_slurm.web import logpage, store
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
@@ -378,7 +378,7 @@ def _log_href(here: str, short: Any, line: Any) -> str | None:
     return f"{here}/log/{quote(name)}"
 
 
-def _recovery(report_lines: Callable[[Any], list[str]], v: Verdict | None) -> list[str]:
+def _recovery(report_lines: Callable[[Any], list[str]], v: VerdictRecord | None) -> list[str]:
     if v is None or not v.recovery:
         return []
     try:
@@ -387,7 +387,7 @@ def _recovery(report_lines: Callable[[Any], list[str]], v: Verdict | None) -> li
         return []
 
 
-def _artifact_items(v: Verdict) -> list[str]:
+def _artifact_items(v: VerdictRecord) -> list[str]:
     """The names of the job's artifact files the report listed, attached or left out."""
     man = v.artifacts or {}
     out = []
@@ -397,7 +397,7 @@ def _artifact_items(v: Verdict) -> list[str]:
     return out
 
 
-def _artifacts(v: Verdict, here: str) -> list[dict[str, Any]]:
+def _artifacts(v: VerdictRecord, here: str) -> list[dict[str, Any]]:
     man = v.artifacts or {}
     rows = [dict(a, state="attached") for a in man.get("attached", []) if isinstance(a, dict)]
     rows += [dict(a, state="left out") for a in man.get("left_out", []) if isinstance(a, dict)]

@@ -27,7 +27,7 @@ from gpualert_slurm.core.spool import (
     open_dir,
     open_nofollow_checked,
 )
-from gpualert_slurm.core.verdict import Verdict, read_at
+from gpualert_slurm.core.verdict import VerdictRecord, read_at
 
 LOG_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]{0,120}\.log")
 ATTEMPT_DIR = re.compile(r"attempt-([1-9][0-9]{0,5})")
@@ -47,7 +47,7 @@ class Run:
 
     job_id: str
     attempt: int
-    verdict: Verdict | None = None
+    verdict: VerdictRecord | None = None
     why: str = ""  # no verdict: "not ready" (missing, half-written) or "untrusted"
     detail: str = ""
     logs: list[tuple[str, int]] = field(default_factory=list)  # (name, size)
@@ -133,7 +133,7 @@ def attempts(jfd: int) -> list[int]:
     return sorted(found) or [0]
 
 
-def verdict_of(afd: int, jobid: str, attempt: int) -> tuple[Verdict | None, str, str]:
+def verdict_of(afd: int, jobid: str, attempt: int) -> tuple[VerdictRecord | None, str, str]:
     """(verdict, why, detail): the attempt's verdict.json read by core.verdict (root's file,
     bounded, no link), and only when it is about this job and attempt; else why not."""
     try:

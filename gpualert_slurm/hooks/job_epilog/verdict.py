@@ -1,9 +1,9 @@
 """The job's verdict (<attempt dir>/verdict.json): the classifier's answer for all ranks
 together, with the nodes' evidence that checked, Slurm's facts, the job's record and the notes
-the report shows. Built as a core.verdict.Verdict and written through core.verdict.write_at (the
-one writer; a verdict of the wrong shape is refused there, not written). Between the writes the
-epilog adds report, artifacts and recovery to its JSON form, which the report and recovery
-read. Also the least verdict, when gpualert itself failed."""
+the report shows. Built as a core.verdict.VerdictRecord and written through
+core.verdict.write_at (the one writer; a verdict of the wrong shape is refused there, not
+written). Between the writes the epilog adds report, artifacts and recovery to its JSON form,
+which the report and recovery read. Also the least verdict, when gpualert itself failed."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from gpualert_slurm.core.verdict import (
     ArrayRef,
     Cause,
     JobInfo,
-    Verdict,
     VerdictError,
+    VerdictRecord,
     write_at,
 )
 from gpualert_slurm.hooks.classify_child import PendingVerdict, classify_tasks
@@ -58,7 +58,7 @@ def build_verdict(ctx: JobEpilog, node_recs: dict[str, Any], nodes: list[str],
     array_id = env.get("SLURM_ARRAY_JOB_ID") or rec.get("ArrayJobId")
     task_id = env.get("SLURM_ARRAY_TASK_ID") or rec.get("ArrayTaskId")
     failing = pick_failing(tasks, verdict)
-    return Verdict(
+    return VerdictRecord(
         job_id=env["SLURM_JOB_ID"],
         attempt=js.attempt,
         attempt_path=js.attempt_path,
@@ -182,7 +182,7 @@ def save_verdict(ctx: JobEpilog, v: dict[str, Any]) -> bool:
     is logged, and the report still goes out (the mail carries the same content)."""
     js = ctx.spool
     try:
-        write_at(js.attempt_fd, Verdict.of(v))
+        write_at(js.attempt_fd, VerdictRecord.of(v))
         return True
     except (OSError, VerdictError) as e:
         ctx.log.error(f"job {v.get('job_id')}: cannot write verdict.json in {js.attempt_path}: "
