@@ -10,10 +10,13 @@ The comment above each group names what the verdict was before the fix; a group 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
-from classifylib import verdict
+from classifylib import TORCH_PY, verdict
 
 from gpualert_slurm.classify import JobFacts, TaskInput, classify
 from gpualert_slurm.classify.node_trust import _kernel_classes
@@ -366,3 +369,169 @@ def test_srun_unable_to_launch_on_a_node_is_node_failure(tmp_path: Path) -> None
             "connection failure\nsrun: Job step aborted: Waiting up to 32 seconds for job step "
             "to finish.\n")
     assert alone(tmp_path, text) == "node_failure"
+
+
+# ---- a traceback cut before (or inside) its exception line: what its last frames say ----
+# Pasted excerpts, a log killed mid-write and a bounded tail stop inside a traceback. Where the
+# last frames or the launcher's line just before say what raised, the class is theirs; the
+# lines below are real programs' output (a real pickle, torch.save, torchrun), cut afterwards.
+
+def _run(tmp_path: Path, py: str, code: str, name: str = "prog.py") -> str:
+    prog = tmp_path / name
+    prog.write_text(textwrap.dedent(code))
+    p = subprocess.run([py, str(prog)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert p.returncode != 0
+    return p.stdout + p.stderr
+
+
+def _cut_exception_line(text: str, keep: int) -> str:
+    """The log cut `keep` characters into its last line (0: the line is gone)."""
+    body, last = text.rstrip("\n").rsplit("\n", 1)
+    return body + "\n" + (last[:keep] + "\n" if keep else "")
+
+
+TRUNCATED_PICKLE = """\
+    import pickle
+    with open("weights.pkl", "wb") as f:
+        f.write(pickle.dumps({"conv1": list(range(5000))})[:-4000])
+    def load_pretrained(path):
+        with open(path, "rb") as f:
+            return pickle.load(f, encoding="latin1")
+    load_pretrained("weights.pkl")
+"""
+
+
+@pytest.mark.parametrize("keep", [0, 10, 21, None])
+def test_pickle_load_frame_cut_before_its_exception_is_checkpoint_corrupt(
+        tmp_path: Path, keep) -> None:
+    # (was: python_exception) pickle.load of a truncated weights file; the log cut inside the
+    # exception line ("_pickle.Unpickl"), right after its last frame, or kept whole (held before)
+    text = _run(tmp_path, sys.executable, TRUNCATED_PICKLE)
+    assert "UnpicklingError: pickle data was truncated" in text
+    cut = text if keep is None else _cut_exception_line(text, keep)
+    assert alone(tmp_path, PROGRESS + cut) == "checkpoint_corrupt"
+
+
+def test_a_generic_exception_from_pickle_loads_stays_generic(tmp_path: Path) -> None:
+    # pickle.loads is also multiprocessing's IPC: its frame does not make a file unreadable
+    text = (PROGRESS + "Traceback (most recent call last):\n  File \"worker.py\", line 40, in "
+            "recv\n    msg = pickle.loads(buf)\n  File \"worker.py\", line 12, in __setstate__\n"
+            "    raise ValueError('bad config')\nValueError: bad config\n")
+    assert alone(tmp_path, text) == "python_exception"
+
+
+TORCH_SAVE_ESTALE = """\
+    import errno, io, torch
+    class NfsFile(io.RawIOBase):
+        def writable(self):
+            return True
+        def write(self, b):
+            raise OSError(errno.ESTALE, "Stale file handle")
+    def save_checkpoint(state):
+        torch.save(state, NfsFile())
+    save_checkpoint({"w": torch.zeros(1000)})
+"""
+
+
+@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
+def test_torch_save_cut_inside_its_frames_is_storage_io(tmp_path: Path) -> None:
+    # (was: python_exception) a real torch.save whose file write fails; whole, its errno decides
+    # (held before); cut after torch/serialization.py's save frames, the writer's frames do
+    text = _run(tmp_path, TORCH_PY, TORCH_SAVE_ESTALE)
+    assert "[Errno 116] Stale file handle" in text
+    assert alone(tmp_path, PROGRESS + text) == "storage_io"
+    first = text[:text.index("During handling")]
+    cut = first[:first.index("in _save\n") + len("in _save\n")]
+    assert alone(tmp_path, PROGRESS + cut) == "storage_io"
+
+
+@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
+def test_an_object_torch_save_cannot_pickle_is_the_programs(tmp_path: Path) -> None:
+    # the same frames with pickle's own error: the program's, not the storage's
+    text = _run(tmp_path, TORCH_PY, """\
+        import torch
+        torch.save({"fn": lambda x: x}, "ckpt.pt")
+    """)
+    assert "Can't pickle" in text
+    assert alone(tmp_path, PROGRESS + text) == "python_exception"
+
+
+TORCHRUN_WAITING = """\
+    import os, queue, time
+    print(f"rank {os.environ['RANK']} epoch 0 step 0", flush=True)
+    q = queue.Queue()
+    def next_batch():
+        return q.get(timeout=600)
+    next_batch()
+"""
+
+
+@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
+def test_a_traceback_cut_after_torchrun_passed_on_sigint_is_cancelled(tmp_path: Path) -> None:
+    # (was: python_exception) torchrun got SIGINT (Ctrl-C) and passed it on; the worker's
+    # KeyboardInterrupt traceback cut before its last line: the job was interrupted
+    import signal
+    import time
+    prog = tmp_path / "job.py"
+    prog.write_text(textwrap.dedent(TORCHRUN_WAITING))
+    log = tmp_path / "out.txt"
+    with open(log, "wb") as out:
+        p = subprocess.Popen([str(Path(TORCH_PY).parent / "torchrun"), "--nproc-per-node", "1",
+                              "--monitor-interval", "0.2", str(prog)], stdout=out,
+                             stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if "epoch 0 step 0" in log.read_text():
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    text = log.read_text()
+    assert "Received 2 death signal" in text and "KeyboardInterrupt" in text
+    assert alone(tmp_path, text) == "cancelled"  # held before: the whole log
+    cut = text[:text.index("    return q.get(timeout=600)\n")] + "\n"
+    assert "KeyboardInterrupt" not in cut
+    assert alone(tmp_path, cut) == "cancelled"
+
+
+@pytest.mark.parametrize("notice,cls", [
+    ("srun: sending Ctrl-C to StepId=8812.0\n", "cancelled"),
+    ("srun: sending Ctrl-C to job 8812.0\n", "cancelled"),
+    # SIGTERM is a cancel, a time limit or a preemption: the cut traceback says no more
+    ("WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting "
+     "down workers\n", "python_exception"),
+    ("", "python_exception"),
+])
+def test_cut_traceback_after_a_launchers_interrupt(tmp_path: Path, notice: str, cls: str) -> None:
+    tb = ("Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n"
+          "    for batch in loader:\n  File \"/opt/conda/lib/python3.11/site-packages/torch/utils"
+          "/data/dataloader.py\", line 1328, in _next_data\n    idx, data = self._get_data()\n")
+    assert alone(tmp_path, PROGRESS + notice + tb) == cls
+
+
+# ---- torch's watchdog timeout with its message cut after the head (was: nccl_error) ----
+
+WATCHDOG = ("[rank3]:[E1102 04:14:29.224103812 ProcessGroupNCCL.cpp:1896] [PG ID 0 PG GUID "
+            "0(default_pg) Rank 3] Process group watchdog thread terminated with exception: "
+            "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4120, "
+            "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 "
+            "milliseconds before timing out.\n")
+SOCKET_RETURNS = "".join(f"gpu-07:3121:3190 [{r}] NCCL INFO misc/socket.cc:{n} -> 3\n"
+                         for r, n in ((0, 64), (0, 80), (1, 881), (3, 829)))
+
+
+@pytest.mark.parametrize("keep", [None, 230, 200, 193])
+def test_watchdog_timeout_cut_after_its_head_is_a_collective_timeout(tmp_path: Path,
+                                                                     keep) -> None:
+    line = WATCHDOG if keep is None else WATCHDOG[:keep] + "\n"
+    assert "Watchdog caught" in line
+    assert alone(tmp_path, PROGRESS + SOCKET_RETURNS + line) == "collective_timeout"
+
+
+def test_watchdog_with_an_nccl_error_stays_an_nccl_error(tmp_path: Path) -> None:
+    # held before: the watchdog's other exception is NCCL's own error
+    line = ("[rank3]:[E1102 04:14:29.224 ProcessGroupNCCL.cpp:1537] [PG ID 0 PG GUID 0 Rank 3] "
+            "Process group watchdog thread terminated with exception: NCCL error: remote process "
+            "exited or there was a network error, NCCL version 2.21.5\n")
+    assert alone(tmp_path, PROGRESS + SOCKET_RETURNS + line) == "nccl_error"

@@ -42,6 +42,12 @@ from gpualert_slurm.classify.scan import Event
 LIMIT_GAP = 50  # lines from a cause to Slurm's time-limit line: the job had failed before it
 SILENT_TAIL = 50  # silent failure evidence within this many lines of a log's end decides
 LAUNCHER_FRAME = "launcher_frame"  # rules.yaml: a frame of torchrun's / DeepSpeed's own traceback
+# rules.yaml: a launcher passing SIGINT on (torchrun's "Received 2 death signal", srun's
+# "sending Ctrl-C to"): a traceback that starts within INTERRUPT_GAP lines after one is the
+# interrupt's (its KeyboardInterrupt line is what a cut log lost)
+INTERRUPT_NOTICE = ("elastic_got_sigint", "srun_sent_ctrl_c")
+INTERRUPT_GAP = 20
+_TB_MARKERS = ("traceback_frame", "traceback_header", LAUNCHER_FRAME)
 
 
 def _nvml_hardware(nvml: dict | None) -> str | None:
@@ -348,14 +354,26 @@ def _step_cut_traceback(c: _Ctx) -> Verdict | None:
     for f in sorted(c.findings, key=_Finding.key):
         evs, scan = [e for e in f.events if e.rule.id != STOP_RULE], f.scan
         if not evs or scan is None or not (evs[-1].rule.scope == "traceback" or evs[-1].rule.id
-                                           in ("traceback_frame", "traceback_header",
-                                               LAUNCHER_FRAME)):
+                                           in _TB_MARKERS):
             continue
         if evs[-1].order < scan.segments - CUT_TAIL:
             continue
         head = max((i for i, e in enumerate(evs) if e.rule.id == "traceback_header"),
                    default=None)
         frames = evs[head:] if head is not None else evs[-20:]
+        start = min((e.order for e in frames
+                     if e.rule.id in _TB_MARKERS or e.rule.scope == "traceback"),
+                    default=evs[-1].order)
+        sigint = [e for e in evs if e.rule.id in INTERRUPT_NOTICE
+                  and 0 <= start - e.order <= INTERRUPT_GAP]
+        if sigint:
+            # the launcher passed on a SIGINT just before: this is the interrupted program's
+            # traceback (a KeyboardInterrupt), the job was stopped from outside like a cancel
+            what, where = sigint[-1].text.strip()[:120], evs[-1].text.strip()[:160]
+            return c.make("cancelled", 0.5, f"interrupted: {what} (SIGINT: Ctrl-C, or scancel "
+                          "--signal=INT); the log ends inside the traceback the interrupt "
+                          f"printed, its last frame {where}",
+                          [_ev(sigint[-1])] + [_ev(e) for e in frames[-2:]], f)
         conf = [e for e in frames if e.role == "confirmation" and e.rule.scope == "traceback"]
         if not conf and any(e.rule.id == LAUNCHER_FRAME for e in frames):
             continue  # a launcher's own traceback: its child's lines (or its exitcode) decide
