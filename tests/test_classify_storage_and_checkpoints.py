@@ -1,42 +1,289 @@
-"""File, storage and checkpoint wording families that held-out set 5 showed unknown to the rules
-(corpus/holdout5/misses-once.txt): remote-storage client errors (aiohttp / fsspec / botocore)
-and fsspec's FileNotFoundError(url) raised from them, a wrapper exception that prints the
-error it caught inside its message (DCP's CheckpointException, Ray's RayTaskError), a disk-full
-line at the end of a log that exited 0, libraries that say a path "does not exist" in their own
-words, model/config/tokenizer files that exist but do not parse, sqlite's "unable to open
-database file". Each family is tested with wordings other than holdout5's, and with a benign
-mention that must stay what it was. Pure logic over small written logs."""
+"""The family of classify/rules/55-storage-and-checkpoints.yaml: exceptions with a class of
+their own. Imports that fail; full disks (sqlite's, an iostream's, a disk-full line that ends
+an exit-0 log); storage I/O (remote object / HTTP storage clients, fsspec, errnos inside a
+library's error type, a data server that breaks); checkpoints and model files that do not load
+(torch's weights_only refusal, files that exist but do not parse, short reads of arrays and
+models); NaN in the input data, which is a data error. A wrapper exception (DCP's
+CheckpointException, Ray's RayTaskError, urllib's URLError) keeps the error it caught. Pure
+logic over small written logs, plus real Python processes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from classifylib import verdict
+from classifylib import (
+    CHAIN,
+    FSSPEC,
+    MAIN_TB,
+    PROGRESS,
+    SITE,
+    TORCH_LOAD,
+    USER,
+    USER_LOADER,
+    frames,
+    job_verdict,
+    run,
+    run_verdict,
+    task,
+    tb,
+    tb_by_frame,
+    verdict,
+)
 
-SITE = "/opt/conda/envs/train/lib/python3.11/site-packages"
-PROGRESS = "".join(f"step {i} loss {2 / (i + 1):.4f}\n" for i in range(8))
-USER = ("/home/u/proj/train.py", "main", "run(cfg)")
-CHAIN = "\nThe above exception was the direct cause of the following exception:\n\n"
+SERVER = """
+    import socket, threading, urllib.request
+    s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()
+    def serve():
+        c, _ = s.accept(); c.recv(4096)
+        {reply}
+        c.close()
+    threading.Thread(target=serve, daemon=True).start()
+    r = urllib.request.urlopen(f'http://127.0.0.1:{{s.getsockname()[1]}}/shard.tar', timeout=20)
+    r.read()
+    """
+
+WO_HEAD = ("_pickle.UnpicklingError: Weights only load failed. Re-running `torch.load` with "
+           "`weights_only` set to `False` will likely succeed, but it can result in arbitrary "
+           "code execution. Do it only if you got the file from a trusted source.\n")
+
+FIT_TB = ('Traceback (most recent call last):\n  File "/srv/fit.py", line 40, in <module>\n'
+          '    model.fit(features, target)\n  File "/venv/lib/python3.11/site-packages/sklearn/'
+          'utils/validation.py", line 186, in _assert_all_finite_element_wise\n'
+          '    raise ValueError(msg_err)\n')
+
+AIO = (f"{SITE}/aiohttp/client.py", "_request", "resp = await handler(req)")
+
+DCP_FRAMES = frames(
+    (f"{SITE}/torch/distributed/checkpoint/utils.py", "all_reduce", "local_data = map_fun()"),
+    (f"{SITE}/torch/distributed/checkpoint/state_dict_saver.py", "write_data",
+     "all_writes = storage_writer.write_data(final_local_plan, planner)"),
+    (f"{SITE}/torch/distributed/checkpoint/filesystem.py", "_write_data",
+     "_write_files_from_queue("),
+    (f"{SITE}/torch/distributed/checkpoint/filesystem.py", "_write_item",
+     "torch.save(data, transform_to)"),
+    (f"{SITE}/torch/serialization.py", "save", "with _open_zipfile_writer(f) as opened_zipfile:"),
+)
+
+TOK_LOADER = (f"{SITE}/transformers/tokenization_utils_base.py", "_from_pretrained",
+              "with open(tokenizer_file, encoding=\"utf-8\") as f: tokenizer_json = json.load(f)")
+
+JSON_FRAMES = (("/usr/lib/python3.11/json/__init__.py", "loads",
+                "return _default_decoder.decode(s)"),
+               ("/usr/lib/python3.11/json/decoder.py", "raw_decode",
+                "raise JSONDecodeError(\"Expecting value\", s, err.value) from None"))
+
+WO = ("_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
+      "so you have two options, do those steps only if you trust the source of the checkpoint.\n"
+      "\t(1) In PyTorch 2.6, we changed the default value of the `weights_only` argument in "
+      "`torch.load` from `False` to `True`. Re-running `torch.load` with `weights_only` set to "
+      "`False` will likely succeed.\n")
 
 
-def frames(*fr: tuple[str, str, str]) -> str:
-    out = []
-    for path, func, src in fr:
-        out += [f'  File "{path}", line {len(out) * 7 + 11}, in {func}', f"    {src}"]
-    return "\n".join(out) + "\n"
+# ---- errno inside a library's error type; meta tensors; HF hub ----
+
+@pytest.mark.parametrize("line,cls", [
+    ("safetensors._safetensors_rust.SafetensorError: Error while serializing: I/O error: No "
+     "space left on device (os error 28)", "disk_full"),
+    ("safetensors_rust.SafetensorError: Error while serializing: I/O error: Permission denied "
+     "(os error 13)", "permission_denied"),
+    ("safetensors_rust.SafetensorError: Error while deserializing header: "
+     "MetadataIncompleteBuffer", "checkpoint_corrupt"),
+    ("IndexError: Read less bytes than requested", "checkpoint_corrupt"),
+    ("NotImplementedError: Cannot copy out of meta tensor; no data!", "device_mismatch"),
+    ("RuntimeError: Tensor.item() cannot be called on meta tensors", "device_mismatch"),
+    ("OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+     "'/scratch/ckpt/run1/final'. Use `repo_type` argument if needed.", "file_not_found"),
+    ("huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to "
+     "locate the file on the Hub and we cannot find the requested files in the local cache.",
+     "storage_io"),
+])
+def test_wording_classes(tmp_path: Path, line: str, cls: str) -> None:
+    log = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n" + line
+    assert job_verdict([task(tmp_path, log + "\n")]).cls == cls
 
 
-def tb(*fr: tuple[str, str, str], exc: str) -> str:
-    return "Traceback (most recent call last):\n" + frames(*fr) + exc + "\n"
+# ---- chained tracebacks: the exception that ended the program decides ----
+
+def test_chain_last_exception_decides_missing_distribution(tmp_path):
+    # importlib.metadata raises PackageNotFoundError while handling StopIteration
+    t = run(tmp_path, "import importlib.metadata as m; m.version('gpualert-no-such-dist-x')")
+    log = Path(t.path).read_text()
+    assert "During handling of the above exception" in log  # really a chain
+    v = run_verdict(t)
+    assert v.cls == "import_error", (v.cls, v.detail)
+    assert "PackageNotFoundError" in v.evidence[0]["text"]
+    assert "StopIteration" not in v.detail
+
+
+def test_chain_generic_wrapper_keeps_specific_cause(tmp_path):
+    t = run(tmp_path, """
+        try:
+            open('/dev/full', 'w').write('x' * 65536)
+        except OSError as e:
+            raise RuntimeError('saving the checkpoint failed') from e
+        """)
+    assert "direct cause of the following" in Path(t.path).read_text()
+    v = run_verdict(t)
+    assert v.cls == "disk_full", (v.cls, v.detail)
+
+
+def test_chain_connection_refused_wrapped_in_urlerror_is_storage_io(tmp_path):
+    t = run(tmp_path, """
+        import socket, urllib.request
+        s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()
+        urllib.request.urlopen(f'http://127.0.0.1:{port}/shard-00017.tar', timeout=10)
+        """)
+    assert "ConnectionRefusedError" in Path(t.path).read_text()
+    v = run_verdict(t)
+    assert v.cls == "storage_io", (v.cls, v.detail)
+    assert "URLError" in v.evidence[0]["text"] or "urlopen" in v.evidence[0]["text"]
+
+
+# ---- Python failures without a traceback ----
+
+def test_python_dash_m_missing_module(tmp_path):
+    t = run(tmp_path, None, "-m", "gpualert_no_such_pkg_q")
+    log = Path(t.path).read_text()
+    assert "Traceback" not in log and "ModuleNotFoundError" not in log
+    assert run_verdict(t).cls == "import_error"
+
+
+# ---- library wording ----
+
+def test_sqlite_full_is_disk_full(tmp_path):
+    t = run(tmp_path, """
+        import sqlite3
+        c = sqlite3.connect(':memory:'); c.execute('pragma max_page_count=3')
+        c.execute('create table t(x)')
+        for _ in range(50):
+            c.execute('insert into t values (?)', ('x' * 4000,))
+        """)
+    assert "database or disk is full" in Path(t.path).read_text()
+    assert run_verdict(t).cls == "disk_full"
+
+
+@pytest.mark.parametrize("code,expected", [
+    ("import errno, os; raise OSError(errno.EROFS, os.strerror(errno.EROFS), '/datasets/out')",
+     "permission_denied"),
+    ("import errno, os; raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), '/home/u/ck')",
+     "disk_full"),
+    # another language's wording of ENOSPC (Go's os.PathError), no traceback
+    ("import sys; print('write /scratch/ckpt/step_900.bin: no space left on device'); "
+     "sys.exit(1)", "disk_full"),
+])
+def test_errno_wordings(tmp_path, code, expected):
+    assert run_verdict(run(tmp_path, code)).cls == expected
+
+
+def test_iostream_error_alone_is_weak_disk_full(tmp_path):
+    t = run(tmp_path, "import sys; print('saving: basic_ios::clear: iostream error', "
+                      "file=sys.stderr); sys.exit(1)")
+    v = run_verdict(t)
+    assert v.cls == "disk_full" and v.confidence <= 0.5, (v.cls, v.confidence)
+
+
+@pytest.mark.parametrize("reply,word", [
+    ("pass", "RemoteDisconnected"),
+    ("c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: 5000\\r\\n\\r\\nabc')", "IncompleteRead"),
+])
+def test_broken_data_server_is_storage_io(tmp_path, reply, word):
+    t = run(tmp_path, SERVER.format(reply=reply))
+    assert word in Path(t.path).read_text()
+    v = run_verdict(t)
+    assert v.cls == "storage_io", (v.cls, v.detail)
+
+
+@pytest.mark.parametrize("status,expected", [(503, "storage_io"), (404, "file_not_found")])
+def test_http_status_of_a_data_server(tmp_path, status, expected):
+    reply = f"c.sendall(b'HTTP/1.0 {status} X\\r\\nContent-Length: 0\\r\\n\\r\\n')"
+    t = run(tmp_path, SERVER.format(reply=reply))
+    assert f"HTTP Error {status}" in Path(t.path).read_text()
+    assert run_verdict(t).cls == expected
+
+
+@pytest.mark.parametrize("why, name", [
+    # torch 2.4 (no safe_globals context manager yet)
+    ("WeightsUnpickler error: Unsupported global: GLOBAL omegaconf.dictconfig.DictConfig was "
+     "not an allowed global by default. Please use `torch.serialization.add_safe_globals("
+     "[DictConfig])` to allowlist this global if you trust this class/function.",
+     "omegaconf.dictconfig.DictConfig"),
+    ("Trying to load unsupported GLOBAL posix.system whose module posix is blocked.",
+     "posix.system"),
+    ("WeightsUnpickler error: Can only build Tensor, Parameter, OrderedDict or types allowlisted "
+     "via `add_safe_globals`, but got <class 'trainer.state.EMAState'>",
+     "<class 'trainer.state.EMAState'>"),
+    ("WeightsUnpickler error: Trying to call reduce for unrecognized function <built-in method "
+     "_reconstruct of type object at 0x7f3a>", "<built-in method _reconstruct of type object at "
+     "0x7f3a>"),
+    ("``torch.distributed.tensor`` must be imported to load DTensors",
+     "torch.distributed.tensor"),
+    # torch 2.0-2.3
+    ("WeightsUnpickler error: Unsupported class numpy.core.multiarray._reconstruct",
+     "numpy.core.multiarray._reconstruct"),
+])
+def test_weights_only_refusal_is_a_checkpoint_not_loadable(tmp_path: Path, why: str,
+                                                           name: str) -> None:
+    v = verdict(tmp_path, PROGRESS + tb_by_frame(USER_LOADER, TORCH_LOAD, exc=WO_HEAD + why))
+    assert v.cls == "checkpoint_corrupt", (v.cls, v.evidence)
+    assert f"refused {name} held in the checkpoint" in v.detail, v.detail
+    assert "add_safe_globals" in v.detail and "weights_only=False" in v.detail
+
+
+def test_weights_only_mentioned_in_a_warning_is_no_failure(tmp_path: Path) -> None:
+    # torch's FutureWarning about the coming default, then a clean run: success
+    text = (f"{SITE}/torch/serialization.py:1600: FutureWarning: You are using `torch.load` "
+            "with `weights_only=False` ... We recommend you start setting `weights_only=True` "
+            "... allowlisted by the user via `torch.serialization.add_safe_globals`.\n"
+            + PROGRESS + "done: saved /ckpt/final.pt\n")
+    assert verdict(tmp_path, text, exit_code=0).cls == "success"
+
+
+# ---- NaN in the input data is a data error; a zero count of NaNs is no alarm ----
+
+@pytest.mark.parametrize("last", [
+    "ValueError: Input y contains NaN.",
+    "ValueError: Input sample_weight contains infinity or a value too large for "
+    "dtype('float32').",
+    "ValueError: Input contains NaN, infinity or a value too large for dtype('float64').",
+    "pandas.errors.IntCastingNaNError: Cannot convert non-finite values (NA or inf) to integer. "
+    "Replace or remove non-finite values or cast to an integer type that supports these values",
+    "ValueError: cannot convert float NaN to integer",
+    "ValueError: Cannot mask with non-boolean array containing NA / NaN values",
+])
+def test_nan_in_input_data_is_a_data_error(tmp_path, last):
+    v = verdict(tmp_path, "loaded 50000 rows\n" + FIT_TB + last + "\n", exit_code=1)
+    assert v.cls == "python_exception", (v.cls, v.detail)
+
+
+def test_estimator_refusing_nan_is_a_data_error(tmp_path):
+    text = (FIT_TB + "ValueError: Input X contains NaN.\nRidge does not accept missing values "
+            "encoded as NaN natively. For supervised learning, you might want to consider ...\n")
+    v = verdict(tmp_path, text, exit_code=1)
+    assert (v.cls, v.detail) == ("python_exception", "ValueError")
+
+
+def test_the_jobs_own_disk_full_stays_disk_full(tmp_path: Path) -> None:
+    log = MAIN_TB + "OSError: [Errno 28] No space left on device: '/scratch/u/ckpt/step_900.pt'\n"
+    v = verdict(tmp_path, log)
+    assert v.cls == "disk_full", v.to_json()
+
+
+# ---- short reads of serialized arrays and models ----
+
+@pytest.mark.parametrize("line", [
+    "ValueError: EOF: reading array header, expected 118 bytes got 40",
+    "ValueError: EOF: reading magic string, expected 6 bytes got 0",
+    "ValueError: EOF: reading array data, expected 400000 bytes got 131072",
+    "[LightGBM] [Fatal] Model format error, expect a tree here. met feature_importances:",
+    "lightgbm.basic.LightGBMError: Model file doesn't specify max_feature_idx",
+])
+def test_short_reads_of_arrays_and_models_are_checkpoint_corrupt(tmp_path: Path, line: str) -> None:
+    v = verdict(tmp_path, "loading model from /data/m/ensemble.bin\n" + MAIN_TB + line + "\n")
+    assert v.cls == "checkpoint_corrupt", v.to_json()
 
 
 # ---- storage_io: remote object / HTTP storage client errors ----
-
-AIO = (f"{SITE}/aiohttp/client.py", "_request", "resp = await handler(req)")
-FSSPEC = (f"{SITE}/fsspec/implementations/http.py", "_info",
-          "raise FileNotFoundError(url) from exc")
-
 
 @pytest.mark.parametrize("exc", [
     "aiohttp.client_exceptions.ClientOSError: [Errno 104] Connection reset by peer",
@@ -85,33 +332,7 @@ def test_fsspec_url_not_found_raised_from_a_network_error_is_storage(
     assert v.cls == "storage_io", (v.cls, v.evidence)
 
 
-def test_fsspec_url_not_found_alone_is_a_missing_remote_file(tmp_path: Path) -> None:
-    # a 404: fsspec raises FileNotFoundError(url) from its own FileNotFoundError(url)
-    url = "FileNotFoundError: https://data.example.org/val/val-001.jsonl"
-    v = verdict(tmp_path, PROGRESS + tb(FSSPEC, exc=url) + CHAIN + tb(USER, FSSPEC, exc=url))
-    assert v.cls == "file_not_found"
-    assert v.confidence <= 0.6  # fsspec says this for any failed request
-
-
-def test_local_file_not_found_stays_file_not_found(tmp_path: Path) -> None:
-    exc = "FileNotFoundError: [Errno 2] No such file or directory: '/scratch/u/val-000.jsonl'"
-    v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
-    assert v.cls == "file_not_found" and v.confidence >= 0.9
-
-
 # ---- a wrapper exception that prints the error it caught inside its message ----
-
-DCP_FRAMES = frames(
-    (f"{SITE}/torch/distributed/checkpoint/utils.py", "all_reduce", "local_data = map_fun()"),
-    (f"{SITE}/torch/distributed/checkpoint/state_dict_saver.py", "write_data",
-     "all_writes = storage_writer.write_data(final_local_plan, planner)"),
-    (f"{SITE}/torch/distributed/checkpoint/filesystem.py", "_write_data",
-     "_write_files_from_queue("),
-    (f"{SITE}/torch/distributed/checkpoint/filesystem.py", "_write_item",
-     "torch.save(data, transform_to)"),
-    (f"{SITE}/torch/serialization.py", "save", "with _open_zipfile_writer(f) as opened_zipfile:"),
-)
-
 
 @pytest.mark.parametrize("inner, cls", [
     ("RuntimeError: PytorchStreamWriter failed writing file data/3: file write failed",
@@ -176,55 +397,6 @@ def test_exit0_with_an_early_recovered_enospc_stays_success(tmp_path: Path) -> N
     assert v.cls == "success" and not v.silent_failure
 
 
-# ---- file_not_found: a library's own words for a path that is not there ----
-
-@pytest.mark.parametrize("exc", [
-    "OSError: SavedModel file does not exist at: /exports/serving/enc/7/"
-    "{saved_model.pbtxt|saved_model.pb}",
-    "tensorflow.python.framework.errors_impl.NotFoundError: Unsuccessful TensorSliceReader "
-    "constructor: Failed to find any matching files for /scratch/u/run4/ckpt-1200",
-    "OSError: /models/enc-small does not appear to have a file named config.json. Checkout "
-    "'https://huggingface.co//models/enc-small/tree/main' for available files.",
-    "OSError: Error no file named model.safetensors, or pytorch_model.bin, found in directory "
-    "./runs/exp3/final.",
-    "OSError: Can't load tokenizer for '/models/tok-v2'. If you were trying to load it from "
-    "'https://huggingface.co/models', make sure you don't have a local directory with the same "
-    "name.",
-    "ValueError: The provided filename ./exports/scripted.pt does not exist",
-    "AssertionError: annotation file ~/data/coco/instances_val.json doesn't exist",
-    "RuntimeError: Could not find vocabulary at /opt/models/spm/vocab.model",
-    "RuntimeError: '/data/shards/train-000.tar' not found",
-])
-def test_a_library_says_a_path_is_not_there(tmp_path: Path, exc: str) -> None:
-    v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
-    assert v.cls == "file_not_found", (v.cls, v.evidence)
-
-
-@pytest.mark.parametrize("text, exit_code, cls", [
-    # log lines, not exceptions: the program goes on
-    ("INFO output directory /scratch/u/run3 does not exist, creating it\n" + PROGRESS, 0,
-     "success"),
-    ("warning: /data/cache does not exist, caching disabled\n" + PROGRESS, 0, "success"),
-    # a checkpoint key, not a path; a key with slashes
-    (tb(USER, exc="tensorflow.python.framework.errors_impl.NotFoundError: Key dense/kernel not "
-                  "found in checkpoint"), 1, "python_exception"),
-    (tb(USER, exc="KeyError: \"key 'model/encoder' not found\""), 1, "python_exception"),
-])
-def test_benign_or_keyed_does_not_exist_mentions(tmp_path: Path, text: str, exit_code: int,
-                                                 cls: str) -> None:
-    assert verdict(tmp_path, text, exit_code=exit_code).cls == cls
-
-
-# ---- checkpoint_corrupt: a model / config / tokenizer file that is there but does not parse ----
-
-TOK_LOADER = (f"{SITE}/transformers/tokenization_utils_base.py", "_from_pretrained",
-              "with open(tokenizer_file, encoding=\"utf-8\") as f: tokenizer_json = json.load(f)")
-JSON_FRAMES = (("/usr/lib/python3.11/json/__init__.py", "loads",
-                "return _default_decoder.decode(s)"),
-               ("/usr/lib/python3.11/json/decoder.py", "raw_decode",
-                "raise JSONDecodeError(\"Expecting value\", s, err.value) from None"))
-
-
 @pytest.mark.parametrize("exc", [
     "OSError: It looks like the config file at '/models/llm-7b/preprocessor_config.json' is not "
     "a valid JSON file.",
@@ -236,6 +408,8 @@ def test_model_files_that_do_not_parse(tmp_path: Path, exc: str) -> None:
     v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
     assert v.cls == "checkpoint_corrupt", (v.cls, v.evidence)
 
+
+# ---- checkpoint_corrupt: a model / config / tokenizer file that is there but does not parse ----
 
 @pytest.mark.parametrize("exc", [
     "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
@@ -261,50 +435,6 @@ def test_tokenizer_json_of_a_newer_format_is_no_damage(tmp_path: Path) -> None:
     exc = ("Exception: data did not match any variant of untagged enum ModelWrapper at line 250373 "
            "column 3")
     assert verdict(tmp_path, PROGRESS + tb(USER, exc=exc)).cls == "python_exception"
-
-
-# ---- sqlite: SQLITE_CANTOPEN says the same for a missing directory and an unwritable one ----
-
-def test_sqlite_cantopen_is_modest_and_names_both_causes(tmp_path: Path) -> None:
-    text = PROGRESS + tb(USER, ("/home/u/proj/track.py", "open_db", "con = sqlite3.connect(path)"),
-                         exc="sqlite3.OperationalError: unable to open database file")
-    v = verdict(tmp_path, text)
-    assert v.cls == "file_not_found" and v.confidence <= 0.6
-    assert "missing" in v.detail and "not writable" in v.detail
-
-
-def test_sqlite_readonly_database_is_permission(tmp_path: Path) -> None:
-    text = PROGRESS + tb(USER, exc="sqlite3.OperationalError: attempt to write a readonly database")
-    assert verdict(tmp_path, text).cls == "permission_denied"
-
-
-@pytest.mark.parametrize("exc, cls", [
-    ("botocore.exceptions.ClientError: An error occurred (NoSuchKey) when calling the GetObject "
-     "operation: The specified key does not exist.", "file_not_found"),
-    ("google.api_core.exceptions.NotFound: 404 GET https://storage.googleapis.com/storage/v1/b/"
-     "bkt/o/ckpt%2Fstep-900: No such object: bkt/ckpt/step-900", "file_not_found"),
-    ("botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the "
-     "PutObject operation: Access Denied", "permission_denied"),
-    ("google.api_core.exceptions.Forbidden: 403 GET https://storage.googleapis.com/storage/v1/b/"
-     "bkt/o/x: svc@p.iam.gserviceaccount.com does not have storage.objects.get access to the "
-     "Google Cloud Storage object.", "permission_denied"),
-])
-def test_object_store_not_found_and_denied(tmp_path: Path, exc: str, cls: str) -> None:
-    v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
-    assert v.cls == cls, (v.cls, v.evidence)
-
-
-# ---- torch weights_only: a refused global and an unreadable file are both a checkpoint that
-# cannot be loaded (f7m- relabelled the refusal checkpoint_corrupt; its detail says the file is
-# intact, tests/test_classify_loader_timeouts_and_checkpoint_loads.py) ----
-
-TORCH_LOAD = (f"{SITE}/torch/serialization.py", "load",
-              "raise pickle.UnpicklingError(_get_wo_message(str(e))) from None")
-WO = ("_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
-      "so you have two options, do those steps only if you trust the source of the checkpoint.\n"
-      "\t(1) In PyTorch 2.6, we changed the default value of the `weights_only` argument in "
-      "`torch.load` from `False` to `True`. Re-running `torch.load` with `weights_only` set to "
-      "`False` will likely succeed.\n")
 
 
 @pytest.mark.parametrize("why, cls", [

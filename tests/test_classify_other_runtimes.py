@@ -1,12 +1,13 @@
-"""Programs in other runtimes than Python and the JVM: Go, Rust, R, Julia, Node.js, gfortran.
+"""The family of classify/rules/72-other-runtimes.yaml: programs in other runtimes than Python
+and the JVM: Go, Rust, R, Julia, Node.js, gfortran.
 
 An uncaught error or panic of the program is python_exception ("any other application
 exception"), its detail the error (the message line under a header that ends in ":"); the
 runtime's own words for an allocation that failed are host_oom, for a missing package
 import_error, for a native crash segfault; a missing file's errno words in the message are
-file_not_found. Wordings written here from each runtime's documented format (rules.yaml block
-"programs in other runtimes" cites the sources), several per runtime, and benign mentions that
-must stay what they were. Pure logic over small written logs."""
+file_not_found. Wordings written here from each runtime's documented format (the rule file
+cites the sources), several per runtime, and benign mentions that must stay what they were.
+Pure logic over small written logs."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ from classifylib import verdict
 def goroutines(n: int = 1) -> str:
     return (f"\ngoroutine {n} [running]:\nmain.loadShards(...)\n\t/src/etl/shards.go:41\n"
             "main.main()\n\t/src/etl/main.go:17 +0x1d\nexit status 2\n")
+
+
+def node_uncaught(err: str, site: str = "/srv/app/train.js:44") -> str:
+    return (f"epoch 2\n{site}\n    const cfg = JSON.parse(raw);\n                     ^\n\n{err}\n"
+            "    at JSON.parse (<anonymous>)\n    at main (/srv/app/train.js:44:22)\n\n"
+            "Node.js v20.11.1\n")
 
 
 # ---- Go ----
@@ -232,12 +239,6 @@ def test_julia_specific_classes(tmp_path: Path, text: str, cls: str) -> None:
 
 
 # ---- Node.js ----
-
-def node_uncaught(err: str, site: str = "/srv/app/train.js:44") -> str:
-    return (f"epoch 2\n{site}\n    const cfg = JSON.parse(raw);\n                     ^\n\n{err}\n"
-            "    at JSON.parse (<anonymous>)\n    at main (/srv/app/train.js:44:22)\n\n"
-            "Node.js v20.11.1\n")
-
 
 @pytest.mark.parametrize("err", [
     "SyntaxError: Unexpected token } in JSON at position 211",

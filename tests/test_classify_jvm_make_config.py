@@ -1,20 +1,17 @@
-"""Programs that are not Python, build tools and config frameworks that held-out set 6 showed
-unknown or mis-read (corpus/holdout6/misses-once.txt): the JVM's uncaught exceptions (its
-OutOfMemoryError is host memory, not the GPU's; missing classes; serialized models that do not
-read; java.nio's path errors; "Caused by:" chains whose last cause decides), Hydra's short error
-report (no traceback, the class not printed) and its missing-config wordings, omegaconf's
-exception classes whose names do not end in Error, and GNU make's "No rule to make target".
-Each family is tested with wordings other than holdout6's, and with a benign mention that must
-stay what it was. Pure logic over small written logs."""
+"""The family of classify/rules/70-jvm-make-config.yaml: programs that are not Python (the
+JVM: its OutOfMemoryError is host memory, not the GPU's; missing classes and native libraries;
+serialized objects that do not read; java.nio's path errors; "Caused by:" chains whose last
+cause decides), build tools (GNU make's "No rule to make target") and config frameworks
+(Hydra's short error report and missing-config wordings, omegaconf's exception classes whose
+names do not end in Error). torch's own OutOfMemoryError stays GPU memory. Pure logic over
+small written logs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from classifylib import verdict
-
-SITE = "/opt/conda/envs/train/lib/python3.11/site-packages"
+from classifylib import SITE, verdict
 
 
 def jframes(n: int, cls: str = "org.example.etl.Stage") -> str:
@@ -24,6 +21,9 @@ def jframes(n: int, cls: str = "org.example.etl.Stage") -> str:
 
 def uncaught(exc: str, thread: str = "main", n: int = 3) -> str:
     return f'epoch 1 batch 20\nException in thread "{thread}" {exc}\n' + jframes(n)
+
+
+HYDRA_TAIL = "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
 
 
 # ---- JVM: OutOfMemoryError is host memory, every kind of it ----
@@ -144,9 +144,6 @@ def test_jvm_exception_printed_by_a_job_that_went_on_is_success(tmp_path: Path) 
 
 
 # ---- Hydra's short report, its missing configs; omegaconf's exception classes ----
-
-HYDRA_TAIL = "\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
-
 
 @pytest.mark.parametrize("report", [
     "Could not append to config. An item is already at 'optimizer.lr'.",

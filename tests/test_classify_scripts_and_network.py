@@ -1,10 +1,9 @@
-"""Scripts and runtime errors read by their message (rules.yaml block "scripts and runtime
-errors read by their message"): Perl's own errors (pod/perldiag.pod), a Rust panic whose words
-say more than "a panic" (a stack overflow is a native crash, a finite check on the loss is a
-divergence), network reads failing in Node.js and Go (storage_io, as Python's), and an error
-printed with its stack under it, then a line saying the work stopped, on exit 0. Wordings
-written here from each runtime's documented format, not holdout8's lines; benign mentions that
-must stay what they were. Pure logic over small written logs."""
+"""The family of classify/rules/74-scripts-and-network.yaml: scripts and runtime errors read by
+their message. Perl's own errors (pod/perldiag.pod), a Rust panic whose words say more than "a
+panic" (a stack overflow is a native crash, a finite check on the loss is a divergence), and
+network reads failing in Node.js, Go and Rust (storage_io, as Python's). Wordings written from
+each runtime's documented format; benign mentions that must stay what they were. Pure logic
+over small written logs."""
 
 from __future__ import annotations
 
@@ -15,6 +14,8 @@ from classifylib import verdict
 
 INC = ("(@INC contains: /etc/perl /usr/local/lib/x86_64-linux-gnu/perl/5.36.0 /usr/share/perl5 "
        "/usr/lib/x86_64-linux-gnu/perl/5.36 /usr/share/perl/5.36 /usr/local/lib/site_perl)")
+
+NODE_TAIL = "\nNode.js v20.11.1\n"
 
 
 # ---- Perl ----
@@ -160,9 +161,6 @@ def test_loss_divergence_monitor_mentions_stay_success(tmp_path: Path) -> None:
 
 # ---- network reads failing: Node.js and Go ----
 
-NODE_TAIL = "\nNode.js v20.11.1\n"
-
-
 @pytest.mark.parametrize("text", [
     "TypeError: fetch failed\n    at node:internal/deps/undici/undici:13185:13 {\n"
     "  [cause]: ConnectTimeoutError: Connect Timeout Error (attempted address: s3.local:443, "
@@ -222,51 +220,3 @@ def test_network_words_in_a_job_that_went_on_stay_success(tmp_path: Path) -> Non
             "(node:internal/stream_base_commons:217:20)\nattempt 1 failed, retrying in 2 s\n"
             "attempt 2: 4096 bytes\nexported 12 shards, 0 errors\n")
     assert verdict(tmp_path, text, exit_code=0).cls == "success"
-
-
-# ---- exit 0 after an error printed with its stack, then a line saying the work stopped ----
-
-JS_STACK = "".join(f"    at f{i} (/app/export.js:{10 + i}:{i + 3})\n" for i in range(9))
-
-
-@pytest.mark.parametrize("stop", [
-    "ERROR: could not load the shard index, giving up",
-    "export failed, exiting",
-    "FATAL: cannot continue without a manifest; aborting",
-])
-def test_js_error_with_its_stack_then_a_stop_line_on_exit0(tmp_path: Path, stop: str) -> None:
-    text = ("loading 24 shards\nTypeError: Cannot read properties of undefined (reading 'path')\n"
-            + JS_STACK + stop + "\n")
-    v = verdict(tmp_path, text, exit_code=0)
-    assert (v.cls, v.silent_failure) == ("python_exception", True), (v.cls, v.detail)
-
-
-def test_jvm_stack_then_a_stop_line_on_exit0(tmp_path: Path) -> None:
-    frames = "".join(f"\tat org.etl.Stage{i}.run(Stage{i}.java:{20 + i})\n" for i in range(12))
-    text = ("stage 3\njava.lang.IllegalStateException: empty partition list\n" + frames
-            + "ERROR stage 3 failed, giving up\n")
-    v = verdict(tmp_path, text, exit_code=0)
-    assert (v.cls, v.silent_failure) == ("python_exception", True), (v.cls, v.detail)
-
-
-@pytest.mark.parametrize("tail", [
-    # the error was caught and the work went on: more lines of work after the stop-less line
-    "attempt 1 failed, retrying with the backup config\nattempt 2: parsed\nexported 24 shards, "
-    "0 errors\n",
-    # a stop line, but the work went on long after it
-    "ERROR: shard 3 unreadable, giving up on it\n" + "".join(f"exported shard {i}\n"
-                                                            for i in range(4, 20)),
-])
-def test_caught_js_error_and_work_that_went_on_stays_success(tmp_path: Path, tail: str) -> None:
-    text = "SyntaxError: Unexpected end of JSON input\n    at JSON.parse (<anonymous>)\n" + JS_STACK
-    v = verdict(tmp_path, text + tail, exit_code=0)
-    assert v.cls == "success", (v.cls, v.detail)
-
-
-def test_stop_line_after_unrelated_lines_is_not_the_errors_end(tmp_path: Path) -> None:
-    # the lines between the error and the stop line are work, not its stack
-    text = ("TypeError: x is undefined\n    at f (/a.js:1:2)\nprocessing shard 4\nprocessing "
-            "shard 5\nprocessing shard 6\nprocessing shard 7\nprocessing shard 8\nprocessing "
-            "shard 9\nprocessing shard 10\nprocessing shard 11\nERROR: quota reached, giving up\n")
-    v = verdict(tmp_path, text, exit_code=0)
-    assert v.cls == "success", (v.cls, v.detail)

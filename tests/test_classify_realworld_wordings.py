@@ -1,23 +1,35 @@
-"""Issue 22's message families (helper C2, f10m-): wordings real logs carry that the rules
-missed, and the false alarms around them. Each family failed before its fix. Lines are written
-from their sources' formats (NVIDIA's Xid catalogue and open kernel module, pynvml's generated
-NVMLError_<Name> classes, NCCL's checks.h / alloc.h / proxy.cc, torch's THC, ProcessGroupNCCL and
-TCPStore messages, XLA's BufferAssignment OOM listing, DeepSpeed's loss scaler, IPython's
-traceback header, conda's activate error, scikit-learn's finite check); the NaN loggers, their
-false alarms and the wrapped storage errors are also really run (corpus/gen/progs/f10_msgs.py,
+"""The family of classify/rules/90-realworld-wordings.yaml: wordings real logs carry that no
+rule above knew, and the false alarms around them. GPU hardware named by the driver, the
+firmware, NVML (pynvml's NVMLError_<Name> classes) or nvidia-smi; NCCL's return traces,
+allocation failures and collective timeouts without the watchdog line; XLA's peak-buffer
+listing; progress tables and loggers whose loss turns NaN; DeepSpeed's loss scaler at its
+floor; IPython's traceback header; conda's activate noise; shared-filesystem errnos and full
+disks in other words. Lines are written from their sources' formats (NVIDIA's Xid catalogue,
+NCCL's checks.h / alloc.h / proxy.cc, torch's THC and ProcessGroupNCCL messages); the NaN
+loggers and the wrapped storage errors are also really run (corpus/gen/progs/f10_msgs.py,
 torch CPU)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from classifylib import TORCH_PY, verdict
+from classifylib import MSGS_PROG, STEPS, TORCH_PY, verdict
 
-PROG = Path(__file__).resolve().parents[1] / "corpus/gen/progs/f10_msgs.py"
-STEPS = "".join(f"step {s:5d} | loss {3.0 - s / 1000:.4f}\n" for s in range(100, 600, 100))
+TORCH_CUDA = ('Traceback (most recent call last):\n  File "/u/p/train.py", line 8, in <module>\n'
+              '    log_gpu_stats()\n  File "/env/site-packages/torch/cuda/__init__.py", '
+              'line 1090, in utilization\n    handle = _get_pynvml_handler(device)\n'
+              '  File "/env/site-packages/pynvml.py", line 2010, in _nvmlCheckReturn\n'
+              '    raise NVMLError(ret)\n')
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[str, int]:
+    log = tmp_path / "out.log"
+    with open(log, "wb") as out:
+        p = subprocess.run([TORCH_PY, str(MSGS_PROG), *args], stdout=out, stderr=subprocess.STDOUT,
+                           timeout=120, cwd=tmp_path)
+    return log.read_text(), p.returncode
 
 
 # ---- GPU hardware named by the driver, the firmware or nvidia-smi ----
@@ -47,13 +59,6 @@ def test_gsp_and_lost_handle_wordings_are_gpu_hardware(tmp_path: Path, line: str
 
 
 # ---- the GPU stack that cannot start ----
-
-TORCH_CUDA = ('Traceback (most recent call last):\n  File "/u/p/train.py", line 8, in <module>\n'
-              '    log_gpu_stats()\n  File "/env/site-packages/torch/cuda/__init__.py", '
-              'line 1090, in utilization\n    handle = _get_pynvml_handler(device)\n'
-              '  File "/env/site-packages/pynvml.py", line 2010, in _nvmlCheckReturn\n'
-              '    raise NVMLError(ret)\n')
-
 
 @pytest.mark.parametrize(("exc", "cls"), [
     ("pynvml.NVMLError_DriverNotLoaded: Driver Not Loaded", "cuda_setup"),
@@ -160,12 +165,6 @@ def test_a_nan_metric_that_turns_finite_is_recovered(tmp_path: Path) -> None:
     assert v.cls == "cuda_oom"
 
 
-def test_a_nan_metric_that_stays_nan_is_divergence(tmp_path: Path) -> None:
-    text = ("iter 100: loss: 1.91, grad_norm: nan\niter 200: loss: 0.91, grad_norm: nan\n"
-            "iter 300: loss: nan, grad_norm: nan\n")
-    assert verdict(tmp_path, text, exit_code=0).cls == "nan_divergence"
-
-
 @pytest.mark.parametrize("line", [
     "step=400 loss=0.0213 nan_steps=0 inf_grads=0",
     "summary: non-finite steps: 0, NaN losses: 0, Inf gradients: 0",
@@ -175,15 +174,6 @@ def test_a_nan_metric_that_stays_nan_is_divergence(tmp_path: Path) -> None:
 ])
 def test_zero_counts_of_non_finite_steps_are_success(tmp_path: Path, line: str) -> None:
     assert verdict(tmp_path, STEPS + line + "\ndone\n", exit_code=0).cls == "success"
-
-
-@pytest.mark.parametrize("line", [
-    "step=400 loss=nan nan_steps=0",  # a real NaN beside a zero count is still a NaN
-    "summary: NaN losses: 3",
-    "FloatingPointError: Loss became infinite or NaN at iteration=0!",
-])
-def test_non_zero_or_real_nan_stays_divergence(tmp_path: Path, line: str) -> None:
-    assert verdict(tmp_path, STEPS + line + "\n", exit_code=None).cls == "nan_divergence"
 
 
 def test_deepspeed_loss_scale_near_its_floor(tmp_path: Path) -> None:
@@ -268,40 +258,7 @@ def test_a_full_disk_in_other_words(tmp_path: Path, exc: str) -> None:
     assert verdict(tmp_path, tb + exc + "\n").cls == "disk_full"
 
 
-def test_tf_resource_exhausted_for_memory_stays_cuda_oom(tmp_path: Path) -> None:
-    exc = ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
-           "tensor with shape[64,1024,1024] and type float on /job:localhost/replica:0/task:0/"
-           "device:GPU:0 by allocator GPU_0_bfc\n")
-    assert verdict(tmp_path, exc).cls == "cuda_oom"
-
-
-def test_no_usable_temporary_directory_really_run(tmp_path: Path) -> None:
-    """Every candidate of tempfile (/tmp, /var/tmp, /usr/tmp, the cwd) on a full tmpfs, in a
-    private mount namespace: a FileNotFoundError that is a full disk."""
-    w = tmp_path / "w"
-    # A candidate this machine lacks (Debian 13 has no /usr/tmp) is skipped: a failed
-    # redirection's "No such file or directory" from bash is the harness's, not the job's.
-    script = (f"mkdir -p {w} && mount -t tmpfs -o size=64k tmpfs {w} && cd {w} && "
-              "for d in . /var/tmp /usr/tmp /tmp; do [ -d $d ] || continue; [ $d = . ] || "
-              "mount -t tmpfs -o size=64k tmpfs $d; head -c 1000000 /dev/zero 2>/dev/null "
-              f'> $d/fill; done; exec {TORCH_PY} -c "$F10_PROG" tempdir')
-    # the program's text goes in by the environment: a checkout under /tmp is hidden by then
-    p = subprocess.run(["unshare", "-m", "bash", "-c", script], capture_output=True, text=True,
-                       timeout=120, env=dict(os.environ, F10_PROG=PROG.read_text()))
-    assert p.returncode == 1 and "No usable temporary directory" in p.stdout + p.stderr
-    v = verdict(tmp_path, p.stdout + p.stderr)
-    assert v.cls == "disk_full" and v.confidence <= 0.7 and "/tmp" in v.detail
-
-
 # ---- really run: wrappers, storage errors, loggers ----
-
-def _run(tmp_path: Path, *args: str) -> tuple[str, int]:
-    log = tmp_path / "out.log"
-    with open(log, "wb") as out:
-        p = subprocess.run([TORCH_PY, str(PROG), *args], stdout=out, stderr=subprocess.STDOUT,
-                           timeout=120, cwd=tmp_path)
-    return log.read_text(), p.returncode
-
 
 @pytest.mark.parametrize(("args", "cls", "code"), [
     (("nanlog", "table", "1"), "nan_divergence", 1),
