@@ -1,20 +1,21 @@
 /*
  * The copier host: one small process per step, forked by slurmstepd in user_init, that
- * starts each task's copier. Why: a process forked by the task (in task_init) lives in the
+ * runs each task's copier. Why: a process forked by the task (in task_init) lives in the
  * step's cgroup, and a copier stuck in a write to a stalled FUSE or Lustre spool then holds
  * the step's end until the spool answers (past UnkillableStepTimeout Slurm drains the node).
  * slurmstepd is not in the step's cgroup (proctrack/cgroup keeps it one level up, at the
- * job's), so neither is the host nor anything it forks: the step ends when its tasks end,
- * and a copier waiting on the spool finishes its log once the spool is back.
+ * job's), so neither is the host nor its copiers: the step ends when its tasks end, and a
+ * copier waiting on the spool finishes its log once the spool is back.
  *
  * The host runs as the job's user (its privileges are dropped for good before it does
  * anything), in a session of its own with every signal blocked, and holds nothing of
  * slurmstepd's but one end of a socketpair. Each task (in task_init, our code before exec)
  * sends its pipe ends, Slurm's original stdout/stderr, its pidfd and handoff socket over the
- * pair (SCM_RIGHTS) with a fresh ack pipe; the host forks the copier, which says "1" on the
- * ack pipe once it runs. No answer (host gone, fork failed): the task starts the copier
- * itself, as before the host existed. The host ends when slurmstepd and every task have
- * closed their end, i.e. once the step's last task has exec'd.
+ * pair (SCM_RIGHTS) with a fresh ack pipe; the host starts the task's copier as two threads
+ * of its own (copier_start_thread: no fork per task; the forwarder starts the writer) and
+ * says "1" on the ack pipe once the forwarder exists. No answer (host gone, threads not started): the task forks the copier itself, as
+ * before the host existed. The host stops taking tasks when slurmstepd and every task have
+ * closed their end, i.e. once the step's last task has exec'd, and ends with its last copier.
  */
 #include "host.h"
 #include "cgroup.h"
