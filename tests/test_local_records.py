@@ -1,6 +1,6 @@
 """slurmstepd keeps every exit record in the node-local dir (root's); the node Epilog moves those
 the spool lacks (no copier wrote them: untapped, a hung spool) into the attempt's tasks/ dir and
-lets the rest go (spool.restore_local_exit_records)."""
+lets the rest go (task_records.restore_local_exit_records)."""
 
 import json
 import os
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpualert_slurm.core.spool import SpoolError, restore_local_exit_records
+from gpualert_slurm.core.spool import SpoolError
+from gpualert_slurm.core.task_records import restore_local_exit_records
 
 
 def record(step: str, rank: int) -> bytes:
@@ -70,19 +71,19 @@ def test_a_record_the_spool_has_is_let_go_unread(dirs):
 def test_a_record_another_epilog_took_meanwhile_is_skipped(dirs, monkeypatch):
     """Several slurmd on one host share the local dir: a record listed, then taken by another
     node's Epilog before this one reads it, is skipped, and the others still move in."""
-    import gpualert_slurm.core.spool as spool
+    import gpualert_slurm.core.task_records as task_records
 
     local, tasks = dirs
     (local / "42.0.0.0.exit").write_bytes(record("0", 0))
     (local / "42.0.0.1.exit").write_bytes(record("0", 1))
-    real = spool.read_bytes_nofollow
+    real = task_records.read_bytes_nofollow
 
     def taken_first(name, dir_fd, **kw):
         if name == "42.0.0.0.exit":
             os.unlink(name, dir_fd=dir_fd)  # the other Epilog's unlink, just before our read
         return real(name, dir_fd, **kw)
 
-    monkeypatch.setattr(spool, "read_bytes_nofollow", taken_first)
+    monkeypatch.setattr(task_records, "read_bytes_nofollow", taken_first)
     assert restore(local, tasks) == ["0.1.exit"]
     assert list(local.iterdir()) == []
 
@@ -116,10 +117,10 @@ def test_no_local_dir_is_nothing_to_do(tmp_path):
         os.close(fd)
 
 
-# ---- the run's start, from this node's Prolog to its Epilog (spool.note_run_start) ---------
+# ---- the run's start, from this node's Prolog to its Epilog (task_records.note_run_start) --
 
 def test_the_prologs_start_reaches_the_epilog_once(tmp_path):
-    from gpualert_slurm.core.spool import note_run_start, take_run_start
+    from gpualert_slurm.core.task_records import note_run_start, take_run_start
 
     local = str(tmp_path / "run-gpualert")  # made by the Prolog when missing, root's 0700
     note_run_start(42, 1, 1796175125.25, local)
@@ -131,7 +132,7 @@ def test_the_prologs_start_reaches_the_epilog_once(tmp_path):
 
 
 def test_a_start_record_nobody_but_root_could_write_is_the_only_one_taken(tmp_path):
-    from gpualert_slurm.core.spool import note_run_start, take_run_start
+    from gpualert_slurm.core.task_records import note_run_start, take_run_start
 
     local = tmp_path / "run-gpualert"
     note_run_start(42, 0, 100.0, str(local))

@@ -13,7 +13,8 @@ import pytest
 from clusterlib import ClusterFacts, submit, wait_final, wait_state
 
 from gpualert_slurm.core import slurm
-from gpualert_slurm.core.slurm import ExitCode, SlurmError
+from gpualert_slurm.core.slurm import SlurmError
+from gpualert_slurm.core.slurm_records import ExitCode, json_format, parse_sacct_json
 
 DATA = Path(__file__).parent / "data" / "slurm"
 
@@ -119,7 +120,7 @@ def test_sacct_table_with_wrong_field_count_is_a_clear_error() -> None:
 
 
 def test_sacct_json_22_05() -> None:
-    jobs = {j.job_id: j for j in slurm.parse_sacct_json((DATA / "sacct-22.05.json").read_text())}
+    jobs = {j.job_id: j for j in parse_sacct_json((DATA / "sacct-22.05.json").read_text())}
     assert jobs[2].state == "OUT_OF_MEMORY" and jobs[2].exit_code == ExitCode(0, 125)
     assert jobs[96].nodes == ("n1", "n2", "n3")
     assert [s.step for s in jobs[96].steps] == ["batch", "0"]
@@ -136,15 +137,15 @@ FORMATS = {"22.05": ("openapi/dbv0.0.38", "openapi/v0.0.38"),
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_each_versions_json_is_recognised(version: str) -> None:
-    assert (slurm.json_format((DATA / f"sacct-{version}.json").read_text()),
-            slurm.json_format((DATA / f"squeue-{version}.json").read_text())) == FORMATS[version]
+    assert (json_format((DATA / f"sacct-{version}.json").read_text()),
+            json_format((DATA / f"squeue-{version}.json").read_text())) == FORMATS[version]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_sacct_json_agrees_with_sacct_table_of_the_same_jobs(version: str) -> None:
     """The same finished jobs through both of sacct's outputs: the JSON (whose shape changed
     between versions) must say what the delimited table says (which did not)."""
-    from_json = {j.job_id: j for j in slurm.parse_sacct_json(
+    from_json = {j.job_id: j for j in parse_sacct_json(
         (DATA / f"sacct-{version}.json").read_text())}
     from_table = {j.job_id: j for j in slurm.parse_sacct_table(
         (DATA / f"sacct-table-{version}.txt").read_text())}
@@ -159,7 +160,7 @@ def test_sacct_json_agrees_with_sacct_table_of_the_same_jobs(version: str) -> No
 
 
 def test_sacct_json_24_11() -> None:
-    jobs = {j.job_id: j for j in slurm.parse_sacct_json((DATA / "sacct-24.11.json").read_text())}
+    jobs = {j.job_id: j for j in parse_sacct_json((DATA / "sacct-24.11.json").read_text())}
     ids = dict(line.split("=") for line in (DATA / "jobs-24.11.txt").read_text().split())
     oom, ex3, sig, multi, canc = (jobs[int(ids[k])] for k in
                                   ("oom", "exit3", "signal", "multi", "cancelled"))
@@ -227,12 +228,12 @@ def test_scontrol_record_of_22_05_has_no_failed_node() -> None:
 def test_sacct_json_nothing_found_is_empty_and_real_errors_raise() -> None:
     nothing = {"errors": [{"error_number": 9003, "error": "Nothing found with query"}],
                "jobs": []}
-    assert slurm.parse_sacct_json(json.dumps(nothing)) == []
+    assert parse_sacct_json(json.dumps(nothing)) == []
     with pytest.raises(SlurmError, match="Unable to contact"):
-        slurm.parse_sacct_json(json.dumps({"errors": [{"error": "Unable to contact slurmdbd"}],
-                                           "jobs": []}))
+        parse_sacct_json(json.dumps({"errors": [{"error": "Unable to contact slurmdbd"}],
+                                    "jobs": []}))
     with pytest.raises(SlurmError, match="not JSON"):
-        slurm.parse_sacct_json("sacct: error: Problem talking to the database")
+        parse_sacct_json("sacct: error: Problem talking to the database")
 
 
 # ---------------------------------------------------------------------------------------------

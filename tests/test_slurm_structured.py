@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from gpualert_slurm.core import slurm
+from gpualert_slurm.core import slurm, slurm_records
 from gpualert_slurm.hooks.job_epilog.facts import identity_from_env
 
 DATA = Path(__file__).parent / "data" / "slurm"
 
 # Every key scontrol prints for a job (the parser's own list), as a forged record would say it.
-EVERY_KEY = " ".join(f"{k}=forged" for k in sorted(slurm._KNOWN_JOB_KEYS))
+EVERY_KEY = " ".join(f"{k}=forged" for k in sorted(slurm_records._KNOWN_JOB_KEYS))
 FORGED = ("x UserId=root(0) Account=root Partition=urgent StartTime=2001-01-01T00:00:00 "
           "EndTime=2001-01-01T00:00:01 JobState=NODE_FAIL Reason=NodeDown NodeList=n9 "
           "Restarts=7 ExitCode=0:9 FailedNode=n9 ArrayJobId=1 ArrayTaskId=2 MailUser=x@evil "
@@ -59,7 +59,7 @@ def test_json_record_says_what_scontrol_text_said(version: str) -> None:
     assert st.state == "RUNNING" and st.user == "gpatest" and st.partition == "debug"
     assert st.nodes and st.nodelist and st.alloc_nodes == len(st.nodes)
     start = slurm.parse_time(st.raw["StartTime"])
-    assert start is not None and abs(start - slurm._json_number(job["start_time"])) < 1
+    assert start is not None and abs(start - slurm_records.json_number(job["start_time"])) < 1
     assert st.raw["UserId"] == f"gpatest({job['user_id']})"
     assert "ArrayJobId" not in st.raw  # not an array job: no "0" standing for one
 
@@ -119,7 +119,7 @@ def test_a_real_hostile_name_fools_the_text_and_not_the_json(version: str) -> No
     assert slurm.parse_time(st.raw["StartTime"]) != slurm.parse_time("2001-01-01T00:00:00")
     assert st.name.startswith("x UserId=root(0)") and "\n" in st.name
     assert st.raw["Comment"] == "ExitCode=0:9 Restarts=7"
-    assert st.exit_code == slurm.ExitCode(0, 0) and st.restarts == 0
+    assert st.exit_code == slurm_records.ExitCode(0, 0) and st.restarts == 0
 
 
 def test_stdout_is_the_expanded_path_where_slurm_gives_it() -> None:

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from gpualert_slurm.core import spool
+from gpualert_slurm.core import spool, task_records
 from gpualert_slurm.core.spool import SpoolError
 
 
@@ -90,11 +90,11 @@ def test_read_exit_records(tmp_path):
     (t / "1.2.exit").write_text("{not json")
     (t / "1.3.log").write_text("log")
     (t / "1.4.exit").symlink_to(tmp_path / "elsewhere")
-    recs = spool.read_exit_records(str(tmp_path))
+    recs = task_records.read_exit_records(str(tmp_path))
     assert list(recs) == ["batch.0.exit"]
     r = recs["batch.0.exit"]
     assert r["exit_code"] == 3 and r["signal"] is None and r["extra"] == "x"
-    assert spool.read_exit_records(str(tmp_path), owners=(4242,)) == {}
+    assert task_records.read_exit_records(str(tmp_path), owners=(4242,)) == {}
 
 
 def test_create_job_dir_then_join(tmp_path):

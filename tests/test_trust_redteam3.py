@@ -37,7 +37,7 @@ from recoverylib import (  # rc, audit: conftest.py's fixtures on this cluster
 )
 from test_trust_cluster import assert_harmless
 
-from gpualert_slurm.core import slurm, spool
+from gpualert_slurm.core import slurm, slurm_records, spool
 from gpualert_slurm.core.config import Config, MailConfig, NotifyConfig, NotifyRule
 from gpualert_slurm.notify import recipients
 
@@ -53,7 +53,7 @@ KEYS = ("UserId=root(0) GroupId=root(0) Account=root Partition=urgent QOS=high "
 
 
 def _sacct_line(job: int) -> str:
-    """A row of accounting's table (core/slurm.SACCT_FIELDS, \\x1f between) for `job`, as a
+    """A row of accounting's table (core/slurm_records.SACCT_FIELDS, \\x1f between) for `job`, as a
     name's second line would print it."""
     return "\x1f".join((str(job), "NODE_FAIL", "0:0", "0:0", "n2", "1", "urgent", "root",
                         "NodeDown", "2020-01-01T00:00:00", "x"))
@@ -200,7 +200,7 @@ def test_every_scontrol_key_in_name_comment_workdir_and_output_changes_no_fact(
             # the premise: read with its name, sacct's table has the forged row last
             named = slurm.parse_sacct_table(slurm.run(
                 ["sacct", "-n", "-P", f"--delimiter={slurm.SACCT_DELIM}", "-j", str(h), "-o",
-                 ",".join(slurm.SACCT_FIELDS)]))
+                 ",".join(slurm_records.SACCT_FIELDS)]))
             assert (named[-1].state, named[-1].user) == ("NODE_FAIL", "root"), named
             # accounting, as the job epilog reads it, is the job's one real row
             acct = slurm.accounting(h)

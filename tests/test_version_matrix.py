@@ -44,6 +44,7 @@ from spank_jobs import job_dir, require_plugin, task_files
 from test_tap import GEN, expected, sha
 
 from gpualert_slurm.core import slurm
+from gpualert_slurm.core.slurm_records import ExitCode
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 
@@ -158,7 +159,7 @@ def test_tap_exit_states_are_the_jobs_own(tap_run: TapRun) -> None:
     assert "task 2: Segmentation fault" in out, out[-2000:]
     # srun: 128 + the signal that ended a task; the script then exits 7
     assert "srun rc=139\n" in out, out[-2000:]
-    assert tap_run.state.state == "FAILED" and tap_run.state.exit_code == slurm.ExitCode(7, 0)
+    assert tap_run.state.state == "FAILED" and tap_run.state.exit_code == ExitCode(7, 0)
     assert tap_run.state.nodes == ("n1", "n2", "n3")
 
 

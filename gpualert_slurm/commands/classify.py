@@ -12,6 +12,7 @@ import sys
 
 from gpualert_slurm.classify import JobFacts, RuleError, TaskInput, classify, load_rules
 from gpualert_slurm.core import spool
+from gpualert_slurm.core.task_records import task_node
 
 _STEP_RANK = re.compile(r"^(?P<step>[\w-]+)\.(?P<rank>\d+)\.log$")
 _RANK = re.compile(r"^rank(?P<rank>\d+)\.log$")
@@ -96,7 +97,7 @@ def _read_record(t: TaskInput, rec: str, start: str | None = None) -> None:
     """Exit facts from the tap's <step>.<rank>.exit or `gpualert run`'s exit.json, if there;
     the node from the task's .start record when no exit record names it (a lost node)."""
     data = _record(rec)
-    t.node = spool.task_node(data, _record(start) if start is not None else None)
+    t.node = task_node(data, _record(start) if start is not None else None)
     if data is None:
         return
     for k in ("exit_code", "signal", "end_time"):

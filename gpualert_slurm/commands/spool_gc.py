@@ -46,12 +46,11 @@ from gpualert_slurm.core.config import (
     load_config,
 )
 from gpualert_slurm.core.spool import (
-    LOCAL_RECORDS,
     SpoolError,
     check_spool_root,
     open_dir,
-    open_local_dir,
 )
+from gpualert_slurm.core.task_records import LOCAL_RECORDS, open_local_dir
 
 LOCK_NAME = ".gc.lock"
 REMOVING_PREFIX = ".gc-"  # a job dir being removed: renamed, so nothing else touches it
@@ -63,7 +62,8 @@ RM_MAX_DEPTH = 32  # deeper dirs are moved up to the spool root and removed as e
 RM_BATCH = 4096  # subdirectory names held per directory while removing
 # a node-local record, <job>.<attempt>.<step>.<rank>.exit, or the temp file a slurmstepd killed
 # mid-write left, .<that>.<pid>.tmp (spank/records.c write_local_record); or a Prolog's
-# <job>.<attempt>.start no Epilog took (spool.note_run_start; its temp .<that>.<pid>.<hex>.tmp)
+# <job>.<attempt>.start no Epilog took (task_records.note_run_start; its temp
+# .<that>.<pid>.<hex>.tmp)
 _LOCAL_RECORD = re.compile(r"^(\.)?(\d+)\.\d+\.(?:[A-Za-z0-9_-]+\.\d+\.exit|start)"
                            r"(?(1)\.\d+(?:\.[0-9a-f]+)?\.tmp)$")
 
@@ -303,7 +303,7 @@ def plan(entries: Iterable[JobUsage], ret: RetentionConfig, now: float,
 def scan_local(local_dir: str) -> list[JobUsage]:
     """The exit records in the node-local dir (spank/README.md, "Records the spool did not
     take"), plain files only; [] when there is no such dir. Like the node Epilog
-    (spool.restore_local_exit_records), it refuses a dir anyone but root can write."""
+    (task_records.restore_local_exit_records), it refuses a dir anyone but root can write."""
     try:
         fd = open_local_dir(local_dir, create=False)
     except FileNotFoundError:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from gpualert_slurm.core import slurm
+from gpualert_slurm.core.slurm_records import FINAL_STATES
 
 SACCT_S = 5.0
 GONE_AFTER_S = 600.0  # a task that ended longer ago than any job epilog runs: not waited for
@@ -98,4 +99,4 @@ def active_tasks(array_id: str, timeout: float = SACCT_S) -> set[str] | None:
     except slurm.SlurmError:
         return None
     return {p[1] for p in (ln.split("|") for ln in out.splitlines())
-            if len(p) == 3 and p[0] == array_id and p[2] not in slurm.FINAL_STATES}
+            if len(p) == 3 and p[0] == array_id and p[2] not in FINAL_STATES}

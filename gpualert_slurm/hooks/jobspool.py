@@ -19,11 +19,9 @@ from gpualert_slurm.core.spool import (
     SpoolError,
     open_attempt,
     open_dir,
-    read_exit_record,
     read_json_nofollow,
-    read_start_record,
-    task_node,
 )
+from gpualert_slurm.core.task_records import read_exit_record, read_start_record, task_node
 from gpualert_slurm.hooks.common import HookLog
 
 VERDICT_VERSION = 1

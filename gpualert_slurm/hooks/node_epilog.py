@@ -18,13 +18,15 @@ from typing import Any
 
 from gpualert_slurm.core.config import Config
 from gpualert_slurm.core.spool import (
-    LOCAL_RECORDS,
     SpoolError,
     job_dir,
     read_json_nofollow,
+    write_json_atomic,
+)
+from gpualert_slurm.core.task_records import (
+    LOCAL_RECORDS,
     restore_local_exit_records,
     take_run_start,
-    write_json_atomic,
 )
 from gpualert_slurm.hooks import cost
 from gpualert_slurm.hooks.classify_child import PendingVerdict

@@ -25,10 +25,10 @@ from gpualert_slurm.core.slurm import SlurmError, expand_hostlist  # one hostlis
 from gpualert_slurm.core.spool import (
     SpoolError,
     create_job_dir,
-    note_run_start,
     read_json_nofollow,
     write_json_atomic,
 )
+from gpualert_slurm.core.task_records import note_run_start
 from gpualert_slurm.hooks.common import HookLog, Watchdog, load_config_logged, shim_bound_s
 from gpualert_slurm.hooks.jobspool import node_file_name
 from gpualert_slurm.hooks.run_hook import run_hook

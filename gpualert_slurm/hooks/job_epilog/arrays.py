@@ -9,6 +9,7 @@ from typing import Any
 
 from gpualert_slurm.core import slurm
 from gpualert_slurm.core.config import Config
+from gpualert_slurm.core.slurm_records import FINAL_STATES
 from gpualert_slurm.hooks import array_acct
 from gpualert_slurm.hooks.job_epilog.context import JobEpilog, report_cfg
 from gpualert_slurm.hooks.job_epilog.facts import SLURM_CALL_S
@@ -77,7 +78,7 @@ def remaining_array_tasks(array_id: str) -> tuple[set[str], set[str], set[str]] 
         if len(parts) != 4 or parts[0] != array_id:
             continue
         task, state, nodes = parts[1], parts[2], parts[3].strip()
-        if state in slurm.FINAL_STATES and nodes in ("", "(null)"):
+        if state in FINAL_STATES and nodes in ("", "(null)"):
             never.add(task)
             continue
         left.add(task)

@@ -13,6 +13,7 @@ from contextlib import suppress
 from typing import Any
 
 from gpualert_slurm.core import slurm
+from gpualert_slurm.core.slurm_records import FINAL_STATES
 from gpualert_slurm.core.spool import SpoolError
 from gpualert_slurm.hooks.job_epilog.context import JobEpilog
 from gpualert_slurm.hooks.jobspool import (
@@ -195,7 +196,7 @@ def requeued_run(jobid: str, st: slurm.JobState, code: int | None, sig: int | No
     while ended is None:
         with suppress(slurm.SlurmError):
             ended = next((r for r in reversed(slurm.attempt_records(jobid, SLURM_CALL_S))
-                          if r.state in slurm.FINAL_STATES | {"REQUEUED"}), None)
+                          if r.state in FINAL_STATES | {"REQUEUED"}), None)
         if ended is not None or time.monotonic() >= deadline:
             break
         time.sleep(0.3)
