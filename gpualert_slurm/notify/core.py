@@ -5,28 +5,25 @@ from __future__ import annotations
 import contextlib
 import email.message
 import os
-import re
 import time
 from dataclasses import dataclass, field
-from email import policy
-from email.utils import getaddresses
 from typing import Any
 
 from gpualert_slurm.core.config import Config
-from gpualert_slurm.notify import smtp, webhook
+from gpualert_slurm.notify.channels import channel as channel_of
+from gpualert_slurm.notify.message import safe_header
 from gpualert_slurm.notify.outbox import Outbox, OutboxError, new_id
-from gpualert_slurm.notify.recipients import channels_for_job, check_addresses, envelope_sender
+from gpualert_slurm.notify.recipients import channels_for_job, envelope_sender
 from gpualert_slurm.notify.smtp import Outcome
+
+__all__ = ["STATUSES", "ChannelResult", "Delivery", "FlushResult", "OutboxSummary", "flush",
+           "requeue_quarantined", "safe_header", "sanitise_headers", "submit", "summarise"]
 
 STATUSES = ("sent", "queued", "quarantined", "failed")
 LEASE_MARGIN_S = 5.0  # a submit's entry is left alone by flush until its bound + this
 FLUSH_RETRY_BASE_S = 60.0  # flush backoff: 1, 2, 4 ... minutes
 FLUSH_RETRY_MAX_S = 3600.0
 ORPHAN_AGE_S = 600.0
-# Folding at 78 makes Python start long headers with an empty first line ("Subject:\r\n
-# text"), which some readers show with a leading space; RFC 5322's hard limit is 998.
-SMTP_POLICY = policy.SMTP.clone(max_line_length=998)
-_CRLF = re.compile(r"[\r\n]+[ \t]*")
 
 
 @dataclass(frozen=True)
@@ -76,14 +73,6 @@ class FlushResult:
 
 # ---- message preparation --------------------------------------------------------------------
 
-def safe_header(text: str, limit: int = 200) -> str:
-    """A one-line header value from user-controlled text (job name, comment, paths): CR/LF
-    and other control characters become spaces, long values are cut."""
-    text = _CRLF.sub(" ", str(text))
-    text = "".join(c if c >= " " and c != "\x7f" else " " for c in text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def sanitise_headers(msg: email.message.Message) -> list[str]:
     """Rewrite, in place, every header (of every MIME part) whose value holds CR or LF, so no
     line of it can become a header of its own. Returns the names of the headers rewritten."""
@@ -107,46 +96,10 @@ def sanitise_headers(msg: email.message.Message) -> list[str]:
     return fixed
 
 
-def _as_bytes(msg: email.message.Message) -> bytes:
-    """Serialise for SMTP (CRLF line ends); Bcc is never transmitted. (Taken out and put
-    back rather than copying the message: a deep copy of a report costs more than sending.)"""
-    hidden = [(k, msg.get_all(k)) for k in ("Bcc", "Resent-Bcc") if k in msg]
-    for k, _ in hidden:
-        del msg[k]
-    try:
-        return msg.as_bytes(policy=SMTP_POLICY)
-    finally:
-        for k, values in hidden:
-            for v in values or ():
-                msg[k] = v
-
-
-def _recipients_of(msg: email.message.Message) -> list[str]:
-    values = [str(v) for key in ("To", "Cc", "Bcc") for v in msg.get_all(key, [])]
-    return [addr for _, addr in getaddresses(values) if addr]
-
-
-def _webhook_copy(msg: email.message.Message) -> bytes:
-    """What a webhook needs: the subject and the plain text, not the attachments."""
-    data = msg.as_bytes(policy=SMTP_POLICY)
-    title, body = webhook.title_and_body(data)
-    small = email.message.EmailMessage()
-    small["Subject"] = safe_header(title, 998)
-    small.set_content(body)
-    return small.as_bytes(policy=SMTP_POLICY)
-
-
 # ---- sending one entry ----------------------------------------------------------------------
 
 def _send_entry(cfg: Config, state: dict[str, Any], data: bytes, deadline: float) -> Outcome:
-    channel = state["channel"]
-    if channel == "mail":
-        return smtp.send(data, state["sender"], list(state["recipients"]), cfg.mail, deadline)
-    ch = cfg.notify.channel(channel)
-    if ch is None:
-        return Outcome(False, f"channel {channel} is not in notify.channels of "
-                       f"{cfg.path or 'the config'}", permanent=True)
-    return webhook.send(ch, data, cfg.mail, deadline)
+    return channel_of(str(state["channel"])).send(cfg, state, data, deadline)
 
 
 def _note(state: dict[str, Any], out: Outcome) -> None:
@@ -182,20 +135,7 @@ def _submit_channel(cfg: Config, ob: Outbox | None, ob_error: str | None, channe
     }
     if sanitised:
         state["sanitised_headers"] = sanitised
-    permanent: str | None = None
-    if channel == "mail":
-        data = _as_bytes(msg)
-        allowed, refused = check_addresses(_recipients_of(msg), cfg)
-        state.update(sender=envelope_sender(cfg), recipients=allowed,
-                     refused=[f"{a}: {why}" for a, why in refused])
-        if not allowed:
-            permanent = "no permitted recipient" + (
-                ": " + "; ".join(state["refused"]) if refused else " (no To/Cc/Bcc address)")
-    else:
-        data = _webhook_copy(msg)
-        if cfg.notify.channel(channel) is None:
-            permanent = (f"channel {channel} is not in notify.channels of "
-                         f"{cfg.path or 'the config'}")
+    data, permanent = channel_of(channel).prepare(cfg, msg, state)
     entry_id = new_id(job_id, channel)
     path: str | None = None
     if ob is not None:
@@ -402,17 +342,12 @@ def _adopt_orphan(cfg: Config, ob: Outbox, entry_id: str, res: FlushResult) -> N
                      "was queued): recipients taken from its headers"}],
     }
     try:
-        if channel == "mail":
-            msg = email.message_from_bytes(ob.read_message(entry_id), policy=policy.SMTP)
-            allowed, refused = check_addresses(_recipients_of(msg), cfg)
-            state.update(recipients=allowed, refused=[f"{a}: {w}" for a, w in refused],
-                         subject=safe_header(str(msg.get("Subject", "")), 200))
-            if not allowed:
-                state.update(last_error="orphan without a permitted recipient",
-                             quarantined_at=time.time())
-                ob.quarantine(entry_id, state)
-                res.quarantined += 1
-                return
+        why = channel_of(channel).adopt(cfg, lambda: ob.read_message(entry_id), state)
+        if why:
+            state.update(last_error=why, quarantined_at=time.time())
+            ob.quarantine(entry_id, state)
+            res.quarantined += 1
+            return
         ob.write_state(entry_id, state)
     except (OSError, ValueError) as e:
         res.errors.append(f"orphan {entry_id}: {e}")
