@@ -168,7 +168,104 @@ def _code(rng: random.Random, p: dict) -> str:
                            "_worker_loop\n    data = fetcher.fetch(index)\n"])
         return _tb(rng, frames, "FileNotFoundError: Caught FileNotFoundError in DataLoader "
                    f"worker process {rng.randrange(8)}.") + tail
+    if kind in CUT_KINDS:
+        return _cut(rng, p)
     raise ValueError(f"unknown f11_log kind {kind!r}")
+
+
+# ---- a traceback cut before or inside its exception line (a paste, a log killed mid-write):
+# what its last frames, or the launcher's line just before it, say. Frames follow CPython's
+# traceback format; the libraries' frames are their functions (torch/serialization.py save /
+# _save, torch/utils/data/dataloader.py, queue.py); launchers' lines as cited per kind.
+CUT_KINDS = ("pickle_cut", "save_cut", "save_pickling", "sigint_torchrun_cut",
+             "sigint_srun_cut", "wd_head_cut")
+PROJECTS = ["/home/u1/det", "/scratch/u77/seg", "/work/ak/mask", "/gpfs/proj/lm"]
+
+
+def _frames_text(rng: random.Random, frames: list[tuple[str, str, str]]) -> str:
+    return "Traceback (most recent call last):\n" + "".join(
+        f'  File "{f}", line {rng.randrange(20, 1800)}, in {fn}\n    {code}\n'
+        for f, fn, code in frames)
+
+
+def _cut(rng: random.Random, p: dict) -> str:
+    kind, n, proj = p["kind"], p.get("n", 0), rng.choice(PROJECTS)
+    if kind == "pickle_cut":
+        # pickle.load of a weights file that ends early (CPython's _pickle "UnpicklingError:
+        # pickle data was truncated"), cut after the last frame or inside the exception's name
+        fn = rng.choice(["_load_pickled_weights", "_load_file"])
+        frames = [(f"{proj}/tools/train.py", "<module>", "main()"),
+                  (f"{proj}/tools/train.py", "main", "model = build_model(cfg)"),
+                  (f"{proj}/lib/checkpoint.py", "load_pretrained",
+                   f"state = {'self.' if fn == '_load_file' else ''}{fn}(f)"),
+                  (f"{proj}/lib/checkpoint.py", fn,
+                   rng.choice(['data = pickle.load(f, encoding="latin1")',
+                               "return pickle.load(f)", "blob = cPickle.load(f)"]))]
+        tail = ["", "_pickle.Unpickl\n", "_pickle.UnpicklingEr\n"][n % 3]
+        return (f"loading pretrained weights from {proj}/weights/R-{rng.choice([50, 101])}.pkl\n"
+                + _frames_text(rng, frames) + tail)
+    if kind in ("save_cut", "save_pickling"):
+        # a trainer saving its checkpoint through torch.save (serialization.py save -> _save /
+        # _legacy_save): cut inside the writer's frames, or whole with pickle's own error
+        frames = [(f"{proj}/train.py", "<module>", "trainer.train()"),
+                  (f"{SITE}/transformers/trainer.py", "_maybe_log_save_evaluate",
+                   "self._save_checkpoint(model, trial)"),
+                  (f"{SITE}/transformers/trainer.py", "_save_checkpoint",
+                   'torch.save(self.optimizer.state_dict(), os.path.join(output_dir, '
+                   '"optimizer.pt"))'),
+                  (f"{SITE}/torch/serialization.py", "save", rng.choice([
+                      "_save(obj, opened_zipfile, pickle_module, pickle_protocol)",
+                      "_legacy_save(obj, opened_file, pickle_module, pickle_protocol)"]))]
+        if kind == "save_pickling":
+            frames.append((f"{SITE}/torch/serialization.py", "_save", "pickler.dump(obj)"))
+            return _frames_text(rng, frames) + (
+                "_pickle.PicklingError: Can't pickle <function <lambda> at 0x7f"
+                f"{rng.randrange(16 ** 10):010x}>: attribute lookup <lambda> on __main__ "
+                "failed\n")
+        return _frames_text(rng, frames) + ["", f'  File "{SITE[:21]}'][n % 2] + "\n"
+    if kind in ("sigint_torchrun_cut", "sigint_srun_cut"):
+        # the launcher passed on a SIGINT: torchrun's agent (elastic/agent/server/api.py
+        # "Received %s death signal, shutting down workers", multiprocessing/api.py "Sending
+        # process %s closing signal SIGINT"), srun's second Ctrl-C ("interrupt (one more within
+        # 1 sec to abort)", "sending Ctrl-C to StepId=%u.%u"); then the interrupted worker's
+        # traceback, cut before its KeyboardInterrupt line
+        pid = rng.randrange(1000, 99999)
+        if kind == "sigint_torchrun_cut":
+            head = ("W0301 10:11:12.345000 {pid} torch/distributed/elastic/agent/server/api.py:"
+                    "723] Received 2 death signal, shutting down workers\nW0301 10:11:12.346000 "
+                    "{pid} torch/distributed/elastic/multiprocessing/api.py:897] Sending process "
+                    "{w} closing signal SIGINT\n" if n % 2 else
+                    "WARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, "
+                    "shutting down workers\nWARNING:torch.distributed.elastic.multiprocessing."
+                    "api:Sending process {w} closing signal SIGINT\n").format(pid=pid, w=pid + 17)
+        else:
+            step = f"{rng.randrange(10000, 999999)}.{rng.randrange(3)}"
+            head = (f"srun: interrupt (one more within 1 sec to abort)\nsrun: StepId={step} "
+                    f"task 0: running\nsrun: sending Ctrl-C to StepId={step}\n")
+        frames = [(f"{proj}/train.py", "<module>", "main()"),
+                  (f"{proj}/train.py", "train_epoch", "for batch in loader:"),
+                  (f"{SITE}/torch/utils/data/dataloader.py", "__next__",
+                   "data = self._next_data()"),
+                  (f"{SITE}/torch/utils/data/dataloader.py", "_try_get_data",
+                   "data = self._data_queue.get(timeout=timeout)")][:4 - n % 2]
+        return head + _frames_text(rng, frames)
+    # torch's watchdog (ProcessGroupNCCL.cpp: "Some NCCL operations have failed or timed
+    # out...", "Process group watchdog thread terminated with exception: [Rank N] Watchdog
+    # caught collective operation timeout: WorkNCCL(...)") after NCCL's INFO return codes
+    # (debug.h "%s:%d -> %d"), the line cut inside the timeout's message
+    r, host = rng.randrange(8), _host(rng)
+    ret = "".join(f"{host}:{pid}:{pid + 5} [{r % 4}] NCCL INFO misc/socket.cc:{ln} -> 3\n"
+                  for pid, ln in ((rng.randrange(1000, 99999), rng.choice([64, 80, 829, 881]))
+                                  for _ in range(rng.randrange(3, 9))))
+    stamp = f"[rank{r}]:[E0301 10:1{rng.randrange(10)}:29.{rng.randrange(10 ** 9):09d} "
+    line = (f"{stamp}ProcessGroupNCCL.cpp:1896] [PG ID 0 PG GUID 0(default_pg) Rank {r}] Process "
+            f"group watchdog thread terminated with exception: [Rank {r}] Watchdog caught "
+            f"collective operation timeout: WorkNCCL(SeqNum={rng.randrange(10, 9999)}, "
+            "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600")
+    cut = line.index("Watchdog caught") + len("Watchdog caught") + rng.randrange(2, 30)
+    return (ret + f"{stamp}ProcessGroupNCCL.cpp:684] [Rank {r}] Some NCCL operations have failed "
+            "or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU "
+            "operations might run on corrupted/incomplete data.\n" + line[:cut] + "\n")
 
 
 _CATALOGUED = catalogued(CATALOGUE["log"], globals())
