@@ -20,15 +20,18 @@ demo: install
 	$(CLUSTER) up
 	$(PY) scripts/demo.py
 
+# mypy: core, recovery and notify type-checked ([tool.mypy] in pyproject.toml)
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 # dockerd: the container cluster's tests (-m docker) build their images and start it themselves.
 test: install dockerd
 	scripts/install-test-deps.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	scripts/run-pytest.sh
 
 unit: install

@@ -53,8 +53,9 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ scripts/install.sh -nt "
     # prometheus_client: the tests parse `gpualert metrics` output with its text parser.
     # matplotlib: the report's timeline picture of multi-node failures (README, dependencies).
     # import-linter: the package's layering and no-cycle contracts (.importlinter, make lint).
+    # mypy, types-PyYAML: the type check of core, recovery and notify (pyproject.toml, make lint).
     "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py apprise matplotlib pytest aiosmtpd ruff \
-        fusepy prometheus_client import-linter
+        fusepy prometheus_client import-linter mypy types-PyYAML
     touch "$stamp"
 fi
 # Not editable: the hooks and jobs (other users) import the installed copy, never the checkout.

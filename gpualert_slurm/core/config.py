@@ -282,9 +282,9 @@ def _parse_limits(c: Checker, value: Any) -> LimitsConfig:
                         ("watch_alerts_per_user_hour", 1, 100000)):
         if key in r:
             kw[key] = int(c.number(f"limits.{key}", r[key], lo, hi))
-    for key, lo, hi in (("checkpoint_timeout_s", 0.1, 60), ("watch_job_s", 0.5, 120)):
+    for key, low, high in (("checkpoint_timeout_s", 0.1, 60), ("watch_job_s", 0.5, 120)):
         if key in r:
-            kw[key] = c.number(f"limits.{key}", r[key], lo, hi)
+            kw[key] = c.number(f"limits.{key}", r[key], low, high)
     return LimitsConfig(**kw)
 
 

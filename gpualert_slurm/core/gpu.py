@@ -29,7 +29,7 @@ def gpu_snapshot() -> dict[str, Any] | str:
         import pynvml
     except ImportError as e:
         try:  # the Debian package bundles NVIDIA's binding, which Debian lacks (README)
-            from gpualert_slurm._vendor import pynvml  # type: ignore[no-redef]
+            from gpualert_slurm._vendor import pynvml
         except ImportError:
             return f"unavailable: nvidia-ml-py not installed ({e})"
     try:

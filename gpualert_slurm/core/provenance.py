@@ -21,6 +21,7 @@ import re
 import shutil
 import stat
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def seal_payload(root_facts: dict[str, Any]) -> str:
             f"{root_facts.get('node')}:{digest}")
 
 
-def munge_socket(configured: str | None = None, env: dict[str, str] | None = None
+def munge_socket(configured: str | None = None, env: Mapping[str, str] | None = None
                  ) -> str | None:
     """The munged socket Slurm itself uses: the config's, else AuthInfo=socket= of the
     slurm.conf SLURM_CONF names (else /etc/slurm/slurm.conf), else None (munge's default)."""
@@ -290,7 +291,7 @@ def may_back(rec: Any) -> bool:
         bool((rf.get("nvml") or {}).get("changed"))
 
 
-def backing(trusted: dict[str, Any] | None, node: str, cls: str) -> str | None:
+def backing(trusted: Mapping[str, Any] | None, node: str, cls: str) -> str | None:
     """The Slurm or root fact that backs class `cls` on `node`, as a label for the report and
     the audit log ("kernel log of n2: NVRM: Xid ..."), or None."""
     n = ((trusted or {}).get("nodes") or {}).get(node) or {}
@@ -306,7 +307,7 @@ def backing(trusted: dict[str, Any] | None, node: str, cls: str) -> str | None:
     return None
 
 
-def not_backed(trusted: dict[str, Any] | None, node: str, cls: str) -> str:
+def not_backed(trusted: Mapping[str, Any] | None, node: str, cls: str) -> str:
     """Why nothing from Slurm or root backs `cls` on `node` (the report's "not acted on")."""
     t = trusted or {}
     slurm_nodes = list((t.get("slurm") or {}).get("nodes") or [])

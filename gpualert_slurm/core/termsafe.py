@@ -42,7 +42,7 @@ class SafeStream(io.TextIOBase):
     def __init__(self, raw: TextIO) -> None:
         self.raw = raw
 
-    def write(self, s: str) -> int:  # type: ignore[override]
+    def write(self, s: str) -> int:
         self.raw.write(escape(s))
         return len(s)
 
@@ -56,7 +56,7 @@ class SafeStream(io.TextIOBase):
         return self.raw.fileno()
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # typeshed: a plain attribute
         return self.raw.encoding
 
     @property

@@ -98,7 +98,8 @@ class Catalogue:
             return None
         pci, code = x
         r = self.row(code)
-        bucket, sub = r["bucket"], {}
+        bucket = r["bucket"]
+        sub: dict[str, Any] = {}
         rest = text.split("): ", 1)[1] if "): " in text else ""
         if code in (self.nvlink.get("codes") or ()):
             bucket, sub = self._nvlink(code, rest, bucket)

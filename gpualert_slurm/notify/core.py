@@ -218,10 +218,11 @@ def submit(msg: email.message.Message, *, cfg: Config, job_id: str,
     try:
         names = list(channels) if channels is not None else channels_for_job(cfg, job_id)
         sanitised = sanitise_headers(msg)
-        ob: Outbox | None = Outbox(cfg.outbox)
+        outbox = Outbox(cfg.outbox)
+        ob: Outbox | None = outbox
         ob_error = None
         try:
-            ob.open()
+            outbox.open()
         except OutboxError as e:
             ob, ob_error = None, str(e)
         try:

@@ -14,8 +14,12 @@ import stat
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpualert_slurm.core.config import MailConfig
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer  # what smtplib.SMTP.send takes (typeshed only)
 
 
 @dataclass
@@ -30,11 +34,12 @@ class Outcome:
     refused: dict[str, str] = field(default_factory=dict)  # recipient -> relay's answer
 
 
-class _Deadline:
+class _Deadline(smtplib.SMTP):
     """Per-command timeouts clipped to what is left of the overall bound."""
 
     deadline: float = 0.0
     op_timeout: float = 10.0
+    _host: str  # smtplib's own (set in __init__): the TLS server's name
 
     def _clip(self) -> None:
         left = self.deadline - time.monotonic()
@@ -44,16 +49,16 @@ class _Deadline:
         if sock is not None:
             sock.settimeout(min(self.op_timeout, left))
 
-    def send(self, s: bytes | str) -> None:
+    def send(self, s: ReadableBuffer | str) -> None:
         self._clip()
-        super().send(s)  # type: ignore[misc]
+        super().send(s)
 
     def getreply(self) -> tuple[int, bytes]:
         self._clip()
-        return super().getreply()  # type: ignore[misc]
+        return super().getreply()
 
 
-class _SMTP(_Deadline, smtplib.SMTP):
+class _SMTP(_Deadline):
     pass
 
 
@@ -127,9 +132,9 @@ def _send(data: bytes, sender: str, recipients: list[str], mail: MailConfig,
         ctx = _tls_context(mail.ca_file) if mail.tls != "none" else None
     except (OSError, ssl.SSLError) as e:
         return Outcome(False, f"mail.ca_file {mail.ca_file}: cannot load: {e}", permanent=True)
-    cls = _SMTPS if mail.tls == "ssl" else _SMTP
-    kwargs = {"context": ctx} if mail.tls == "ssl" else {}
-    client = cls(timeout=min(mail.connect_timeout_s, left), **kwargs)
+    connect_s = min(mail.connect_timeout_s, left)
+    client: _Deadline = (_SMTPS(timeout=connect_s, context=ctx) if mail.tls == "ssl"
+                         else _SMTP(timeout=connect_s))
     client.deadline = deadline
     client.op_timeout = mail.send_timeout_s
     # smtplib names the TLS server (SNI, certificate check) from the host given to __init__,

@@ -34,7 +34,7 @@ def title_and_body(data: bytes) -> tuple[str, str]:
     body = ""
     if part is not None:
         try:
-            body = part.get_content()  # type: ignore[union-attr]
+            body = part.get_content()
         except (LookupError, KeyError, AttributeError):
             body = ""
     if not isinstance(body, str):

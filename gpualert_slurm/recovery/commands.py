@@ -207,10 +207,10 @@ def status_data(cfg: Config) -> dict[str, Any]:
         jid = str(j.job_id)
         if not os.path.isdir(os.path.join(cfg.spool, jid)):
             continue  # not monitored (no spool dir)
-        d = last.get(jid)
+        prior = last.get(jid)
         if j.state == "RUNNING":
             state = "monitoring"
-        elif j.state == "PENDING" and (j.restarts or d):
+        elif j.state == "PENDING" and (j.restarts or prior):
             state = "recovering"
         elif j.state == "PENDING":
             state = "pending"
@@ -221,7 +221,7 @@ def status_data(cfg: Config) -> dict[str, Any]:
                      "retries_left": max(0, cfg.recovery.max_retries - j.restarts),
                      "silence_s": rank_silence(cfg.spool, jid, now, j.restarts, j.user)
                      if j.state == "RUNNING" else {},
-                     "last_decision": _brief(d)})
+                     "last_decision": _brief(prior)})
     queued = {j["job"] for j in jobs}
     recent = [{"job": jid, "state": "stopped" if d.get("outcome") == "recorded"
                or not any(p["action"] == Action.REQUEUE for p in d.get("planned") or [])

@@ -312,7 +312,8 @@ def scan(cfg: Config, log: Any = None) -> list[dict[str, Any]]:
     from gpualert_slurm import recovery
 
     state = _load_state(cfg)
-    keys: dict[str, float] = state.get("keys") if isinstance(state.get("keys"), dict) else {}
+    raw_keys = state.get("keys")
+    keys: dict[str, float] = raw_keys if isinstance(raw_keys, dict) else {}
     sent_log: list[dict[str, Any]] = [a for a in state.get("sent") or []
                                       if isinstance(a, dict)]
     state = {"keys": keys, "sent": sent_log}
