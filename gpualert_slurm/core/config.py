@@ -13,7 +13,7 @@ from gpualert_slurm.core.classes import class_domains
 from gpualert_slurm.core.config_check import Checker
 from gpualert_slurm.core.config_check import ConfigError as ConfigError  # the one error
 from gpualert_slurm.core.options import ADDR_RE, Options, parse_duration, parse_size
-from gpualert_slurm.core.vocab import DEFAULT_ACTIONS, MODES, Mode
+from gpualert_slurm.core.vocab import DEFAULT_ACTIONS, MAIL_CHANNEL, MODES, Mode
 
 DEFAULT_PATH = "/etc/gpualert/gpualert.yaml"
 _HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})$")
@@ -97,7 +97,7 @@ class NotifyConfig:
     max_attempts: int = 8  # flush attempts before a message is quarantined
     max_age_s: int = 3 * 86400  # a message older than this is quarantined
     quarantine_keep_s: int = 30 * 86400  # quarantined messages older than this are deleted
-    default: tuple[str, ...] = ("mail",)  # channels when no rule matches
+    default: tuple[str, ...] = (MAIL_CHANNEL,)  # channels when no rule matches
     rules: tuple[NotifyRule, ...] = ()
     channels: tuple[ChannelConfig, ...] = ()
 
@@ -551,7 +551,7 @@ def _parse_notify(c: Checker, data: Any) -> NotifyConfig:
             raise c.err("notify.channels", "a mapping of channel names to {url: ...}", chans)
         for name, spec in chans.items():
             key = f"notify.channels.{name}"
-            if not isinstance(name, str) or not _CHANNEL_RE.fullmatch(name) or name == "mail":
+            if not isinstance(name, str) or not _CHANNEL_RE.fullmatch(name) or name == MAIL_CHANNEL:
                 raise c.err("notify.channels", "channel names of letters, digits, - and _ "
                             "(not 'mail', the built-in channel)", name)
             s = c.mapping(key, spec, ("url", "url_file"))
@@ -566,7 +566,7 @@ def _parse_notify(c: Checker, data: Any) -> NotifyConfig:
                 channels.append(ChannelConfig(name, url_file=c.abs_path(
                     f"{key}.url_file", s["url_file"])))
     nkw["channels"] = tuple(channels)
-    known = {"mail", *(ch.name for ch in channels)}
+    known = {MAIL_CHANNEL, *(ch.name for ch in channels)}
 
     def names(key: str, value: Any) -> tuple[str, ...]:
         out = c.str_list(key, value, _CHANNEL_RE, "channel names")

@@ -121,6 +121,10 @@ class NotTaken(TypedDict):
     provenance: NotRequired[bool]  # True: the fact it needs did not come from Slurm or root
 
 
+# The built-in notification channel (notify/channels.py); notify.channels names the others.
+MAIL_CHANNEL = "mail"
+
+
 class Mode(StrEnum):
     """recovery.mode: monitor records what would be done; action does it."""
 

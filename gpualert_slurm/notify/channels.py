@@ -12,12 +12,11 @@ from email import policy
 from typing import Any, Protocol, runtime_checkable
 
 from gpualert_slurm.core.config import Config
+from gpualert_slurm.core.vocab import MAIL_CHANNEL
 from gpualert_slurm.notify import smtp, webhook
 from gpualert_slurm.notify.message import SMTP_POLICY, as_bytes, recipients_of, safe_header
 from gpualert_slurm.notify.recipients import check_addresses, envelope_sender
 from gpualert_slurm.notify.smtp import Outcome
-
-MAIL = "mail"
 
 
 @runtime_checkable
@@ -102,7 +101,7 @@ class WebhookChannel:
         return None  # a webhook's message names no recipient: nothing to recover
 
 
-BUILTIN: Mapping[str, Channel] = {MAIL: MailChannel()}
+BUILTIN: Mapping[str, Channel] = {MAIL_CHANNEL: MailChannel()}
 WEBHOOK: Channel = WebhookChannel()
 
 
