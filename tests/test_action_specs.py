@@ -193,3 +193,13 @@ def test_the_provenance_vocabulary_is_verdict_json_s() -> None:
     assert verdict.ORIGINS == vocab.ORIGINS == ("slurm", "root", "job")
     assert set(vocab.TRUSTED_ORIGINS) < set(vocab.ORIGINS)
     assert yaml.safe_load("[slurm, root, job]") == list(vocab.ORIGINS)
+
+
+def test_the_docs_table_is_made_from_the_rows() -> None:
+    table = vocab.actions_table().splitlines()
+    assert len(table) == 2 + len(ACTION_SPECS)
+    assert table[4] == ("| `drain_node` | the node | a Slurm or root fact backing the class "
+                        "on the node | yes | by its own executor | yes |")
+    assert table[3].startswith("| `exclude_node` | the node | Slurm's word") \
+        and "| with requeue |" in table[3]
+    assert table[6].endswith("| by its own executor | no |")

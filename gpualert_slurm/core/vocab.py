@@ -103,6 +103,25 @@ def spec_of(name: object) -> ActionSpec | None:
         return None
 
 
+NEED_WORDS: Mapping[Need, str] = {
+    Need.JOB: "the verdict (any origin): it acts on the job itself",
+    Need.RAN: "Slurm's word that this attempt ran on the node",
+    Need.PROVEN: "a Slurm or root fact backing the class on the node",
+}
+
+
+def actions_table() -> str:
+    """ACTION_SPECS as a Markdown table, for the docs (docs/RECOVERY.md)."""
+    rows = ["| action | acts on | needs | breaker counts it | carried out | in the default "
+            "whitelist |", "| --- | --- | --- | --- | --- | --- |"]
+    for s in ACTION_SPECS.values():
+        how = f"with {s.carried_by}" if s.carried_by else "by its own executor"
+        rows.append(f"| `{s.name}` | the {s.target} | {NEED_WORDS[s.needs]} | "
+                    f"{'yes' if s.breaker else 'no'} | {how} | "
+                    f"{'yes' if s.default_allowed else 'no'} |")
+    return "\n".join(rows) + "\n"
+
+
 class PlannedStep(TypedDict):
     """One step of a decision's plan (verdict.json's and the audit's "planned" / "would")."""
 
@@ -151,3 +170,7 @@ ClassId = Literal[
     "nan_divergence", "nccl_error", "node_failure", "permission_denied", "preempted",
     "python_exception", "segfault", "storage_io", "success", "time_limit", "unknown"]
 CLASS_IDS: tuple[str, ...] = get_args(ClassId)
+
+
+if __name__ == "__main__":  # python -m gpualert_slurm.core.vocab: the table for the docs
+    print(actions_table(), end="")
