@@ -535,3 +535,39 @@ def test_watchdog_with_an_nccl_error_stays_an_nccl_error(tmp_path: Path) -> None
             "Process group watchdog thread terminated with exception: NCCL error: remote process "
             "exited or there was a network error, NCCL version 2.21.5\n")
     assert alone(tmp_path, PROGRESS + SOCKET_RETURNS + line) == "nccl_error"
+
+
+# ---- Open MPI losing a daemon its transport had just said was killed (was: node_failure) ----
+
+def _orte_lost(remote: str, n: int = 1) -> str:
+    # Open MPI 4's help-errmgr-base.txt, once per daemon lost
+    bar = "-" * 74 + "\n"
+    return (bar + "ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : "
+            "[[4242,0],0] on node gpu-11\n  Remote daemon: [[4242,0],1] on node " + remote
+            + "\n\nThis is usually due to either a failure of the TCP network\nconnection to "
+            "the node, or possibly an internal failure of\nthe daemon itself. We cannot "
+            "recover from this failure, and\ntherefore will terminate the job.\n") * n + bar
+
+
+@pytest.mark.parametrize("kill,n", [
+    ("srun: error: gpu-12: task 1: Killed\n", 1),
+    ("command terminated with exit code 137\n", 2),
+])
+def test_a_daemon_killed_then_lost_is_killed(tmp_path: Path, kill: str, n: int) -> None:
+    assert alone(tmp_path, PROGRESS + kill + _orte_lost("gpu-12", n)) == "killed"
+
+
+@pytest.mark.parametrize("before,state,cls", [
+    ("", None, "node_failure"),  # held before: the loss alone
+    ("srun: error: Node failure on gpu-12\n", None, "node_failure"),
+    # Slurm's own state outranks any log line
+    ("srun: error: gpu-12: task 1: Killed\n", "NODE_FAIL", "node_failure"),
+    # a kill far before the loss is not that daemon's
+    ("srun: error: gpu-12: task 1: Killed\n" + PROGRESS * 3, None, "node_failure"),
+])
+def test_a_daemon_lost_without_its_kill_is_a_node_failure(tmp_path: Path, before: str, state,
+                                                           cls: str) -> None:
+    (tmp_path / "run.0.log").write_text(PROGRESS + before + _orte_lost("gpu-12"))
+    v = classify([TaskInput(str(tmp_path / "run.0.log"), rank=0, exit_code=1)],
+                 JobFacts(exit_code=1, slurm_state=state))
+    assert v.cls == cls, v.detail

@@ -14,6 +14,25 @@ from gpualert_slurm.classify.precedence import Precedence
 from gpualert_slurm.classify.rules import RuleSet
 from gpualert_slurm.classify.scan import Event, ScanResult
 
+# An MPI launcher losing a daemon (Open MPI's "ORTE has lost communication with a remote
+# daemon", "An ORTE daemon has unexpectedly failed after launch") right after the transport
+# that runs the daemon said it was killed (srun's "task N: Killed": slurmd, alive, reported its
+# task killed; kubectl exec's "command terminated with exit code 137"): the daemon was killed,
+# the node was not lost (Open MPI's text itself allows "an internal failure of the daemon")
+DAEMON_LOST = ("mpi_daemon_lost", "mpi_daemon_failed_after_launch")
+DAEMON_KILLED = ("srun_task_killed", "kubectl_exec_killed")
+DAEMON_GAP = 10  # lines from the kill to the launcher's loss
+
+
+def _daemon_killed_first(e: Event, events: list[Event]) -> bool:
+    """e is a daemon loss whose file's first such loss came right after a daemon's kill (the
+    launcher repeats its text for each daemon it loses)."""
+    if e.rule.id not in DAEMON_LOST:
+        return False
+    first = min(x.order for x in events if x.rule.id in DAEMON_LOST and x.file == e.file)
+    return any(k.rule.id in DAEMON_KILLED and k.file == e.file
+               and 0 < first - k.order <= DAEMON_GAP for k in events)
+
 
 class _Ctx:
     """Everything the decision steps look at, computed once."""
@@ -29,7 +48,8 @@ class _Ctx:
         self.root = self.with_root[0] if self.with_root else None
         self.straggler = _straggler(self.findings, self.with_root)
         self.confirmations = [e for e in self.all_events if e.role == "confirmation"]
-        sched = [e for e in self.all_events if e.cls in SCHEDULER and e.role == "root"]
+        sched = [e for e in self.all_events if e.cls in SCHEDULER and e.role == "root"
+                 and not _daemon_killed_first(e, self.all_events)]
         self.sched_events = sorted(sched, key=lambda e: -e.priority)  # stable: file order
         self.state = (job.slurm_state or "").strip().upper().split(" ")[0] or None
         hit = (rs.match_fact("slurm", f"state={self.state} reason={job.slurm_reason or ''}")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from corpus.gen.compose.kit import (
     SITE,
+    _daemon_lost,
     _pre,
     _tb,
     _user_frames,
@@ -170,6 +171,22 @@ def _code(rng: random.Random, p: dict) -> str:
                    f"worker process {rng.randrange(8)}.") + tail
     if kind in CUT_KINDS:
         return _cut(rng, p)
+    if kind == "mpi_daemon_killed":
+        # the transport that runs Open MPI's daemon says it was killed - srun's "srun: error:
+        # %s: task %d: Killed" (plm slurm), or kubectl exec's "command terminated with exit
+        # code 137" (Kubeflow's MPI operator, plm_rsh_agent) - then ORTE loses that daemon
+        # (help text: kit._daemon_lost), once per daemon it lost
+        a, b = rng.sample(["gpu-11", "gpu-12", "a100-n03", "dgx-07", "hgx-b02"], 2)
+        jid = rng.randrange(1000, 99999)
+        if p.get("n", 0) % 2:
+            kill = f"srun: error: {b}: task {rng.randrange(1, 4)}: Killed\n"
+        else:
+            kill = "command terminated with exit code 137\n"
+            a, b = f"mpijob-{jid}-launcher", f"mpijob-{jid}-worker-{rng.randrange(4)}"
+        lost = "".join(_daemon_lost("ORTE", f"[[{jid},0],0] on node {a}",
+                                    f"[[{jid},0],{i + 1}] on node {b}")
+                       for i in range(rng.randrange(1, 3)))
+        return kill + lost
     raise ValueError(f"unknown f11_log kind {kind!r}")
 
 
