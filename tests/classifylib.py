@@ -21,6 +21,13 @@ from gpualert_slurm.classify import JobFacts, TaskInput, Verdict, classify
 TORCH_PY = os.environ.get("GPUALERT_TORCH_VENV", "/opt/gpualert/torch-venv") + "/bin/python"
 
 
+def write(tmp_path: Path, name: str, text: str | bytes) -> str:
+    """The path of file `name` in tmp_path, written to hold `text`."""
+    p = tmp_path / name
+    p.write_bytes(text.encode() if isinstance(text, str) else text)
+    return str(p)
+
+
 def task(tmp_path: Path, text: str, name: str = "run.0.log", rank: int = 0,
          exit_code: int | None = 1, signal: int | None = None, **kw: Any) -> TaskInput:
     """The task of rank `rank` whose log `name` (written in tmp_path) holds `text`; `kw`: more
@@ -154,6 +161,7 @@ def crash(line: str, before: str = "loading config serve.yaml\nwarmup 3 batches\
 # ---- progress lines of a run before it failed ----
 
 PROGRESS = "".join(f"step {i} loss {2 / (i + 1):.4f}\n" for i in range(8))
+LOSSES = "".join(f"step {i} loss {3.0 / i:.3f}\n" for i in range(1, 30))
 LOOP_PROGRESS = "".join(f"step {i} loss {1 / (i + 1):.4f}\n" for i in range(12))
 EPOCH_PROGRESS = "".join(f"epoch {i} step {i * 50} loss {1 / (i + 1):.4f}\n" for i in range(10))
 TRAINING = "".join(f"epoch 0 | step {i * 50} | loss {2.5 - i * 0.1:.3f}\n" for i in range(6))

@@ -1,10 +1,10 @@
-"""The family of classify/rules/45-collectives.yaml: NCCL, Gloo, Horovod and c10d store
-errors and timeouts. A collective timeout's straggler (the rank that stopped answering, in one
-torchrun log or across the job's logs) is its root rank; a peer's reset is a cascade, not a
-straggler; a gloo peer-lost cascade is not NCCL; Horovod's stall inspector is a timeout and
-its shutdown a symptom of another rank's error; NCCL's shared-memory transport out of space is
-NCCL's error. Benign mentions (a retry that connected, a stall that resolved) stay what they
-were. Pure logic over small written logs."""
+"""The family of classify/rules/45-collectives.yaml: NCCL, Gloo, Horovod and c10d store errors and
+timeouts. A collective timeout's straggler (the rank that stopped answering, in one torchrun log
+or across the job's logs) is its root rank; a peer's reset is a cascade, not a straggler; a gloo
+peer-lost cascade is not NCCL; Horovod's stall inspector is a timeout and its shutdown a symptom
+of another rank's error; NCCL's shared-memory transport out of space is NCCL's error. Benign
+mentions (a retry that connected, a stall that resolved) stay what they were. Pure logic over
+small written logs."""
 
 from __future__ import annotations
 

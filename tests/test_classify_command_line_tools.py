@@ -1,9 +1,9 @@
-"""The family of classify/rules/76-command-line-tools.yaml: command-line tools' own error
-words and readers that say a file is cut short: lz4 (programs/lz4io.c), Info-ZIP unzip
-(process.c, extract.c), GNU wget (src/http.c, src/retr.c), curl's CURLcode messages, gawk
-(msg.c, eval.c) and jq (src/main.c); msgpack's unpacker, SciPy's MAT-file reader, numpy's
-np.load. Wordings written here from each tool's source and from runs of the tools; benign
-mentions that must stay what they were. Pure logic over small written logs."""
+"""The family of classify/rules/76-command-line-tools.yaml: command-line tools' own error words and
+readers that say a file is cut short: lz4 (programs/lz4io.c), Info-ZIP unzip (process.c,
+extract.c), GNU wget (src/http.c, src/retr.c), curl's CURLcode messages, gawk (msg.c, eval.c)
+and jq (src/main.c); msgpack's unpacker, SciPy's MAT-file reader, numpy's np.load. Wordings
+written here from each tool's source and from runs of the tools; benign mentions that must stay
+what they were. Pure logic over small written logs."""
 
 from __future__ import annotations
 

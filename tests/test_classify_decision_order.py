@@ -1,12 +1,12 @@
-"""The decision order (classify/precedence.yaml, classify/steps.py) where it decides between
-families, and line reading: a traceback (Python's, a JS error's or a JVM stack) then a line
-saying the work stopped at the end of an exit-0 log is a silent failure (step `abandoned`),
-keeping the exception's own class; a traceback logged by a run that went on is a success; a
-peer's cascade is not the class when the rank that failed first said nothing; a COMPLETED job
-whose script recovered from a failed step is a success; a worker that vanished plus the OOM
-killer's report is host memory (step `worker_oom`) and does not override an unrelated cause;
-an exception line quoted in a bold or code span inside prose is read as that line. Pure logic
-over small written logs."""
+"""The decision order (classify/precedence.yaml, classify/steps.py: data, checked when read) where
+it decides between families, and line reading: a traceback (Python's, a JS error's or a JVM
+stack) then a line saying the work stopped at the end of an exit-0 log is a silent failure (step
+`abandoned`), keeping the exception's own class; a traceback logged by a run that went on is a
+success; a peer's cascade is not the class when the rank that failed first said nothing; a
+COMPLETED job whose script recovered from a failed step is a success; a worker that vanished
+plus the OOM killer's report is host memory (step `worker_oom`) and does not override an
+unrelated cause; an exception line quoted in a bold or code span inside prose is read as that
+line. Pure logic over small written logs."""
 
 from __future__ import annotations
 
@@ -24,7 +24,11 @@ from classifylib import (
     verdict,
 )
 
-from gpualert_slurm.classify import TaskInput, load_precedence
+from gpualert_slurm.classify import (
+    RuleError,
+    TaskInput,
+    load_precedence,
+)
 from gpualert_slurm.classify.scan import line_view
 
 ROOT_CAUSE = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -348,3 +352,13 @@ def test_stop_line_after_unrelated_lines_is_not_the_errors_end(tmp_path: Path) -
             "shard 9\nprocessing shard 10\nprocessing shard 11\nERROR: quota reached, giving up\n")
     v = verdict(tmp_path, text, exit_code=0)
     assert v.cls == "success", (v.cls, v.detail)
+
+
+def test_precedence_is_data_and_checked():
+    ids = load_precedence()
+    assert ids.index("hardware") < ids.index("log_root") < ids.index("signal")
+    assert ids[-1] == "unknown"
+    with pytest.raises(RuleError, match="precedence.yaml: field 'steps': unknown step id"):
+        load_precedence("steps:\n  - id: hardware\n  - id: no_such_step\n  - id: unknown\n")
+    with pytest.raises(RuleError, match="each step once"):
+        load_precedence("steps: [hardware, hardware, unknown]\n")

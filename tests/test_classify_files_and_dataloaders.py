@@ -1,11 +1,11 @@
-"""The family of classify/rules/60-files-and-dataloaders.yaml: ONNX Runtime's status codes;
-stores, indexes, tokenizer models and archives cut short or not what they claim
-(checkpoint_corrupt); globs that match nothing, paths a library says are not there, missing
-scripts and commands, object stores' not-found and denied, sqlite's cannot-open and read-only
-databases (file_not_found, permission_denied); DataLoader workers (the loader's own timeout,
-torch's shared-memory segment full) and tensors on different devices; DuckDB's memory limit.
-Benign or keyed mentions stay what they were. Pure logic over small written logs, plus real
-Python processes."""
+"""The family of classify/rules/60-files-and-dataloaders.yaml: ONNX Runtime's status codes; stores,
+indexes, tokenizer models and archives cut short or not what they claim (checkpoint_corrupt);
+globs that match nothing, paths a library says are not there, missing scripts and commands,
+object stores' not-found and denied, sqlite's cannot-open and read-only databases
+(file_not_found, permission_denied); DataLoader workers (the loader's own timeout, torch's
+shared-memory segment full) and tensors on different devices; DuckDB's memory limit. Benign or
+keyed mentions stay what they were. Pure logic over small written logs, plus real Python
+processes."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from classifylib import (
     CHAIN,
     FSSPEC,
+    LOSSES,
     MAIN_TB,
     MSGS_PROG,
     PROGRESS,
@@ -32,9 +33,14 @@ from classifylib import (
     tb_by_frame,
     tb_by_line,
     verdict,
+    write,
 )
 
-from gpualert_slurm.classify import TaskInput
+from gpualert_slurm.classify import (
+    JobFacts,
+    TaskInput,
+    classify,
+)
 
 DL = (f"{SITE}/torch/utils/data/dataloader.py", "_get_data", "raise RuntimeError(")
 
@@ -365,3 +371,13 @@ def test_sqlite_readonly_database_is_permission(tmp_path: Path) -> None:
 def test_object_store_not_found_and_denied(tmp_path: Path, exc: str, cls: str) -> None:
     v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
     assert v.cls == cls, (v.cls, v.evidence)
+
+
+def test_raw_exception_dump_of_a_lost_fd_sharing_connection_is_dataloader_worker(tmp_path):
+    """Python's last-resort dump ("lost sys.stderr") of the ConnectionResetError that
+    multiprocessing's resource_sharer thread got when a DataLoader worker died."""
+    path = write(tmp_path, "0.0.log", LOSSES + "Traceback (most recent call last):\n"
+                 "object address  : 0x7f4291351340\nobject refcount : 2\nobject type     : "
+                 "0x9ec680\nobject type name: ConnectionResetError\nobject repr     : "
+                 "ConnectionResetError(104, 'Connection reset by peer')\nlost sys.stderr\n")
+    assert classify([TaskInput(path)], JobFacts(exit_code=1)).cls == "dataloader_worker"

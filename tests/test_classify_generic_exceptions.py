@@ -1,12 +1,12 @@
-"""The family of classify/rules/80-generic-exceptions.yaml: anything else that raised, decided
-on the traceback's final "XError: msg" line whatever the class is called (a script's own
-Abort, _queue.Empty, an ExceptionGroup member, argparse's usage error, a plain error message
-without a traceback, decided weakly), and the safety net of the `hint_*` rules: an exception
-whose message says its class in words no specific rule knows takes that class with modest
-confidence, when both halves of the family are there (what failed and how: GPU + memory,
-store + timed out, a path + does not exist); one half only stays python_exception. An ordinary
-log line after a cut traceback is no exception. Every wording is made up for the family or
-comes from a real Python process."""
+"""The family of classify/rules/80-generic-exceptions.yaml: anything else that raised, decided on
+the traceback's final "XError: msg" line whatever the class is called (a script's own Abort,
+_queue.Empty, an ExceptionGroup member, argparse's usage error, a plain error message without a
+traceback, decided weakly), and the safety net of the `hint_*` rules: an exception whose message
+says its class in words no specific rule knows takes that class with modest confidence, when
+both halves of the family are there (what failed and how: GPU + memory, store + timed out, a
+path + does not exist); one half only stays python_exception. An ordinary log line after a cut
+traceback is no exception. Every wording is made up for the family or comes from a real Python
+process."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 driver error name or code decides its class wherever a program prints it; driver-API error
 wrappers (numba, cupy, pycuda) are cuda_error; Xids, GSP and recovery-action errors and CUDA
 errors that mean the hardware failed are gpu_hardware; a GPU asked for that is not there, a
-library built without (or unable to load) its GPU backend, a container runtime that cannot
-give the job its GPUs are cuda_setup; Triton's resource errors. Benign mentions and image
-pulls that fail stay what they were. Pure logic over small written logs."""
+library built without (or unable to load) its GPU backend, a container runtime that cannot give
+the job its GPUs are cuda_setup; Triton's resource errors. Benign mentions and image pulls that
+fail stay what they were. Pure logic over small written logs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from classifylib import (
+    LOSSES,
     MAIN_TB,
     PREP_TB,
     PROGRESS,
@@ -22,6 +23,13 @@ from classifylib import (
     task,
     tb_by_line,
     verdict,
+    write,
+)
+
+from gpualert_slurm.classify import (
+    JobFacts,
+    TaskInput,
+    classify,
 )
 
 _PYX = "slurmstepd: error: pyxis:"
@@ -288,3 +296,9 @@ def test_recovery_action_cleared_is_not_hardware(tmp_path: Path) -> None:
     log = MAIN_TB + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
     v = verdict(tmp_path, log, kernel=kernel)
     assert v.cls == "cuda_error", v.to_json()
+
+
+def test_xid_in_a_task_log_is_gpu_hardware_when_the_job_failed(tmp_path):
+    path = write(tmp_path, "0.0.log", LOSSES + "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has "
+                 "fallen off the bus.\nRuntimeError: CUDA error: unspecified launch failure\n")
+    assert classify([TaskInput(path)], JobFacts(exit_code=1)).cls == "gpu_hardware"

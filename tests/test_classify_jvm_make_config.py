@@ -1,10 +1,9 @@
-"""The family of classify/rules/70-jvm-make-config.yaml: programs that are not Python (the
-JVM: its OutOfMemoryError is host memory, not the GPU's; missing classes and native libraries;
-serialized objects that do not read; java.nio's path errors; "Caused by:" chains whose last
-cause decides), build tools (GNU make's "No rule to make target") and config frameworks
-(Hydra's short error report and missing-config wordings, omegaconf's exception classes whose
-names do not end in Error). torch's own OutOfMemoryError stays GPU memory. Pure logic over
-small written logs."""
+"""The family of classify/rules/70-jvm-make-config.yaml: programs that are not Python (the JVM: its
+OutOfMemoryError is host memory, not the GPU's; missing classes and native libraries; serialized
+objects that do not read; java.nio's path errors; "Caused by:" chains whose last cause decides),
+build tools (GNU make's "No rule to make target") and config frameworks (Hydra's short error
+report and missing-config wordings, omegaconf's exception classes whose names do not end in
+Error). torch's own OutOfMemoryError stays GPU memory. Pure logic over small written logs."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""The family of classify/rules/30-kills-and-hangs.yaml: what a kill or a silence left in the
-log. The shell's "Killed" in the locale's words (a real bash), drawn over a progress line; a
-stuck NCCL watchdog, a py-spy dump and faulthandler's timeout (really run) are a hang; a log
-that stops after NCCL's init, or whose timestamps stop long before the end or kill line, hung;
-frameworks' workers lost to memory; where the log stops when the class is unknown."""
+"""The family of classify/rules/30-kills-and-hangs.yaml: what a kill or a silence left in the log.
+The shell's "Killed" in the locale's words (a real bash), drawn over a progress line; a stuck
+NCCL watchdog, a py-spy dump and faulthandler's timeout (really run) are a hang; a log that
+stops after NCCL's init, or whose timestamps stop long before the end or kill line, hung, while
+a COMPLETED exit-0 job that was only quiet is a success; frameworks' workers lost to memory;
+where the log stops when the class is unknown."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from classifylib import NCCL_INIT, TRAINING, log_alone, verdict
+from classifylib import LOSSES, NCCL_INIT, TRAINING, log_alone, verdict, write
 
-from gpualert_slurm.classify import JobFacts, TaskInput, classify
+from gpualert_slurm.classify import (
+    JobFacts,
+    TaskInput,
+    classify,
+)
 
 
 def timed(hh: int, mm: int, text: str) -> str:
@@ -165,3 +170,17 @@ def test_unknown_says_where_the_log_stops(tmp_path: Path) -> None:
     v = verdict(tmp_path, "loading model\n" + timed(12, 3, "Epoch 0 step 0"), exit_code=None)
     assert v.cls == "unknown"
     assert "stops at 12:03" in v.detail and "Epoch 0 step 0" in v.detail and "line 2" in v.detail
+
+
+# ---- decision order ---------------------------------------------------------------------------
+
+def test_completed_exit_0_silent_longer_than_the_threshold_is_success(tmp_path):
+    path = write(tmp_path, "0.0.log", LOSSES + "final eval done\n")
+    v = classify([TaskInput(path, exit_code=0)],
+                 JobFacts(exit_code=0, slurm_state="COMPLETED", hang_threshold_s=60,
+                          silence_s=3600))
+    assert v.cls == "success"
+    v = classify([TaskInput(path, exit_code=None, signal=15)],
+                 JobFacts(exit_code=None, slurm_state="TIMEOUT", hang_threshold_s=60,
+                          silence_s=3600))
+    assert v.cls == "hang"

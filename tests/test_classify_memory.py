@@ -1,9 +1,9 @@
 """The family of classify/rules/35-memory.yaml: GPU memory exhausted (CUDA, XLA, ONNX Runtime,
-TensorRT, pycuda, RMM, CuPy, MXNet, Paddle allocators, libraries that turn a CUDA OOM into
-their own message) and host memory (Arrow, jemalloc, a plain MemoryError); XLA's allocation
-failure, which is host memory unless a log of the job names a GPU device (`if_seen`); and the
-benign mentions of these words that must stay what they were. Pure logic over small written
-logs."""
+TensorRT, pycuda, RMM, CuPy, MXNet, Paddle allocators, libraries that turn a CUDA OOM into their
+own message) and host memory (Arrow, jemalloc, a plain MemoryError, the kernel's OOM killer in a
+task's log); XLA's allocation failure, which is host memory unless a log of the job names a GPU
+device (`if_seen`); and the benign mentions of these words that must stay what they were. Pure
+logic over small written logs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from classifylib import (
+    LOSSES,
     MAIN_TB,
     PROGRESS,
     SOLVER_PROGRESS,
@@ -19,10 +20,16 @@ from classifylib import (
     task,
     tb_by_line,
     verdict,
+    write,
 )
 
-from gpualert_slurm.classify import load_rules
-from gpualert_slurm.classify.rules import RuleError
+from gpualert_slurm.classify import (
+    JobFacts,
+    RuleError,
+    TaskInput,
+    classify,
+    load_rules,
+)
 
 XLA_OOM = ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating "
            "8589934592 bytes.\n")
@@ -223,3 +230,13 @@ def test_onnxruntime_arena_without_a_gpu_is_host_oom(tmp_path: Path) -> None:
 def test_non_torch_gpu_allocators_are_cuda_oom(tmp_path: Path, line: str) -> None:
     v = verdict(tmp_path, MAIN_TB + line + "\n")
     assert v.cls == "cuda_oom", v.to_json()
+
+
+# ---- evidence wherever it appears, killed vs host_oom -----------------------------------------
+
+def test_kernel_oom_line_inside_a_task_log_decides_host_oom(tmp_path):
+    path = write(tmp_path, "0.0.log", LOSSES + "[ 8812.4] Out of memory: Killed process 4096 "
+                 "(python) total-vm:9123456kB, anon-rss:8812345kB\nKilled\n")
+    v = classify([TaskInput(path)], JobFacts(exit_code=137))
+    assert v.cls == "host_oom"
+    assert "Out of memory: Killed process" in v.evidence[0]["text"]

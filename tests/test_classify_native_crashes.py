@@ -1,14 +1,23 @@
-"""The family of classify/rules/65-native-crashes.yaml: native crashes as the shell, Python or
-a launcher (xargs, GNU make, timeout, parallel) print them: a launcher's report of the signal
-its child died of is that crash or kill; a launcher's error that is not a signal is not.
-Pure logic over small written logs."""
+"""The family of classify/rules/65-native-crashes.yaml: native crashes and kills as the shell,
+Python or a launcher (xargs, GNU make, timeout, parallel) print them: a launcher's report of the
+signal its child died of is that crash or kill, a launcher's error that is not a signal is not;
+bash's bare "Killed" is a kill, host memory when the job's logs hold OOM evidence. Pure logic
+over small written logs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from classifylib import LOOP_PROGRESS, job_verdict, task
+from classifylib import LOOP_PROGRESS, job_verdict, task, write
+
+from gpualert_slurm.classify import (
+    JobFacts,
+    TaskInput,
+    classify,
+)
 
 # ---- a launcher's report of the signal its child died of ----
 
@@ -31,3 +40,20 @@ def test_make_error_other_than_a_signal_is_not_killed(tmp_path: Path) -> None:
     v = job_verdict([task(tmp_path, LOOP_PROGRESS + "make: *** [Makefile:2: all] Error 3\n",
                       exit_code=2)])
     assert v.cls != "killed"
+
+
+def test_bare_killed_from_bash_is_killed_and_with_oom_evidence_anywhere_host_oom(tmp_path):
+    log = tmp_path / "0.0.log"
+    with open(log, "wb") as out:
+        p = subprocess.run(["bash", "-c", f"{sys.executable} -c 'import os; print(1, flush=True);"
+                            " os.kill(os.getpid(), 9)'; exit $?"], stdout=out,
+                           stderr=subprocess.STDOUT, timeout=60)
+    assert p.returncode == 137 and "Killed" in log.read_text()
+    v = classify([TaskInput(str(log))], JobFacts(exit_code=137))
+    assert v.cls == "killed" and "Killed" in v.evidence[0]["text"]
+    # the same job with slurmstepd's cgroup OOM message forwarded into another log
+    other = write(tmp_path, "batch.0.log", "slurmstepd: error: Detected 1 oom-kill event(s) in "
+                  "StepId=5.0 cgroup. Some of your processes may have been killed by the cgroup "
+                  "out-of-memory handler.\n")
+    v = classify([TaskInput(str(log)), TaskInput(other, step="batch")], JobFacts(exit_code=137))
+    assert v.cls == "host_oom"

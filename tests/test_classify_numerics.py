@@ -1,15 +1,31 @@
 """The family of classify/rules/50-numerics.yaml: NaN / Inf loss and gradients. "Not finite"
 wordings, a non-finite grad norm or metric that ends an exit-0 run (a silent failure), a NaN
-step the loop skipped (recovered, or skipped to the end), the training's own NaN beside a
-data NaN; and the values that turned finite again, which are no divergence. Pure logic over
-small written logs."""
+step the loop skipped (recovered, or skipped to the end), the training's own NaN beside a data
+NaN; and the values that turned finite again, which are no divergence. Pure logic over small
+written logs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from classifylib import LOOP_PROGRESS, PREP_TB, STEPS, job_verdict, task, verdict
+from classifylib import (
+    LOOP_PROGRESS,
+    LOSSES,
+    PREP_TB,
+    STEPS,
+    job_verdict,
+    run_py,
+    task,
+    verdict,
+    write,
+)
+
+from gpualert_slurm.classify import (
+    JobFacts,
+    TaskInput,
+    classify,
+)
 
 # ---- a non-finite grad norm ending an exit-0 run ----
 
@@ -99,3 +115,44 @@ def test_skipped_nan_then_a_crash_is_the_crash(tmp_path: Path) -> None:
 def test_the_trainings_own_nan_stays_divergence(tmp_path, text):
     v = verdict(tmp_path, "epoch 1 loss 0.9\n" + text, exit_code=1)
     assert v.cls == "nan_divergence", (v.cls, v.detail)
+
+
+# ---- silent failures --------------------------------------------------------------------------
+
+def test_nan_abort_with_exit_0_is_a_silent_failure(tmp_path):
+    t = run_py(tmp_path, """
+        import math, sys
+        w = 1.0
+        for step in range(1, 40):
+            loss = w * w * w * w
+            print(f"step {step} | loss = {loss:.4g}")
+            if not math.isfinite(loss):
+                print("NaN or Inf detected in loss, aborting.")
+                sys.exit(0)
+            w -= 3.5 * 4 * w * w * w
+        """)
+    assert t.exit_code == 0
+    v = classify([t], JobFacts(exit_code=0))
+    assert (v.cls, v.silent_failure) == ("nan_divergence", True)
+    assert v.to_json()["silent_failure"] is True and "exited 0" in v.detail
+
+
+@pytest.mark.parametrize("code", [
+    # a metric column named nan_count, "0 errors"
+    "for i in range(1, 200): print(f'step {i} loss {1/i:.3f} nan_count 0 inf_count 0')\n"
+    "print('finished: 0 errors')",
+    # one nan step, skipped and recovered, then long normal training
+    "print('step 3 loss = nan, skipping step')\n"
+    "for i in range(4, 200): print(f'step {i} loss = {1/i:.3f}')",
+    "print('no NaN or Inf detected in gradients')",
+])
+def test_benign_nan_mentions_with_exit_0_stay_success(tmp_path, code):
+    t = run_py(tmp_path, code)
+    v = classify([t], JobFacts(exit_code=0))
+    assert (v.cls, v.silent_failure) == ("success", False), v.detail
+
+
+def test_nan_in_a_failed_job_is_not_flagged_silent(tmp_path):
+    path = write(tmp_path, "0.0.log", LOSSES + "step 30 loss = nan\n")
+    v = classify([TaskInput(path)], JobFacts(exit_code=1))
+    assert (v.cls, v.silent_failure) == ("nan_divergence", False)

@@ -1,13 +1,13 @@
-"""The family of classify/rules/72-other-runtimes.yaml: programs in other runtimes than Python
-and the JVM: Go, Rust, R, Julia, Node.js, gfortran.
+"""The family of classify/rules/72-other-runtimes.yaml: programs in other runtimes than Python and
+the JVM: Go, Rust, R, Julia, Node.js, gfortran.
 
 An uncaught error or panic of the program is python_exception ("any other application
 exception"), its detail the error (the message line under a header that ends in ":"); the
 runtime's own words for an allocation that failed are host_oom, for a missing package
 import_error, for a native crash segfault; a missing file's errno words in the message are
-file_not_found. Wordings written here from each runtime's documented format (the rule file
-cites the sources), several per runtime, and benign mentions that must stay what they were.
-Pure logic over small written logs."""
+file_not_found. Wordings written here from each runtime's documented format (the rule file cites
+the sources), several per runtime, and benign mentions that must stay what they were. Pure logic
+over small written logs."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The family of classify/rules/20-ranks-and-launchers.yaml: where the failure was. Lines of
-srun, mpirun / mpiexec / Hydra, torchrun / elastic, torch.multiprocessing.spawn and
-concurrent.futures / loky pools that name the rank, node or process that failed first, and how
-a launcher's child ended (torchrun's agent signalled, a SIGKILL a launcher reports, a
-KeyboardInterrupt). The child's own lines still say why; prose that names a process is no
-launcher line. Pure logic over small written logs, plus a real spawn job and a real torchrun."""
+"""The family of classify/rules/20-ranks-and-launchers.yaml: where the failure was. Lines of srun,
+mpirun / mpiexec / Hydra, torchrun / elastic, torch.multiprocessing.spawn and concurrent.futures
+/ loky pools that name the rank, node or process that failed first, and how a launcher's child
+ended (torchrun's agent signalled, a SIGKILL a launcher reports, a KeyboardInterrupt). The
+child's own lines still say why; prose that names a process is no launcher line. Pure logic over
+small written logs, plus a real spawn job and a real torchrun."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from classifylib import (
     AGENT,
+    LOSSES,
     TORCH_PY,
     TRAINING,
     job_verdict,
@@ -22,9 +23,14 @@ from classifylib import (
     run_verdict,
     task,
     verdict,
+    write,
 )
 
-from gpualert_slurm.classify import JobFacts, TaskInput, classify
+from gpualert_slurm.classify import (
+    JobFacts,
+    TaskInput,
+    classify,
+)
 
 ELASTIC = ("E0302 10:11:12.000000 4242 torch/distributed/elastic/multiprocessing/api.py:874] "
            "failed (exitcode: -9) local_rank: 1 (pid: 4300) of binary: /venv/bin/python\n"
@@ -85,6 +91,11 @@ LOKY = ("joblib.externals.loky.process_executor.TerminatedWorkerError: A worker 
         "Operating System to kill the worker.\n\nThe exit codes of the workers are {codes}\n"
         "Detailed tracebacks of the workers should have been printed to stderr in the executor "
         "process if faulthandler was not disabled.\n")
+
+
+def _task(tmp_path, name, text, rank, node, step, code=None, sig=None, end=None):
+    return TaskInput(write(tmp_path, name, text), rank=rank, node=node, step=step,
+                     exit_code=code, signal=sig, end_time=end)
 
 
 @pytest.mark.parametrize("sig,cls", [(15, "killed"), (1, "killed"), (2, "cancelled")])
@@ -314,3 +325,108 @@ def test_a_future_that_mentions_a_broken_pool_in_prose_decides_nothing(tmp_path:
 def test_the_childs_exception_is_the_detail_not_the_launchers(tmp_path: Path) -> None:
     v = verdict(tmp_path, raised(2, "ValueError: expected 3 channels, got 4"))
     assert (v.cls, v.root_rank, v.detail) == ("python_exception", 2, "ValueError")
+
+
+# ---- the failing rank and node from Slurm's and the launchers' words --------------------------
+
+def test_srun_out_of_memory_names_the_killed_rank_not_the_batch_task(tmp_path):
+    tasks = [
+        _task(tmp_path, "batch.0.log", "srun: error: n2: task 1: Out Of Memory\nsrun: error: "
+              "n1: task 0: Terminated\n", 0, "n1", "batch", code=1, end=30.0),
+        _task(tmp_path, "0.0.log", LOSSES + "RuntimeError: [gloo/transport/tcp/pair.cc:534] "
+              "Connection closed by peer [10.0.0.2]:27018\n", 0, "n1", "0", sig=15, end=20.0),
+        _task(tmp_path, "0.1.log", LOSSES, 1, "n2", "0", sig=9, end=10.0),
+    ]
+    v = classify(tasks, JobFacts(exit_code=1, slurm_state="OUT_OF_MEMORY"))
+    assert (v.cls, v.root_rank, v.root_node) == ("host_oom", 1, "n2")
+    v = classify(tasks, JobFacts(exit_code=1))  # no Slurm state: srun's line alone
+    assert (v.cls, v.root_rank, v.root_node) == ("host_oom", 1, "n2")
+
+
+def test_srun_segfault_of_rank_2_of_3(tmp_path):
+    tasks = [
+        _task(tmp_path, "batch.0.log", "srun: error: n3: task 2: Segmentation fault (core "
+              "dumped)\nsrun: error: n1: task 0: Terminated\nsrun: error: n2: task 1: "
+              "Terminated\n", 0, "n1", "batch", code=139, end=30.0),
+        *[_task(tmp_path, f"0.{r}.log", LOSSES, r, f"n{r + 1}", "0", sig=15, end=21.0)
+          for r in (0, 1)],
+        _task(tmp_path, "0.2.log", LOSSES[:100], 2, "n3", "0", sig=11, end=20.0),
+    ]
+    v = classify(tasks, JobFacts(exit_code=139, slurm_state="FAILED"))
+    assert (v.cls, v.root_rank, v.root_node) == ("segfault", 2, "n3")
+
+
+def test_node_failure_names_the_lost_node(tmp_path):
+    tasks = [_task(tmp_path, "batch.0.log", "srun: error: Node failure on n3\nslurmstepd: "
+                   "error: *** STEP 4.0 ON n1 CANCELLED AT 2026-11-29T10:00:00 DUE TO NODE "
+                   "FAILURE ***\n", 0, "n1", "batch", code=1, end=30.0)]
+    v = classify(tasks, JobFacts(exit_code=1))
+    assert (v.cls, v.root_node) == ("node_failure", "n3")
+
+
+def test_global_rank_from_torch_prefixes_when_a_task_runs_several_ranks(tmp_path):
+    """Slurm task 1 runs global ranks 2 and 3 (torchrun per node): rank 3 raised first."""
+    tasks = [
+        _task(tmp_path, "0.0.log", "[rank0]: step 1\n[rank1]: step 1\n", 0, "n1", "0", sig=15,
+              end=21.0),
+        _task(tmp_path, "0.1.log", "[rank2]: step 1\n[rank3]: Traceback (most recent call "
+              "last):\n[rank3]:   File \"t.py\", line 9, in <module>\n[rank3]: IndexError: index"
+              " 4 is out of bounds\n[rank2]: RuntimeError: [gloo/transport/tcp/pair.cc:534] "
+              "Connection closed by peer [10.0.0.2]:29500\n", 1, "n2", "0", code=1, end=20.0),
+    ]
+    v = classify(tasks, JobFacts(exit_code=1))
+    assert (v.cls, v.root_rank, v.root_node) == ("python_exception", 3, "n2")
+
+
+def test_torchrun_root_cause_block_names_rank_and_host(tmp_path):
+    """A real torchrun (torch.distributed.run, 2 local workers, gloo) whose rank 1 is killed by
+    SIGKILL: the verdict's rank and host come from the agent's Root Cause block."""
+    fw = Path(TORCH_PY)
+    assert fw.exists(), f"{fw}: PyTorch's venv is needed (scripts/install-test-deps.sh)"
+    prog = tmp_path / "w.py"
+    prog.write_text("import os, signal, time\nimport torch.distributed as d\n"
+                    "d.init_process_group('gloo')\nprint('rank', d.get_rank(), flush=True)\n"
+                    "if d.get_rank() == 1:\n    time.sleep(0.5); os.kill(os.getpid(), 9)\n"
+                    "time.sleep(30)\n")
+    log = tmp_path / "run.0.log"
+    with open(log, "wb") as out:
+        p = subprocess.run([str(fw), "-m", "torch.distributed.run", "--nproc_per_node=2",
+                            "--master_port=29631", str(prog)], stdout=out,
+                           stderr=subprocess.STDOUT, timeout=120)
+    assert p.returncode != 0 and "Root Cause" in log.read_text()
+    v = classify([TaskInput(str(log), rank=0, node="n1", step="0", exit_code=p.returncode)],
+                 JobFacts(exit_code=p.returncode))
+    assert (v.cls, v.root_rank) == ("killed", 1)
+
+
+def test_batch_log_alone_does_not_name_rank_0(tmp_path):
+    tasks = [_task(tmp_path, "batch.0.log", LOSSES + "Traceback (most recent call last):\n"
+                   "ValueError: bad\n", 0, "n1", "batch", code=1, end=10.0)]
+    v = classify(tasks, JobFacts(exit_code=1))
+    assert (v.cls, v.root_rank) == ("python_exception", None)
+
+
+def test_srun_naming_the_first_task_beats_a_peer_error_in_its_own_log(tmp_path):
+    """Rank 1 is OOM-killed first (exit record: SIGKILL at t=10); rank 0 then fails in NCCL
+    (its own log, t=20). srun's task line and the records make rank 1 the root."""
+    tasks = [
+        _task(tmp_path, "batch.0.log", "srun: error: n2: task 1: Out Of Memory\nsrun: error: "
+              "n1: task 0: Exited with exit code 1\n", 0, "n1", "batch", code=1, end=30.0),
+        _task(tmp_path, "0.0.log", LOSSES + "torch.distributed.DistBackendError: NCCL error in: "
+              "ProcessGroupNCCL.cpp:1970, unhandled system error\n", 0, "n1", "0", code=1,
+              end=20.0),
+        _task(tmp_path, "0.1.log", LOSSES, 1, "n2", "0", sig=9, end=10.0),
+    ]
+    v = classify(tasks, JobFacts(exit_code=1))
+    assert (v.cls, v.root_rank, v.root_node) == ("host_oom", 1, "n2")
+    assert any(c["cls"] == "nccl_error" and c["rank"] == 0 for c in v.cascades)
+
+
+def test_mpirun_names_the_rank_and_node_that_died(tmp_path):
+    path = write(tmp_path, "batch.0.log", LOSSES + "[n2:04242] *** Process received signal ***\n"
+                 "[n2:04242] Signal: Segmentation fault (11)\n-------------------------------\n"
+                 "mpirun noticed that process rank 3 with PID 4242 on node n2 exited on signal 11 "
+                 "(Segmentation fault).\n")
+    v = classify([TaskInput(path, rank=0, node="n1", step="batch", exit_code=139)],
+                 JobFacts(exit_code=139))
+    assert (v.cls, v.root_rank, v.root_node) == ("segfault", 3, "n2")

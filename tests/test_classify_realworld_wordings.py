@@ -1,13 +1,12 @@
-"""The family of classify/rules/90-realworld-wordings.yaml: wordings real logs carry that no
-rule above knew, and the false alarms around them. GPU hardware named by the driver, the
-firmware, NVML (pynvml's NVMLError_<Name> classes) or nvidia-smi; NCCL's return traces,
-allocation failures and collective timeouts without the watchdog line; XLA's peak-buffer
-listing; progress tables and loggers whose loss turns NaN; DeepSpeed's loss scaler at its
-floor; IPython's traceback header; conda's activate noise; shared-filesystem errnos and full
-disks in other words. Lines are written from their sources' formats (NVIDIA's Xid catalogue,
-NCCL's checks.h / alloc.h / proxy.cc, torch's THC and ProcessGroupNCCL messages); the NaN
-loggers and the wrapped storage errors are also really run (corpus/gen/progs/f10_msgs.py,
-torch CPU)."""
+"""The family of classify/rules/90-realworld-wordings.yaml: wordings real logs carry that no rule
+above knew, and the false alarms around them. GPU hardware named by the driver, the firmware,
+NVML (pynvml's NVMLError_<Name> classes) or nvidia-smi; NCCL's return traces, allocation
+failures and collective timeouts without the watchdog line; XLA's peak-buffer listing; progress
+tables and loggers whose loss turns NaN; DeepSpeed's loss scaler at its floor; IPython's
+traceback header; conda's activate noise; shared-filesystem errnos and full disks in other
+words. Lines are written from their sources' formats (NVIDIA's Xid catalogue, NCCL's checks.h /
+alloc.h / proxy.cc, torch's THC and ProcessGroupNCCL messages); the NaN loggers and the wrapped
+storage errors are also really run (corpus/gen/progs/f10_msgs.py, torch CPU)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The family of classify/rules/25-schedulers.yaml: how a scheduler ended the job, as its own
-lines in the job log say: Slurm (its memory verdict over its cancel line, its time limit over
-an error the job went on after), submitit's UncompletedJobError with a Slurm state, IBM
-Spectrum LSF's termination reasons, clouds' and Kubernetes' preemption and node-loss wordings,
-Ray's lost nodes, Open MPI losing a remote daemon. An error right before the end line is
-still the cause; a warning, a sentence about what preemption would do, or DeepSpeed's shutdown
-after the cancel are not. Wordings from the tools' own sources (Slurm 22.05's libslurmfull
-strings, LSF, Ray's GCS death causes)."""
+"""The family of classify/rules/25-schedulers.yaml: how a scheduler ended the job, as its own lines
+in the job log say: Slurm (its memory verdict over its cancel line, its time limit over an error
+the job went on after), submitit's UncompletedJobError with a Slurm state, IBM Spectrum LSF's
+termination reasons, clouds' and Kubernetes' preemption and node-loss wordings, Ray's lost
+nodes, Open MPI losing a remote daemon. An error right before the end line is still the cause; a
+warning, a sentence about what preemption would do, or DeepSpeed's shutdown after the cancel are
+not. Wordings from the tools' own sources (Slurm 22.05's libslurmfull strings, LSF, Ray's GCS
+death causes)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from classifylib import (
+    LOSSES,
     NCCL_INIT,
     PROGRESS,
     TRAINING,
@@ -20,6 +21,13 @@ from classifylib import (
     log_alone,
     task,
     verdict,
+    write,
+)
+
+from gpualert_slurm.classify import (
+    JobFacts,
+    TaskInput,
+    classify,
 )
 
 BARS = "\r".join(f"{p:3d}%|{'#' * (p // 10):10s}| {p // 2}/50 [1{p // 10}:00<2:00:00, "
@@ -42,6 +50,9 @@ SUBMITIT_TB = ('Traceback (most recent call last):\n  File "sweep.py", line 9, i
                'in result\n    r = self.results()\n  File "/x/site-packages/submitit/core/'
                'core.py", line 385, in results\n    raise utils.UncompletedJobError(msg)\n'
                "submitit.core.utils.UncompletedJobError: Job 77 (task: 0) with path /l/77.pkl\n")
+
+LIMIT = ("slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT 2026-11-29T12:00:00 DUE TO TIME LIMIT"
+         " ***\n")
 
 
 # ---- node_failure: Open MPI lost a remote daemon ----
@@ -238,3 +249,24 @@ def test_submitit_state_decides(tmp_path: Path, state: str, cls: str) -> None:
 def test_submitit_failed_state_is_still_an_exception(tmp_path: Path) -> None:
     log = SUBMITIT_TB + "has not produced any output (state: FAILED)\n"
     assert job_verdict([task(tmp_path, log)]).cls == "python_exception"
+
+
+def test_time_limit_line_does_not_demote_a_cause_that_came_just_before_it(tmp_path):
+    path = write(tmp_path, "0.0.log", LOSSES + "Traceback (most recent call last):\n  File "
+                 "\"t.py\", line 4, in <module>\nKeyError: 'input_ids'\n" + LIMIT)
+    v = classify([TaskInput(path, signal=15)], JobFacts(signal=15))
+    assert (v.cls, v.step) == ("python_exception", "time_limit_or_cancel")
+    assert v.detail.startswith("(then time limit)")
+    # an exception the job survived, long before the limit: the limit decides
+    path = write(tmp_path, "1.log", "KeyError: 'x' (logged and skipped)\n" + LOSSES * 10 + LIMIT)
+    assert classify([TaskInput(path, signal=15)], JobFacts(signal=15)).cls == "time_limit"
+
+
+def test_time_limit_after_a_labelled_rank_error_in_the_batch_log(tmp_path):
+    """srun --label: rank 1's traceback is labelled, slurmstepd's time-limit line is not."""
+    path = write(tmp_path, "batch.0.log", "0: step 1\n1: step 1\n1: Traceback (most recent call "
+                 "last):\n1:   File \"t.py\", line 3, in <module>\n1: ValueError: bad shard\n"
+                 + LIMIT)
+    v = classify([TaskInput(path, rank=0, node="n1", step="batch", signal=15)],
+                 JobFacts(slurm_state="TIMEOUT"))
+    assert (v.cls, v.root_rank) == ("python_exception", 1)

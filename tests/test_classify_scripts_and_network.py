@@ -2,8 +2,8 @@
 their message. Perl's own errors (pod/perldiag.pod), a Rust panic whose words say more than "a
 panic" (a stack overflow is a native crash, a finite check on the loss is a divergence), and
 network reads failing in Node.js, Go and Rust (storage_io, as Python's). Wordings written from
-each runtime's documented format; benign mentions that must stay what they were. Pure logic
-over small written logs."""
+each runtime's documented format; benign mentions that must stay what they were. Pure logic over
+small written logs."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The family of classify/rules/10-slurm-facts.yaml: Slurm's final job state and the signal or
-exit code that ended the job, when nothing in the logs says more: the time limit over a
-launcher's signalled agent, a NODE_FAIL naming the batch host's rank or the node it lost, and
-`gpualert classify` reading the task's exit record (beside the log, or in `gpualert run`'s log
-dir)."""
+"""The family of classify/rules/10-slurm-facts.yaml: Slurm's final job state and the signal or exit
+code that ended the job, when nothing in the logs says more: the time limit over a launcher's
+signalled agent, a NODE_FAIL naming the batch host's rank or the node it lost, the shell's exit
+codes under a cut-off traceback, and `gpualert classify` reading the task's exit record (beside
+the log, or in `gpualert run`'s log dir)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from classifylib import AGENT, PROGRESS, job_verdict, run, task
+from classifylib import (
+    AGENT,
+    LOSSES,
+    PROGRESS,
+    job_verdict,
+    run,
+    run_py,
+    task,
+    write,
+)
 
 from gpualert_slurm.classify import (
     JobFacts,
+    TaskInput,
     Verdict,
     classify,
 )
@@ -95,3 +105,22 @@ def test_node_fail_named_node_still_decides(tmp_path: Path) -> None:
     r1 = task(tmp_path, PROGRESS, "0.1.log", 1, exit_code=None, node="n2", end_time=None)
     v = job_verdict([b, r0, r1], exit_code=None, slurm_state="NODE_FAIL")
     assert (v.cls, v.root_rank, v.root_node) == ("node_failure", 1, "n2"), (v.root_rank, v.detail)
+
+
+def test_cut_off_traceback_and_shell_exit_codes(tmp_path):
+    """A log cut inside a traceback (its exception line lost): an exception, with the class a
+    frame rule gives; the shell's 126/127 and a task's 128+N exit code without other evidence."""
+    t = run_py(tmp_path, "import torch_not_here_xyz", name="a.log")
+    text = Path(t.path).read_text()
+    cut = write(tmp_path, "cut.log", text[:text.rindex("ModuleNotFoundError")])
+    v = classify([TaskInput(cut)], JobFacts(exit_code=1))
+    assert (v.cls, v.step) == ("python_exception", "cut_traceback")
+    frames = write(tmp_path, "dev.log", "Traceback (most recent call last):\n  File \"t.py\", line"
+                   " 3, in <module>\n  File \"/v/torch/_prims_common/__init__.py\", line 931, in "
+                   "check_same_device\n    raise RuntimeError(msg)")
+    assert classify([TaskInput(frames)], JobFacts(exit_code=1)).cls == "device_mismatch"
+    quiet = write(tmp_path, "q.log", LOSSES)
+    assert classify([TaskInput(quiet)], JobFacts(exit_code=126)).cls == "permission_denied"
+    assert classify([TaskInput(quiet)], JobFacts(exit_code=127)).cls == "file_not_found"
+    v = classify([TaskInput(quiet, exit_code=139, step="batch")], JobFacts(exit_code=11))
+    assert v.cls == "segfault"

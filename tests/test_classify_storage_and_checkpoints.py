@@ -1,6 +1,6 @@
-"""The family of classify/rules/55-storage-and-checkpoints.yaml: exceptions with a class of
-their own. Imports that fail; full disks (sqlite's, an iostream's, a disk-full line that ends
-an exit-0 log); storage I/O (remote object / HTTP storage clients, fsspec, errnos inside a
+"""The family of classify/rules/55-storage-and-checkpoints.yaml: exceptions with a class of their
+own. Imports that fail; full disks (sqlite's, an iostream's, a disk-full line that ends an
+exit-0 log); storage I/O (remote object / HTTP storage clients, fsspec, errnos inside a
 library's error type, a data server that breaks); checkpoints and model files that do not load
 (torch's weights_only refusal, files that exist but do not parse, short reads of arrays and
 models); NaN in the input data, which is a data error. A wrapper exception (DCP's
