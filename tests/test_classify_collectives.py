@@ -231,6 +231,8 @@ def test_connect_retry_warning_then_success(tmp_path: Path) -> None:
     assert verdict(tmp_path, text, exit_code=0).cls == "success"
 
 
+# ---- collective_timeout: the straggler is the root rank ----
+
 @pytest.mark.parametrize("n, quiet", [(3, 1), (4, 2), (4, 0), (6, 3)])
 def test_nccl_watchdog_quiet_rank_is_the_straggler(tmp_path: Path, n: int, quiet: int) -> None:
     # srun's "task r: Aborted (core dumped)" of each reporting rank is its watchdog's abort

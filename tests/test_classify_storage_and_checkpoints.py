@@ -397,6 +397,8 @@ def test_exit0_with_an_early_recovered_enospc_stays_success(tmp_path: Path) -> N
     assert v.cls == "success" and not v.silent_failure
 
 
+# ---- checkpoint_corrupt: a model / config / tokenizer file that is there but does not parse ----
+
 @pytest.mark.parametrize("exc", [
     "OSError: It looks like the config file at '/models/llm-7b/preprocessor_config.json' is not "
     "a valid JSON file.",
@@ -408,8 +410,6 @@ def test_model_files_that_do_not_parse(tmp_path: Path, exc: str) -> None:
     v = verdict(tmp_path, PROGRESS + tb(USER, exc=exc))
     assert v.cls == "checkpoint_corrupt", (v.cls, v.evidence)
 
-
-# ---- checkpoint_corrupt: a model / config / tokenizer file that is there but does not parse ----
 
 @pytest.mark.parametrize("exc", [
     "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
