@@ -189,3 +189,14 @@ def test_the_checker_sees_a_missing_path_and_module():
                  "core.verdict.no_such_name", "rules.yaml"):
         assert f"`{name}`" in joined, (name, found)
     assert len(found) == 5, found
+
+
+def test_the_recovery_page_carries_the_action_table():
+    """docs/RECOVERY.md shows the recovery actions as core/vocab.py's ACTION_SPECS rows make
+    them (vocab.actions_table()), not a second copy in prose that can drift."""
+    from gpualert_slurm.core import vocab
+
+    text = (REPO / "docs" / "RECOVERY.md").read_text()
+    assert vocab.actions_table() in text, (
+        "docs/RECOVERY.md's action table differs from vocab.actions_table(); paste:\n"
+        + vocab.actions_table())
