@@ -288,7 +288,7 @@ def load_rules(
 
 
 def drop_if_stale() -> None:
-    """For a long-lived process that forks its workers (hooks/drain.py): the rule set an earlier
+    """For a long-lived process that forks its workers (hooks/queue.py): the rule set an earlier
     load_rules() kept is dropped when the files it was built from are not those in use now (an
     edited or added site rule, another GPUALERT_RULES_DIR in the job's environment), so that the
     next load reads them, as a fresh process would."""
