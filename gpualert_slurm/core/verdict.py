@@ -26,8 +26,9 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from gpualert_slurm.core import vocab as _vocab
 from gpualert_slurm.core.spool import (
     MAX_RECORD_BYTES,
     SpoolError,
@@ -42,7 +43,8 @@ __all__ = ["VERSION", "FILE", "MAX_BYTES", "VerdictError", "Provenance", "Eviden
 VERSION = 1  # the schema version the job epilog writes (hooks.jobspool.VERDICT_VERSION)
 FILE = "verdict.json"
 MAX_BYTES = MAX_RECORD_BYTES  # a bigger verdict.json is refused before it is parsed
-ORIGINS = ("slurm", "root", "job")  # provenance.label: who a fact comes from
+# provenance.label: who a fact comes from (the vocabulary is core/vocab.py's Origin)
+ORIGINS = _vocab.ORIGINS
 
 
 class VerdictError(SpoolError):
@@ -51,7 +53,7 @@ class VerdictError(SpoolError):
     refuse this one the same way."""
 
 
-_T = TypeVar("_T")
+_T = TypeVar("_T", bound="_Record")
 
 
 # ---- field checks: each returns the value as it came (for the round trip) or raises -------
@@ -156,10 +158,11 @@ class _Record:
     came from lacked it). Equality compares the fields only (not `omitted`, not `extra`)."""
 
     omitted: frozenset[str]
+    # every record is a @dataclass: declared so that dataclasses.replace accepts one
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def replace(self: _T, **changes: Any) -> _T:
-        return dataclasses.replace(self, **changes,  # type: ignore[type-var]
-                                   omitted=self.omitted - changes.keys())  # type: ignore[attr-defined]
+        return dataclasses.replace(self, **changes, omitted=self.omitted - changes.keys())
 
 
 # ---- the records -----------------------------------------------------------------------------
@@ -180,7 +183,7 @@ class Provenance(_Record):
     @property
     def trusted(self) -> bool:
         """Slurm's or root's: a fact that may act (SECURITY.md); the job's only explains."""
-        return self.origin in ("slurm", "root")
+        return self.origin in _vocab.TRUSTED_ORIGINS
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "provenance") -> Provenance:
