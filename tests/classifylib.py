@@ -95,6 +95,23 @@ def run_verdict(t: TaskInput) -> Verdict:
     return classify([t], JobFacts(exit_code=code, signal=t.signal))
 
 
+def run_prog(tmp_path: Path, py: str, code: str, name: str = "prog.py") -> str:
+    """The output (stdout, then stderr) of program `code`, written to tmp_path/`name` and run
+    there by the interpreter `py`; it must fail."""
+    prog = tmp_path / name
+    prog.write_text(textwrap.dedent(code))
+    p = subprocess.run([py, str(prog)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert p.returncode != 0
+    return p.stdout + p.stderr
+
+
+def timed_steps(start_h: int, n: int) -> str:
+    """A logger's timed lines, one a minute from start_h:00 on 2026-03-01."""
+    return "".join(f"2026-03-01 {start_h + i // 60:02d}:{i % 60:02d}:07,123 INFO train: step "
+                   f"{i * 20} loss {2.0 - i * 0.01:.3f}\n" for i in range(n))
+
+
 # ---- tracebacks ----
 
 SITE = "/opt/conda/envs/train/lib/python3.11/site-packages"  # a training job's libraries
@@ -187,3 +204,16 @@ NCCL_INIT = "".join(f"n3:4242:4250 [{r}] NCCL INFO comm 0x55d0 rank {r} nranks 2
 # The program that prints the driver, collective, NaN-logger and wrapped storage messages of the
 # realworld-wordings family (run with the torch CPU venv, TORCH_PY)
 MSGS_PROG = Path(__file__).resolve().parents[1] / "corpus/gen/progs/f10_msgs.py"
+
+
+# ---- Open MPI ----
+
+def orte_lost(remote: str, n: int = 1) -> str:
+    """Open MPI 4's help-errmgr-base.txt, once per daemon lost (`n`), the remote daemon on node
+    `remote`."""
+    bar = "-" * 74 + "\n"
+    return (bar + "ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : "
+            "[[4242,0],0] on node gpu-11\n  Remote daemon: [[4242,0],1] on node " + remote
+            + "\n\nThis is usually due to either a failure of the TCP network\nconnection to "
+            "the node, or possibly an internal failure of\nthe daemon itself. We cannot "
+            "recover from this failure, and\ntherefore will terminate the job.\n") * n + bar

@@ -18,8 +18,10 @@ from classifylib import (
     PROGRESS,
     RUN_TB,
     SITE,
+    TRAINING,
     USER,
     job_verdict,
+    log_alone,
     task,
     tb_by_line,
     verdict,
@@ -286,3 +288,99 @@ def test_nccl_shared_memory_transport_full_is_nccl_error(tmp_path: Path, line: s
            "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n")
     v = verdict(tmp_path, log)
     assert v.cls == "nccl_error", v.to_json()
+
+
+# ---- multi-node launchers' prefixes; NCCL errors inside a traceback ----
+
+NCCL_TB = ("Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n"
+           "    dist.all_reduce(t)\ntorch.distributed.DistBackendError: NCCL error in: "
+           "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error "
+           "(run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3\nncclSystemError: System "
+           "call (e.g. socket, malloc) or external library call failed or device error.\n")
+
+
+@pytest.mark.parametrize("prefix", ["worker-3: ", "10.2.0.17: ", "[1,5]<stderr>:"])
+def test_launcher_prefixed_nccl_error_in_a_traceback(tmp_path: Path, prefix: str) -> None:
+    # held before: pdsh's "host: ", DeepSpeed's runner (pdsh under it), mpirun --tag-output
+    text = "".join(prefix + ln + "\n" for ln in (TRAINING + NCCL_TB).splitlines())
+    assert log_alone(tmp_path, text) == "nccl_error"
+
+
+def test_nccl_before_2_4_warn_lines_without_the_nccl_word(tmp_path: Path) -> None:
+    # (was: unknown) debug.h's "host:pid:tid [dev] file:line WARN msg" and "INFO file:line -> N"
+    text = TRAINING + "".join(
+        f"gpu-n{n}:2201:2290 [{d}] include/socket.h:197 WARN Call to recv failed : Connection "
+        f"reset by peer\ngpu-n{n}:2201:2290 [{d}] INFO bootstrap.cu:172 -> 2\n"
+        for n, d in ((2, 0), (2, 1)))
+    assert log_alone(tmp_path, text) == "nccl_error"
+
+
+def test_nccl_bootstrap_connect_retries_at_the_end(tmp_path: Path) -> None:
+    # (was: unknown) src/misc/socket.cc "Call to connect returned %s, retrying"
+    text = TRAINING + "".join("gpu-n2:2201:2290 [0] NCCL INFO Call to connect returned Connection "
+                              "refused, retrying\n" for _ in range(6))
+    assert log_alone(tmp_path, text) == "nccl_error"
+
+
+# ---- a watchdog, then an abort: the timeout is the cause (was: unknown / segfault) ----
+
+def test_watchdog_frames_then_abort_is_the_timeout(tmp_path: Path) -> None:
+    lib = "/opt/conda/lib/python3.10/site-packages/torch/lib"
+    text = (TRAINING + "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/"
+            "ProcessGroupNCCL.cpp:618 (most recent call first):\n"
+            f"frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f01 in "
+            f"{lib}/libc10.so)\nframe #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout("
+            f"std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x282 "
+            f"(0x7f02 in {lib}/libtorch_cuda.so)\n"
+            "run.sh: line 31: 4411 Aborted                 (core dumped) python train.py\n")
+    assert verdict(tmp_path, text, exit_code=None, signal=6).cls == "collective_timeout"
+    assert log_alone(tmp_path, text) == "collective_timeout"
+
+
+def test_watchdog_then_segfault_in_teardown_is_the_timeout(tmp_path: Path) -> None:
+    # held before
+    text = (TRAINING + "[rank3]:[E ProcessGroupNCCL.cpp:828] [Rank 3] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=912, OpType=BROADCAST, NumelIn=1, "
+            "NumelOut=1, Timeout(ms)=1800000) ran for 1800456 milliseconds before timing out.\n"
+            "Fatal Python error: Segmentation fault\n\nThread 0x00007f3a (most recent call "
+            "first):\n  File \"/x/torch/distributed/distributed_c10d.py\", line 3, in barrier\n")
+    assert verdict(tmp_path, text, exit_code=None, signal=11).cls == "collective_timeout"
+
+
+# ---- a store timeout behind an NCCL set-up error (was: nccl_error) ----
+
+def test_nccl_unique_id_store_timeout_is_a_collective_timeout(tmp_path: Path) -> None:
+    # (was: nccl_error) ProcessGroupNCCL.cpp broadcastUniqueNCCLID's store->get failing
+    exc = ("torch.distributed.DistBackendError: [5] is setting up NCCL communicator and "
+           "retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but "
+           "store->get('0') got error: Socket Timeout")
+    text = (TRAINING + "Traceback (most recent call last):\n  File \"train.py\", line 9, in "
+            "<module>\n    dist.barrier()\n" + exc + "\n")
+    assert log_alone(tmp_path, text) == "collective_timeout"
+
+
+# ---- torch's watchdog timeout with its message cut after the head (was: nccl_error) ----
+
+WATCHDOG = ("[rank3]:[E1102 04:14:29.224103812 ProcessGroupNCCL.cpp:1896] [PG ID 0 PG GUID "
+            "0(default_pg) Rank 3] Process group watchdog thread terminated with exception: "
+            "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4120, "
+            "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 "
+            "milliseconds before timing out.\n")
+SOCKET_RETURNS = "".join(f"gpu-07:3121:3190 [{r}] NCCL INFO misc/socket.cc:{n} -> 3\n"
+                         for r, n in ((0, 64), (0, 80), (1, 881), (3, 829)))
+
+
+@pytest.mark.parametrize("keep", [None, 230, 200, 193])
+def test_watchdog_timeout_cut_after_its_head_is_a_collective_timeout(tmp_path: Path,
+                                                                     keep) -> None:
+    line = WATCHDOG if keep is None else WATCHDOG[:keep] + "\n"
+    assert "Watchdog caught" in line
+    assert log_alone(tmp_path, TRAINING + SOCKET_RETURNS + line) == "collective_timeout"
+
+
+def test_watchdog_with_an_nccl_error_stays_an_nccl_error(tmp_path: Path) -> None:
+    # held before: the watchdog's other exception is NCCL's own error
+    line = ("[rank3]:[E1102 04:14:29.224 ProcessGroupNCCL.cpp:1537] [PG ID 0 PG GUID 0 Rank 3] "
+            "Process group watchdog thread terminated with exception: NCCL error: remote process "
+            "exited or there was a network error, NCCL version 2.21.5\n")
+    assert log_alone(tmp_path, TRAINING + SOCKET_RETURNS + line) == "nccl_error"

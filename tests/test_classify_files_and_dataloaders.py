@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,13 @@ from classifylib import (
     PROGRESS,
     SITE,
     TORCH_PY,
+    TRAINING,
     USER,
     USER_LOADER,
     crash,
+    log_alone,
     run,
+    run_prog,
     run_verdict,
     tb,
     tb_by_frame,
@@ -381,3 +385,75 @@ def test_raw_exception_dump_of_a_lost_fd_sharing_connection_is_dataloader_worker
                  "0x9ec680\nobject type name: ConnectionResetError\nobject repr     : "
                  "ConnectionResetError(104, 'Connection reset by peer')\nlost sys.stderr\n")
     assert classify([TaskInput(path)], JobFacts(exit_code=1)).cls == "dataloader_worker"
+
+
+# ---- a DataLoader wrapper naming a missing file, its worker's traceback cut (was: unknown) ----
+
+@pytest.mark.parametrize("tail", [
+    "", "Original Traceback (most recent call last):\n  File \"/x/torch/utils/data/_utils/"
+    "worker.py\", line 308, in _worker_loop\n    data = fetcher.fetch(index)\n"])
+def test_loader_wrapper_naming_a_missing_file_when_the_worker_traceback_is_cut(
+        tmp_path: Path, tail: str) -> None:
+    text = (TRAINING + "Traceback (most recent call last):\n  File \"train.py\", line 50, in "
+            "<module>\n    for batch in loader:\n  File \"/x/torch/_utils.py\", line 461, in "
+            "reraise\n    raise exception\nFileNotFoundError: Caught FileNotFoundError in "
+            "DataLoader worker process 1.\n" + tail)
+    assert log_alone(tmp_path, text) == "file_not_found"
+
+
+# ---- a traceback cut before (or inside) its exception line: what its last frames say ----
+# Pasted excerpts, a log killed mid-write and a bounded tail stop inside a traceback. Where the
+# last frames or the launcher's line just before say what raised, the class is theirs; the
+# lines below are real programs' output (a real pickle, torch.save, torchrun), cut afterwards.
+
+def _cut_exception_line(text: str, keep: int) -> str:
+    """The log cut `keep` characters into its last line (0: the line is gone)."""
+    body, last = text.rstrip("\n").rsplit("\n", 1)
+    return body + "\n" + (last[:keep] + "\n" if keep else "")
+
+
+TRUNCATED_PICKLE = """\
+    import pickle
+    with open("weights.pkl", "wb") as f:
+        f.write(pickle.dumps({"conv1": list(range(5000))})[:-4000])
+    def load_pretrained(path):
+        with open(path, "rb") as f:
+            return pickle.load(f, encoding="latin1")
+    load_pretrained("weights.pkl")
+"""
+
+
+@pytest.mark.parametrize("keep", [0, 10, 21, None])
+def test_pickle_load_frame_cut_before_its_exception_is_checkpoint_corrupt(
+        tmp_path: Path, keep) -> None:
+    # (was: python_exception) pickle.load of a truncated weights file; the log cut inside the
+    # exception line ("_pickle.Unpickl"), right after its last frame, or kept whole (held before)
+    text = run_prog(tmp_path, sys.executable, TRUNCATED_PICKLE)
+    assert "UnpicklingError: pickle data was truncated" in text
+    cut = text if keep is None else _cut_exception_line(text, keep)
+    assert log_alone(tmp_path, TRAINING + cut) == "checkpoint_corrupt"
+
+
+TORCH_SAVE_ESTALE = """\
+    import errno, io, torch
+    class NfsFile(io.RawIOBase):
+        def writable(self):
+            return True
+        def write(self, b):
+            raise OSError(errno.ESTALE, "Stale file handle")
+    def save_checkpoint(state):
+        torch.save(state, NfsFile())
+    save_checkpoint({"w": torch.zeros(1000)})
+"""
+
+
+@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
+def test_torch_save_cut_inside_its_frames_is_storage_io(tmp_path: Path) -> None:
+    # (was: python_exception) a real torch.save whose file write fails; whole, its errno decides
+    # (held before); cut after torch/serialization.py's save frames, the writer's frames do
+    text = run_prog(tmp_path, TORCH_PY, TORCH_SAVE_ESTALE)
+    assert "[Errno 116] Stale file handle" in text
+    assert log_alone(tmp_path, TRAINING + text) == "storage_io"
+    first = text[:text.index("During handling")]
+    cut = first[:first.index("in _save\n") + len("in _save\n")]
+    assert log_alone(tmp_path, TRAINING + cut) == "storage_io"

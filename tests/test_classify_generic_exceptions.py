@@ -13,7 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from classifylib import crash, run, run_py, run_verdict, verdict
+from classifylib import (
+    TORCH_PY,
+    TRAINING,
+    crash,
+    log_alone,
+    run,
+    run_prog,
+    run_py,
+    run_verdict,
+    verdict,
+)
 
 from gpualert_slurm.classify import JobFacts, TaskInput, classify, load_rules
 
@@ -203,3 +213,25 @@ def test_hints_are_modest_and_rank_below_every_specific_rule() -> None:
 ])
 def test_one_half_of_a_family_stays_a_python_exception(tmp_path: Path, line: str) -> None:
     assert hint_verdict(tmp_path, line).cls == "python_exception"
+
+
+# ---- a traceback whose last frames load or save a file, yet the program's own error ----
+# (the cut tracebacks those frames decide: tests/test_classify_files_and_dataloaders.py)
+
+def test_a_generic_exception_from_pickle_loads_stays_generic(tmp_path: Path) -> None:
+    # pickle.loads is also multiprocessing's IPC: its frame does not make a file unreadable
+    text = (TRAINING + "Traceback (most recent call last):\n  File \"worker.py\", line 40, in "
+            "recv\n    msg = pickle.loads(buf)\n  File \"worker.py\", line 12, in __setstate__\n"
+            "    raise ValueError('bad config')\nValueError: bad config\n")
+    assert log_alone(tmp_path, text) == "python_exception"
+
+
+@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
+def test_an_object_torch_save_cannot_pickle_is_the_programs(tmp_path: Path) -> None:
+    # the same frames with pickle's own error: the program's, not the storage's
+    text = run_prog(tmp_path, TORCH_PY, """\
+        import torch
+        torch.save({"fn": lambda x: x}, "ckpt.pt")
+    """)
+    assert "Can't pickle" in text
+    assert log_alone(tmp_path, TRAINING + text) == "python_exception"

@@ -18,8 +18,10 @@ from classifylib import (
     PROGRESS,
     SITE,
     SOLVER_PROGRESS,
+    TRAINING,
     USER,
     job_verdict,
+    log_alone,
     task,
     tb_by_line,
     verdict,
@@ -31,6 +33,7 @@ from gpualert_slurm.classify import (
     TaskInput,
     classify,
 )
+from gpualert_slurm.classify.node_trust import _kernel_classes
 
 _PYX = "slurmstepd: error: pyxis:"
 
@@ -302,3 +305,73 @@ def test_xid_in_a_task_log_is_gpu_hardware_when_the_job_failed(tmp_path):
     path = write(tmp_path, "0.0.log", LOSSES + "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has "
                  "fallen off the bus.\nRuntimeError: CUDA error: unspecified launch failure\n")
     assert classify([TaskInput(path)], JobFacts(exit_code=1)).cls == "gpu_hardware"
+
+
+# ---- GPU hardware in the job's own output (was: unknown / cuda_error) ----
+
+@pytest.mark.parametrize("text", [
+    "+ dmesg | tail -2\n[ 8123.441902] NVRM: GPU 0000:41:00.0: RmInitAdapter failed! "
+    "(0x25:0x65:1457)\n[ 8123.442010] NVRM: GPU 0000:41:00.0: rm_init_adapter failed, device "
+    "minor number 2\n",
+    "+ nvidia-smi\nGPU 00000000:41:00.0: GPU requires reset\n",
+    "+ dcgmi health -c -g 0\n| Health Monitor Report                              |\n"
+    "| Overall Health            | Failure                |\n"
+    "| -> 2                      | Failure                |\n"
+    "|    -> Memory              | Failure                |\n"
+    "|                           | Detected 3 volatile double-bit ECC error(s) in GPU 2. |\n",
+    "+ nvidia-smi -q -d ROW_REMAPPER\n    Remapped Rows\n        Correctable Error           : 0\n"
+    "        Uncorrectable Error         : 3\n        Pending                     : Yes\n"
+    "        Remapping Failure Occurred  : Yes\n",
+])
+def test_gpu_hardware_wordings_in_job_output(tmp_path: Path, text: str) -> None:
+    v = verdict(tmp_path, TRAINING + text)
+    assert v.cls == "gpu_hardware", v.detail
+
+
+@pytest.mark.parametrize("line", [
+    "GPU 00000000:41:00.0: GPU requires reset",
+    "| Overall Health            | Failure                |",
+    "Detected 3 volatile double-bit ECC error(s) in GPU 2.",
+    "        Remapping Failure Occurred  : Yes",
+])
+def test_job_output_hardware_wordings_back_no_drain(line: str) -> None:
+    # the trust boundary stands: only the kernel rules judge root's sealed driver lines, and
+    # these job-output wordings are not among them
+    assert "gpu_hardware" not in _kernel_classes(line)
+
+
+# ---- the build, not the program: invalid device function (was: unknown) ----
+
+def test_invalid_device_function_is_the_build_not_the_program(tmp_path: Path) -> None:
+    text = ("/opt/torch/bin/luajit: /opt/torch/share/lua/5.1/nn/THNN.lua:110: cuda runtime "
+            "error (8) : invalid device function at /tmp/cutorch/lib/THC/THCTensorMath.cu:35\n")
+    assert log_alone(tmp_path, TRAINING + text) == "cuda_setup"
+
+
+# ---- container launch failures (pyxis / enroot; was: unknown) ----
+
+@pytest.mark.parametrize("text,cls", [
+    # the enroot log pyxis prints says why: the GPU hook, the registry's answer
+    ("slurmstepd: error: pyxis: container start failed with error code: 1\n"
+     "slurmstepd: error: pyxis: printing enroot log file:\n"
+     "slurmstepd: error: pyxis:     nvidia-container-cli: initialization error: nvml error: "
+     "driver not loaded\nslurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh"
+     " exited with return code 1\nslurmstepd: error: pyxis: couldn't start container\n"
+     "slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1\n",
+     "cuda_setup"),
+    ("slurmstepd: error: pyxis: failed to import docker image\n"
+     "slurmstepd: error: pyxis: printing enroot log file:\n"
+     "slurmstepd: error: pyxis:     [ERROR] URL https://registry.example.org/v2/team/img/"
+     "manifests/v3 returned error code: 401 Unauthorized\n"
+     "slurmstepd: error: pyxis: couldn't start container\n", "permission_denied"),
+])
+def test_pyxis_enroot_log_decides(tmp_path: Path, text: str, cls: str) -> None:
+    assert log_alone(tmp_path, text) == cls
+
+
+def test_pyxis_failure_alone_says_the_container_did_not_start(tmp_path: Path) -> None:
+    v = verdict(tmp_path, "slurmstepd: error: pyxis: container start failed with error code: 1\n"
+                "slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed "
+                "with rc=-1\nslurmstepd: error: Failed to invoke spank plugin stack\n")
+    assert v.cls == "cuda_setup" and v.confidence <= 0.6
+    assert "container did not start" in v.detail and "credentials" in v.detail

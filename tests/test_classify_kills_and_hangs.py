@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from classifylib import LOSSES, NCCL_INIT, TRAINING, log_alone, verdict, write
+from classifylib import LOSSES, NCCL_INIT, TRAINING, log_alone, timed_steps, verdict, write
 
 from gpualert_slurm.classify import (
     JobFacts,
@@ -184,3 +184,11 @@ def test_completed_exit_0_silent_longer_than_the_threshold_is_success(tmp_path):
                  JobFacts(exit_code=None, slurm_state="TIMEOUT", hang_threshold_s=60,
                           silence_s=3600))
     assert v.cls == "hang"
+
+
+# ---- hangs the log cannot prove: unknown, with the last line and its time (held before) ----
+
+def test_a_log_that_just_stops_is_unknown_with_its_last_line_and_time(tmp_path: Path) -> None:
+    v = verdict(tmp_path, timed_steps(3, 12), exit_code=None)
+    assert v.cls == "unknown"
+    assert "03:11:07" in v.detail and "step 220" in v.detail

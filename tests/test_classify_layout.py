@@ -21,7 +21,6 @@ WHOLE = {
     "layout": "this mirror",
     "precedence": "precedence.yaml and the steps it orders",
     "realworld": "inputs as real logs have them; every rule's literals against the corpus",
-    "unseen_families": "issue 32's families, to be spread over the family files",
 }
 
 

@@ -15,8 +15,10 @@ from classifylib import (
     MAIN_TB,
     PROGRESS,
     SOLVER_PROGRESS,
+    TRAINING,
     USER,
     job_verdict,
+    log_alone,
     task,
     tb_by_line,
     verdict,
@@ -240,3 +242,29 @@ def test_kernel_oom_line_inside_a_task_log_decides_host_oom(tmp_path):
     v = classify([TaskInput(path)], JobFacts(exit_code=137))
     assert v.cls == "host_oom"
     assert "Out of memory: Killed process" in v.evidence[0]["text"]
+
+
+# ---- host memory seen from inside the program ----
+
+@pytest.mark.parametrize("exc", [  # held before
+    "MemoryError", "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 12.0 GiB for "
+    "an array with shape (40000, 40000) and data type float64",
+    "OSError: [Errno 12] Cannot allocate memory"])
+def test_host_memory_from_inside(tmp_path: Path, exc: str) -> None:
+    text = (TRAINING + "Traceback (most recent call last):\n  File \"train.py\", line 7, in "
+            "<module>\n    x = build()\n" + exc + "\n")
+    assert log_alone(tmp_path, text) == "host_oom"
+
+
+def test_memory_error_then_a_half_written_file_is_host_memory(tmp_path: Path) -> None:
+    # (was: disk_full) torch.save ran out of host memory; closing the zip then failed
+    ser = "/opt/conda/lib/python3.10/site-packages/torch/serialization.py"
+    text = (TRAINING + f"Traceback (most recent call last):\n  File \"{ser}\", line 441, in "
+            f"save\n    _save(obj, opened_zipfile, pickle_module, pickle_protocol)\n  File "
+            f"\"{ser}\", line 668, in _save\n    zip_file.write_record(name, storage, num_bytes)"
+            f"\nMemoryError\n\nDuring handling of the above exception, another exception "
+            f"occurred:\n\nTraceback (most recent call last):\n  File \"{ser}\", line 440, in "
+            f"save\n    with _open_zipfile_writer(f) as opened_zipfile:\n  File \"{ser}\", line "
+            "291, in __exit__\n    self.file_like.write_end_of_file()\nRuntimeError: [enforce "
+            "fail at inline_container.cc:337] . unexpected pos 4412736 vs 4412630\n")
+    assert log_alone(tmp_path, text) == "host_oom"

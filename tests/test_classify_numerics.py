@@ -14,7 +14,9 @@ from classifylib import (
     LOSSES,
     PREP_TB,
     STEPS,
+    TRAINING,
     job_verdict,
+    log_alone,
     run_py,
     task,
     verdict,
@@ -156,3 +158,37 @@ def test_nan_in_a_failed_job_is_not_flagged_silent(tmp_path):
     path = write(tmp_path, "0.0.log", LOSSES + "step 30 loss = nan\n")
     v = classify([TaskInput(path)], JobFacts(exit_code=1))
     assert (v.cls, v.silent_failure) == ("nan_divergence", False)
+
+
+# ---- divergence shown only in a trainer's summary (was: success / unknown) ----
+
+def test_eval_loss_nan_at_every_evaluation_is_divergence_even_on_exit_0(tmp_path: Path) -> None:
+    text = ""
+    for e in range(1, 4):
+        text += (f"{{'loss': {0.0 if e > 1 else 1.93}, 'grad_norm': 0.0, 'learning_rate': "
+                 f"{5e-5 - e * 1e-5:.1e}, 'epoch': {e - 0.5}}}\n"
+                 f"{{'eval_loss': nan, 'eval_runtime': 12.31, 'eval_samples_per_second': 81.2, "
+                 f"'eval_steps_per_second': 10.2, 'epoch': {float(e)}}}\n")
+    text += ("{'train_runtime': 912.4, 'train_samples_per_second': 32.9, "
+             "'train_steps_per_second': 4.1, 'train_loss': nan, 'epoch': 3.0}\n")
+    assert verdict(tmp_path, text, exit_code=0).cls == "nan_divergence"
+    assert log_alone(tmp_path, text) == "nan_divergence"
+
+
+def test_lightning_progress_postfix_nan_is_divergence(tmp_path: Path) -> None:
+    text = ("Epoch 3:  41%|####1     | 412/1000 [01:12<01:43, 5.68it/s, v_num=7, "
+            "train_loss_step=nan.0]\n")
+    assert log_alone(tmp_path, TRAINING + text) == "nan_divergence"
+
+
+def test_fairseq_loss_scale_collapsing_is_divergence(tmp_path: Path) -> None:
+    scale = 2.0
+    text = ""
+    while scale > 1e-4:
+        scale /= 2
+        text += f"| WARNING: overflow detected, setting loss scale to: {scale}\n"
+    assert log_alone(tmp_path, TRAINING + text + "Traceback (most recent call last):\n") \
+        == "nan_divergence"
+    # a scale that dips and recovers is not divergence
+    assert log_alone(tmp_path, TRAINING + "| WARNING: overflow detected, setting loss scale to: "
+                 "64.0\n" + TRAINING) != "nan_divergence"

@@ -19,6 +19,7 @@ from classifylib import (
     TRAINING,
     job_verdict,
     log_alone,
+    orte_lost,
     run,
     run_verdict,
     task,
@@ -430,3 +431,72 @@ def test_mpirun_names_the_rank_and_node_that_died(tmp_path):
     v = classify([TaskInput(path, rank=0, node="n1", step="batch", exit_code=139)],
                  JobFacts(exit_code=139))
     assert (v.cls, v.root_rank, v.root_node) == ("segfault", 3, "n2")
+
+
+# ---- a traceback cut after a launcher passed on an interrupt ----
+# Pasted excerpts, a log killed mid-write and a bounded tail stop inside a traceback. Where the
+# last frames or the launcher's line just before say what raised, the class is theirs; the
+# lines below are real programs' output (a real pickle, torch.save, torchrun), cut afterwards.
+
+TORCHRUN_WAITING = """\
+    import os, queue, time
+    print(f"rank {os.environ['RANK']} epoch 0 step 0", flush=True)
+    q = queue.Queue()
+    def next_batch():
+        return q.get(timeout=600)
+    next_batch()
+"""
+
+
+@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
+def test_a_traceback_cut_after_torchrun_passed_on_sigint_is_cancelled(tmp_path: Path) -> None:
+    # (was: python_exception) torchrun got SIGINT (Ctrl-C) and passed it on; the worker's
+    # KeyboardInterrupt traceback cut before its last line: the job was interrupted
+    import signal
+    import time
+    prog = tmp_path / "job.py"
+    prog.write_text(textwrap.dedent(TORCHRUN_WAITING))
+    log = tmp_path / "out.txt"
+    with open(log, "wb") as out:
+        p = subprocess.Popen([str(Path(TORCH_PY).parent / "torchrun"), "--nproc-per-node", "1",
+                              "--monitor-interval", "0.2", str(prog)], stdout=out,
+                             stderr=subprocess.STDOUT)
+        for _ in range(600):
+            if "epoch 0 step 0" in log.read_text():
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    text = log.read_text()
+    assert "Received 2 death signal" in text and "KeyboardInterrupt" in text
+    assert log_alone(tmp_path, text) == "cancelled"  # held before: the whole log
+    cut = text[:text.index("    return q.get(timeout=600)\n")] + "\n"
+    assert "KeyboardInterrupt" not in cut
+    assert log_alone(tmp_path, cut) == "cancelled"
+
+
+@pytest.mark.parametrize("notice,cls", [
+    ("srun: sending Ctrl-C to StepId=8812.0\n", "cancelled"),
+    ("srun: sending Ctrl-C to job 8812.0\n", "cancelled"),
+    # SIGTERM is a cancel, a time limit or a preemption: the cut traceback says no more
+    ("WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting "
+     "down workers\n", "python_exception"),
+    ("", "python_exception"),
+])
+def test_cut_traceback_after_a_launchers_interrupt(tmp_path: Path, notice: str, cls: str) -> None:
+    tb = ("Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n"
+          "    for batch in loader:\n  File \"/opt/conda/lib/python3.11/site-packages/torch/utils"
+          "/data/dataloader.py\", line 1328, in _next_data\n    idx, data = self._get_data()\n")
+    assert log_alone(tmp_path, TRAINING + notice + tb) == cls
+
+
+# ---- Open MPI losing a daemon its transport had just said was killed (was: node_failure) ----
+# (the loss without the kill: tests/test_classify_schedulers.py)
+
+@pytest.mark.parametrize("kill,n", [
+    ("srun: error: gpu-12: task 1: Killed\n", 1),
+    ("command terminated with exit code 137\n", 2),
+])
+def test_a_daemon_killed_then_lost_is_killed(tmp_path: Path, kill: str, n: int) -> None:
+    assert log_alone(tmp_path, TRAINING + kill + orte_lost("gpu-12", n)) == "killed"

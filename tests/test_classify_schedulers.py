@@ -19,7 +19,9 @@ from classifylib import (
     TRAINING,
     job_verdict,
     log_alone,
+    orte_lost,
     task,
+    timed_steps,
     verdict,
     write,
 )
@@ -270,3 +272,89 @@ def test_time_limit_after_a_labelled_rank_error_in_the_batch_log(tmp_path):
     v = classify([TaskInput(path, rank=0, node="n1", step="batch", signal=15)],
                  JobFacts(slurm_state="TIMEOUT"))
     assert (v.cls, v.root_rank) == ("python_exception", 1)
+
+
+# ---- Slurm's own end line outranks an inference (was: hang / unknown) ----
+
+@pytest.mark.parametrize("state,exit_code,signal", [
+    ("TIMEOUT", None, 15), (None, None, None)])
+def test_time_limit_after_a_long_quiet_is_the_time_limit(tmp_path: Path, state, exit_code,
+                                                         signal) -> None:
+    # the log's own stamps: 30 minutes of steps, then nothing for 5 hours until Slurm's line
+    text = (timed_steps(2, 30) + "slurmstepd: error: *** JOB 9127 ON gpu-04 CANCELLED AT "
+            "2026-03-01T07:31:00 DUE TO TIME LIMIT ***\n")
+    (tmp_path / "run.0.log").write_text(text)
+    v = classify([TaskInput(str(tmp_path / "run.0.log"), rank=0, exit_code=exit_code,
+                            signal=signal)],
+                 JobFacts(exit_code=exit_code, signal=signal, slurm_state=state))
+    assert v.cls == "time_limit", v.detail
+
+
+def test_time_limit_right_after_a_collective_set_up_is_the_time_limit(tmp_path: Path) -> None:
+    text = (TRAINING + "gpu-04:1234:1290 [0] NCCL INFO comm 0x55d0 rank 0 nranks 8 cudaDev 0 "
+            "busId 1b000 - Init START\nslurmstepd: error: *** JOB 9127 ON gpu-04 CANCELLED AT "
+            "2026-03-01T07:31:00 DUE TO TIME LIMIT ***\n")
+    assert log_alone(tmp_path, text) == "time_limit"
+
+
+@pytest.mark.parametrize("what", ["JOB 5120", "STEP 5120.0"])
+def test_slurms_cancel_line_with_the_signal_is_cancelled(tmp_path: Path, what: str) -> None:
+    # slurmstepd names the signal with strsignal(): "DUE to SIGNAL Terminated"
+    text = TRAINING + (f"slurmstepd: error: *** {what} ON cn12 CANCELLED AT 2026-05-02T11:22:33 "
+                       "DUE to SIGNAL Terminated ***\n")
+    assert log_alone(tmp_path, text) == "cancelled"
+
+
+# ---- Open MPI 1's lost-daemon wording (was: unknown) ----
+
+def test_open_mpi_1_lost_daemon_wording_is_node_failure(tmp_path: Path) -> None:
+    # (was: unknown) Open MPI 1.x help-errmgr-base.txt
+    text = (TRAINING + "------------------------------------------------------------------\n"
+            "ORTE has lost communication with its daemon located on node:\n\n"
+            "  hostname:  compute-0-7\n\nThis is usually due to either a failure of the TCP "
+            "network\nconnection to the node, or possibly an internal failure of\nthe daemon "
+            "itself. We cannot recover from this failure, and\ntherefore will terminate the "
+            "job.\n")
+    assert log_alone(tmp_path, text) == "node_failure"
+
+
+# ---- preemption as clouds say it (was: unknown) ----
+
+@pytest.mark.parametrize("line", [
+    "azureml.exceptions.ServiceException: PreemptionError",
+    '{"DocumentIncarnation": 4, "Events": [{"EventId": "A1B2", "EventType": "Preempt", '
+    '"ResourceType": "VirtualMachine", "Resources": ["trainer_0"], "EventStatus": "Scheduled"}]}',
+    "WARNING: Spot instance interruption notice received; the instance stops in 2 minutes",
+])
+def test_cloud_preemption_wordings(tmp_path: Path, line: str) -> None:
+    assert log_alone(tmp_path, TRAINING + line + "\n") == "preempted"
+
+
+# ---- srun unable to reach a node (was: unknown) ----
+
+def test_srun_unable_to_launch_on_a_node_is_node_failure(tmp_path: Path) -> None:
+    # (was: unknown) srun's launch error with slurm_strerror's words
+    text = ("srun: error: Task launch for StepId=8812.0 failed on node gpu-31: Communication "
+            "connection failure\nsrun: error: Application launch failed: Communication "
+            "connection failure\nsrun: Job step aborted: Waiting up to 32 seconds for job step "
+            "to finish.\n")
+    assert log_alone(tmp_path, text) == "node_failure"
+
+
+# ---- Open MPI losing a daemon without its transport saying it was killed: a lost node ----
+# (the kill before it: tests/test_classify_ranks_and_launchers.py)
+
+@pytest.mark.parametrize("before,state,cls", [
+    ("", None, "node_failure"),  # held before: the loss alone
+    ("srun: error: Node failure on gpu-12\n", None, "node_failure"),
+    # Slurm's own state outranks any log line
+    ("srun: error: gpu-12: task 1: Killed\n", "NODE_FAIL", "node_failure"),
+    # a kill far before the loss is not that daemon's
+    ("srun: error: gpu-12: task 1: Killed\n" + TRAINING * 3, None, "node_failure"),
+])
+def test_a_daemon_lost_without_its_kill_is_a_node_failure(tmp_path: Path, before: str, state,
+                                                           cls: str) -> None:
+    (tmp_path / "run.0.log").write_text(TRAINING + before + orte_lost("gpu-12"))
+    v = classify([TaskInput(str(tmp_path / "run.0.log"), rank=0, exit_code=1)],
+                 JobFacts(exit_code=1, slurm_state=state))
+    assert v.cls == cls, v.detail

@@ -19,10 +19,12 @@ from classifylib import (
     PROGRESS,
     SITE,
     TORCH_LOAD,
+    TRAINING,
     USER,
     USER_LOADER,
     frames,
     job_verdict,
+    log_alone,
     run,
     run_verdict,
     task,
@@ -458,3 +460,27 @@ def test_npy_cut_short(tmp_path: Path) -> None:
     exc = ("ValueError: Failed to read all data for array. Expected (600, 256) = 153600 elements, "
            "could only read 84464 elements. (file seems not fully written?)")
     assert verdict(tmp_path, PROGRESS + tb(USER, read, exc=exc)).cls == "checkpoint_corrupt"
+
+
+# ---- storage errors that reach Python as OSError, in wrappers (held before, but AWS curl) ----
+
+@pytest.mark.parametrize("exc", [
+    "RuntimeError: failed to read shard 17: [Errno 5] Input/output error: '/lustre/ds/17.bin'",
+    "OSError: [Errno 116] Stale file handle",
+    "ValueError: cannot open index: [Errno 121] Remote I/O error: '/mnt/gcs/idx.json'",
+    "datasets.builder.DatasetGenerationError: An error occurred while generating the dataset: "
+    "[Errno 107] Transport endpoint is not connected",
+])
+def test_storage_errnos_inside_wrappers(tmp_path: Path, exc: str) -> None:
+    text = (TRAINING + "Traceback (most recent call last):\n  File \"train.py\", line 7, in "
+            "<module>\n    ds = load(cfg)\n" + exc + "\n")
+    assert log_alone(tmp_path, text) == "storage_io"
+
+
+def test_aws_sdk_curl_errors_then_a_cut_traceback_is_storage(tmp_path: Path) -> None:
+    # (was: python_exception) aws-sdk-cpp CurlHttpClient under TensorFlow's S3 filesystem
+    text = TRAINING + "".join(
+        f"2026-01-09 10:0{i}:11.5{i}: E tensorflow/core/platform/s3/aws_logging.cc:60] Curl "
+        "returned error code 28\n" for i in range(3)) + (
+        "Traceback (most recent call last):\n  File \"train.py\", line 12, in <module>\n")
+    assert log_alone(tmp_path, text) == "storage_io"
