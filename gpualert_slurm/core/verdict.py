@@ -212,7 +212,9 @@ class Evidence(_Record):
     omitted: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    KEYS = ("file", "line", "text", "rank", "cls", "provenance")
+    # a cascade's rank and class come first, as the classifier writes them (its JSON is
+    # `gpualert classify --json`'s); an evidence line has neither
+    KEYS = ("rank", "cls", "file", "line", "text", "provenance")
 
     @property
     def origin(self) -> str:
@@ -237,9 +239,9 @@ class Evidence(_Record):
                    omitted=omitted, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
-        return _emit([("file", "file", self.file), ("line", "line", self.line),
-                      ("text", "text", self.text), ("rank", "rank", self.rank),
-                      ("cls", "cls", self.cls),
+        return _emit([("rank", "rank", self.rank), ("cls", "cls", self.cls),
+                      ("file", "file", self.file), ("line", "line", self.line),
+                      ("text", "text", self.text),
                       ("provenance", "provenance",
                        self.provenance.to_json() if self.provenance else None)],
                      self.omitted, self.extra)
