@@ -17,6 +17,8 @@ from pathlib import Path
 import clusterlib as cl
 import pytest
 
+from gpualert_slurm.core.slurm_records import FINAL_STATES
+
 pytestmark = pytest.mark.cluster
 
 RANKS = """cat > rank.py <<'PY'
@@ -306,7 +308,7 @@ def array_tasks(array_id: int) -> dict[str, tuple[int, str, str]]:
 
 def all_ended(array_id: int) -> dict | None:
     t = array_tasks(array_id)
-    return t if t and all(s in cl.slurm.FINAL_STATES for _, s, _ in t.values()) else None
+    return t if t and all(s in FINAL_STATES for _, s, _ in t.values()) else None
 
 
 def test_array_gets_one_summary_grouped_by_class(cluster, workdir):

@@ -96,10 +96,12 @@ def _records(tmp: Path, n: int, prefix: str = "job.", timeout: float = 90) -> di
     out = tmp / "out"
     deadline = time.time() + timeout
     while time.time() < deadline:
-        recs = {p.name[len(prefix):]: [json.loads(ln) if prefix == "job." else ln
-                                       for ln in p.read_text().splitlines()]
-                for p in out.glob(prefix + "*")}
-        if len(recs) >= n:
+        # a file the child has opened but not yet written its line to is not a record yet
+        # (seen under load: finish.<job> read empty)
+        texts = {p.name[len(prefix):]: p.read_text() for p in out.glob(prefix + "*")}
+        recs = {k: [json.loads(ln) if prefix == "job." else ln for ln in t.splitlines()]
+                for k, t in texts.items() if t.endswith("\n")}
+        if len(recs) >= n and len(recs) == len(texts):
             return recs
         time.sleep(0.1)
     return recs
