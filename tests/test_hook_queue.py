@@ -8,6 +8,7 @@ real flocks; the worker's per-job work is a recording workload (as in test_hook_
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SHIMS = REPO / "epilog.d"
@@ -270,6 +273,22 @@ def test_a_queue_not_the_workers_own_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "ran").exists()
     assert (q / "1.1.job").exists()  # kept for a worker of a sound queue
     assert queue.read_env(os.open(q, os.O_RDONLY), "1.1.job") == {"SLURM_JOB_ID": "1"}
+
+
+@pytest.mark.parametrize("name", ["queue", "drain"])
+def test_the_worker_starts_by_its_name_and_by_its_old_one(tmp_path: Path, name: str) -> None:
+    """`gpualert hook queue` starts the worker; so does `hook drain`, the name a shim kept from
+    an older version (a conffile an admin edited) still calls. On an empty queue it lets go
+    of the lock and says what it did."""
+    q = tmp_path / "q"
+    q.mkdir(mode=0o700)
+    env = dict(os.environ, GPUALERT_QUEUE_DIR=str(q), PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "gpualert_slurm.cli", "hook", name], env=env,
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "queue: worked through 0 job epilog(s) (0 cut short)" in r.stderr, r.stderr
+    with open(q / "drainer.lock") as f:  # let go: a new worker may take the queue
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def test_node_epilogs_and_prologs_go_through_the_same_worker(tmp_path: Path) -> None:
