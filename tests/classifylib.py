@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from gpualert_slurm.classify import JobFacts, TaskInput, Verdict, classify
+from gpualert_slurm.classify import Cause, JobFacts, TaskInput, classify
 
 # PyTorch (CPU) for the tests that run a real spawn or torchrun job: the venv `make test` makes
 # (scripts/install-test-deps.sh), never one that only `make corpus` leaves behind.
@@ -38,7 +38,7 @@ def task(tmp_path: Path, text: str, name: str = "run.0.log", rank: int = 0,
                      signal=signal, **kw)
 
 
-def job_verdict(tasks: list[TaskInput], **kw: Any) -> Verdict:
+def job_verdict(tasks: list[TaskInput], **kw: Any) -> Cause:
     """The verdict on a job of `tasks`; its exit code and signal are the first task's unless
     `exit_code` / `signal` say otherwise; `kw`: more JobFacts fields."""
     code = kw.pop("exit_code", tasks[0].exit_code)
@@ -47,7 +47,7 @@ def job_verdict(tasks: list[TaskInput], **kw: Any) -> Verdict:
 
 
 def verdict(tmp_path: Path, text: str, exit_code: int | None = 1, signal: int | None = None,
-            kernel: str | None = None) -> Verdict:
+            kernel: str | None = None) -> Cause:
     """The verdict on a job of one task (run.0.log holding `text`) that ended with `exit_code`
     or `signal`; `kernel`: the node's kernel.log for the job."""
     kw = {}
@@ -88,7 +88,7 @@ def run(tmp_path: Path, code: str | None = None, *argv: str, name: str = "0.0.lo
                      signal=-rc if rc < 0 else None)
 
 
-def run_verdict(t: TaskInput) -> Verdict:
+def run_verdict(t: TaskInput) -> Cause:
     """The verdict on a job of the one task `t` (of run()): its exit code, or 128 + its signal."""
     code = t.exit_code if t.exit_code is not None else 128 + (t.signal or 0)
     assert code != 0 or t.signal is None

@@ -61,7 +61,7 @@ def test_segfault_with_faulthandler_traceback_text(tmp_path):
     assert t.signal == signal.SIGSEGV
     v = classify([t], job_of(t))
     assert v.cls == "segfault"
-    assert any("Segmentation fault" in e["text"] for e in v.evidence)
+    assert any("Segmentation fault" in e.text for e in v.evidence)
 
 
 def test_warnings_mentioning_error_with_exit_0_is_success(tmp_path):
@@ -96,7 +96,7 @@ def test_warnings_mentioning_error_with_exit_0_is_success(tmp_path):
 def test_fixture_log_classes(name, expected):
     v = classify([TaskInput(str(FIX / name))], JobFacts(exit_code=1))
     assert v.cls == expected, (v.cls, v.detail)
-    assert v.evidence and all(e["file"].endswith(name) for e in v.evidence)
+    assert v.evidence and all(e.file.endswith(name) for e in v.evidence)
 
 
 def test_every_class_has_a_domain_and_hint_and_rules_reach_most_classes():
@@ -122,10 +122,10 @@ def test_every_class_has_a_domain_and_hint_and_rules_reach_most_classes():
 def test_first_root_cause_wins_over_later_symptoms():
     v = classify([TaskInput(str(FIX / "cuda_oom_then_nccl.log"))], JobFacts(exit_code=1))
     assert v.cls == "cuda_oom"
-    assert v.evidence[0]["line"] == 8
-    assert "CUDA out of memory" in v.evidence[0]["text"]
+    assert v.evidence[0].line == 8
+    assert "CUDA out of memory" in v.evidence[0].text
     # the later NCCL / CUDA errors are reported as cascades of the same rank
-    assert {c["cls"] for c in v.cascades} & {"nccl_error", "cuda_error"}
+    assert {c.cls for c in v.cascades} & {"nccl_error", "cuda_error"}
 
 
 def test_exception_line_specific_class_beats_generic(tmp_path):
@@ -164,7 +164,7 @@ def test_kernel_log_evidence(tmp_path):
     log.write_text("step 1 loss=0.3\n")
     hw = classify([TaskInput(str(log))], JobFacts(signal=6, kernel_log=str(FIX / "xid_kernel.log")))
     assert hw.cls == "gpu_hardware" and hw.domain == "infrastructure"
-    assert "Xid" in hw.evidence[0]["text"]
+    assert "Xid" in hw.evidence[0].text
     oom = classify([TaskInput(str(log))],
                    JobFacts(signal=9, kernel_log=str(FIX / "kernel_oom.log")))
     assert oom.cls == "host_oom"
@@ -198,7 +198,7 @@ def test_first_failing_rank_is_the_root_and_others_are_cascades(tmp_path):
     ]
     v = classify(tasks, JobFacts(exit_code=1, slurm_state="FAILED"))
     assert (v.cls, v.root_rank, v.root_node, v.root_step) == ("cuda_oom", 1, "n2", "0")
-    ranks = {c["rank"]: c["cls"] for c in v.cascades}
+    ranks = {c.rank: c.cls for c in v.cascades}
     assert ranks[0] == "nccl_error" and ranks[2] == "nccl_error"
     assert 3 not in ranks  # nothing in its log
 
@@ -234,11 +234,11 @@ def test_batch_log_forwarded_lines_do_not_mislead(tmp_path):
              TaskInput(r1, 1, "n2", "0", 1, None, False, 90.0)]
     v = classify(tasks, JobFacts(exit_code=1))
     assert (v.cls, v.root_rank, v.root_step) == ("cuda_oom", 1, "0")
-    assert v.evidence[0]["file"] == r1
+    assert v.evidence[0].file == r1
     # batch log alone: srun's labels still say which rank failed first
     vb = classify([tasks[0]], JobFacts(exit_code=1))
     assert vb.cls == "nccl_error" and vb.root_rank == 0
-    assert not any("srun: error" in e["text"] for e in vb.evidence)
+    assert not any("srun: error" in e.text for e in vb.evidence)
 
 
 # ---- rules as data ----
@@ -292,7 +292,7 @@ def test_binary_input_does_not_break(tmp_path):
                     + os.urandom(1000))
     v = classify([TaskInput(str(log))], JobFacts(exit_code=1))
     assert v.cls == "cuda_oom"
-    assert "\ufffd" in v.evidence[0]["text"]
+    assert "\ufffd" in v.evidence[0].text
 
 
 def test_crlf_line_numbers_and_text(tmp_path):
@@ -300,7 +300,7 @@ def test_crlf_line_numbers_and_text(tmp_path):
     log.write_bytes(b"a\r\nb\r\nModuleNotFoundError: No module named 'x'\r\nc\r\n")
     v = classify([TaskInput(str(log))], JobFacts(exit_code=1))
     assert v.cls == "import_error"
-    assert v.evidence[0]["line"] == 3 and not v.evidence[0]["text"].endswith("\r")
+    assert v.evidence[0].line == 3 and not v.evidence[0].text.endswith("\r")
 
 
 def test_progress_bar_carriage_returns_then_traceback(tmp_path):
@@ -308,7 +308,7 @@ def test_progress_bar_carriage_returns_then_traceback(tmp_path):
     bar = "".join(f"\r{i}%|{'#' * (i // 5)}| {i}/100" for i in range(100)) * 50
     log.write_text("start\n" + bar + "\rFileNotFoundError: [Errno 2] No such file: 'x'\n")
     v = classify([TaskInput(str(log))], JobFacts(exit_code=1))
-    assert v.cls == "file_not_found" and v.evidence[0]["line"] == 2
+    assert v.cls == "file_not_found" and v.evidence[0].line == 2
 
 
 def test_huge_line_without_newline_is_capped(tmp_path):
@@ -342,7 +342,7 @@ def test_line_numbers_across_chunks(tmp_path):
             f.write(f"step {i} loss={i % 7}.{i % 1000:03d}\n")
         f.write("PermissionError: [Errno 13] Permission denied: '/out'\n")
     v = classify([TaskInput(str(log))], JobFacts(exit_code=1))
-    assert v.cls == "permission_denied" and v.evidence[0]["line"] == n + 1
+    assert v.cls == "permission_denied" and v.evidence[0].line == n + 1
 
 
 def _import_error_progress_cuda_oom(log: Path, blocks: int) -> Path:
@@ -382,13 +382,13 @@ def test_generic_exception_inside_checkpoint_loader_is_checkpoint_corrupt(tmp_pa
 def test_helper_thread_traceback_is_a_symptom_of_the_dead_worker():
     v = classify([TaskInput(str(FIX / "dataloader_sharer.log"))], JobFacts(exit_code=1))
     assert v.cls == "dataloader_worker", v.detail
-    assert v.evidence[0]["line"] == 11
+    assert v.evidence[0].line == 11
 
 
 def test_dataloader_reraise_wrapper_defers_to_the_original_exception():
     v = classify([TaskInput(str(FIX / "dataloader_reraise.log"))], JobFacts(exit_code=1))
     assert (v.cls, v.detail) == ("python_exception", "KeyError")
-    assert v.evidence[0]["line"] == 12
+    assert v.evidence[0].line == 12
 
 
 def test_exit_255_is_not_a_signal(tmp_path):
@@ -407,7 +407,7 @@ def test_collective_timeout_root_is_the_silent_straggler(tmp_path):
     v = classify(tasks, JobFacts(signal=6, slurm_state="FAILED"))
     assert (v.cls, v.root_rank, v.root_node) == ("collective_timeout", 2, "n1")
     assert "straggler" in v.detail
-    assert {c["rank"] for c in v.cascades} == {0, 1, 3}
+    assert {c.rank for c in v.cascades} == {0, 1, 3}
     # when a rank failed with a cause of its own, that rank is the root, not a silent one
     tasks[1] = TaskInput(_rank_log(tmp_path, 1, "ValueError: bad batch\n"), 1, "n0", "0", 1,
                          None, False, 50.0)
@@ -446,7 +446,7 @@ def test_a_line_repeated_every_step_is_cheap_and_keeps_first_and_last(tmp_path):
     assert lines[0] == 200_001 and lines[-1] == 400_000
     assert len(lines) < 100  # not one event per line
     v = classify([TaskInput(str(log))], JobFacts(exit_code=1))
-    assert v.cls == "nan_divergence" and v.evidence[0]["line"] == 200_001
+    assert v.cls == "nan_divergence" and v.evidence[0].line == 200_001
 
 
 def test_mostly_distinct_lines_take_the_search_path_with_right_line_numbers(tmp_path):
@@ -459,7 +459,7 @@ def test_mostly_distinct_lines_take_the_search_path_with_right_line_numbers(tmp_
         for _ in range(100):
             f.write(f"sample {rnd.getrandbits(64):x}\n")
     v = classify([TaskInput(str(log))], JobFacts(exit_code=1))
-    assert v.cls == "permission_denied" and v.evidence[0]["line"] == 30_001
+    assert v.cls == "permission_denied" and v.evidence[0].line == 30_001
 
 
 def test_ranks_terminated_after_a_silent_failure_do_not_make_it_killed(tmp_path):

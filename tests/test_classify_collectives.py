@@ -27,7 +27,7 @@ from classifylib import (
     verdict,
 )
 
-from gpualert_slurm.classify import Verdict
+from gpualert_slurm.classify import Cause
 
 
 def failures_block(entries: list[tuple[int, str]], root: int) -> str:
@@ -79,7 +79,7 @@ def _wd(r: int, seq: int = 4410) -> str:
             f"with exception: {msg}\n")
 
 
-def _srun_job(tmp_path: Path, n: int, quiet: int | None) -> Verdict:
+def _srun_job(tmp_path: Path, n: int, quiet: int | None) -> Cause:
     tasks, lines = [], ["job 77: ranks on n1, n2"]
     for r in range(n):
         node = f"n{r // 2 + 1}"

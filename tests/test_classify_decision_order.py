@@ -92,7 +92,7 @@ def test_traceback_then_work_stopped_on_exit0_is_a_silent_failure(
         tmp_path: Path, before: str, after: str) -> None:
     log = EPOCH_PROGRESS + before + RUN_TB + "ZeroDivisionError: division by zero\n" + after
     v = job_verdict([task(tmp_path, log, exit_code=0)])
-    assert v.cls == "python_exception" and v.silent_failure and v.step == "abandoned", \
+    assert v.cls == "python_exception" and v.silent_failure and v.decided_by == "abandoned", \
         v.to_json()
 
 
@@ -196,7 +196,7 @@ def test_worker_lost_with_oom_evidence_in_the_batch_log_is_host_oom(
     v = job_verdict([step, batch], exit_code=1, slurm_state="FAILED")
     # srun's "Out Of Memory" is a cause by itself when the worker's line is only a symptom
     # (or Slurm's own count of OOM kills as its verdict: host_oom_state)
-    assert v.cls == "host_oom" and v.step in ("worker_oom", "log_root", "host_oom_state"), \
+    assert v.cls == "host_oom" and v.decided_by in ("worker_oom", "log_root", "host_oom_state"), \
         v.to_json()
 
 
@@ -277,7 +277,7 @@ def test_exception_in_prose_decides(tmp_path: Path, quote: str, cls: str) -> Non
 def test_error_giving_up_and_traceback_at_end_is_its_class_on_exit0(tmp_path: Path) -> None:
     log = LOOP_PROGRESS + "ERROR shard 4 failed, giving up\n" + PREP_TB + "KeyError: 'user_id'\n"
     v = job_verdict([task(tmp_path, log, exit_code=0)])
-    assert v.cls == "python_exception" and v.silent_failure and v.step == "abandoned"
+    assert v.cls == "python_exception" and v.silent_failure and v.decided_by == "abandoned"
     assert v.detail.startswith("the job exited 0, but:")
 
 

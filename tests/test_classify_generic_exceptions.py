@@ -56,8 +56,8 @@ def hint_verdict(tmp_path: Path, last: str):
 ])
 def test_a_tracebacks_last_line_is_its_exception(tmp_path: Path, line: str, name: str) -> None:
     v = verdict(tmp_path, crash(line))
-    assert (v.cls, v.detail) == ("python_exception", name), (v.cls, v.detail, v.step)
-    assert v.step == "log_root" and v.evidence[0]["text"] == line.splitlines()[0]
+    assert (v.cls, v.detail) == ("python_exception", name), (v.cls, v.detail, v.decided_by)
+    assert v.decided_by == "log_root" and v.evidence[0].text == line.splitlines()[0]
 
 
 def test_a_real_scripts_own_exception_class(tmp_path: Path) -> None:
@@ -80,8 +80,8 @@ def test_a_log_line_after_a_cut_traceback_is_no_exception(tmp_path: Path, after:
     v = verdict(tmp_path, crash(after))  # what it was before: a cut traceback, or nothing
     # (an unknown's detail may quote the line the log stops at: not as its exception)
     said = v.detail.split("; the log stops", 1)[0]
-    assert v.step != "log_root" and after not in said, (v.cls, v.detail, v.step)
-    assert all(e["text"] != after for e in v.evidence), v.evidence
+    assert v.decided_by != "log_root" and after not in said, (v.cls, v.detail, v.decided_by)
+    assert all(e.text != after for e in v.evidence), v.evidence
 
 
 def test_a_note_after_the_exception_line_changes_nothing(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_chain_of_generic_exceptions_names_the_last(tmp_path):
         """)
     v = run_verdict(t)
     assert (v.cls, v.detail) == ("python_exception", "ValueError")
-    assert v.evidence[0]["text"].startswith("ValueError")
+    assert v.evidence[0].text.startswith("ValueError")
 
 
 def test_argparse_usage_error(tmp_path):
@@ -117,7 +117,7 @@ def test_argparse_usage_error(tmp_path):
     assert t.exit_code == 2
     v = run_verdict(t)
     assert (v.cls, v.detail) == ("python_exception", "argument error")
-    assert "invalid float value" in v.evidence[0]["text"]
+    assert "invalid float value" in v.evidence[0].text
 
 
 def test_argparse_missing_required_argument(tmp_path):

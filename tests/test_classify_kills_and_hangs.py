@@ -96,7 +96,7 @@ def test_real_faulthandler_timeout_is_a_hang(tmp_path: Path) -> None:
 
 def test_a_log_that_stops_after_nccl_init_hung(tmp_path: Path) -> None:
     v = verdict(tmp_path, TRAINING + NCCL_INIT, exit_code=None)
-    assert v.cls == "hang" and v.step == "silent_end" and "stops" in v.detail
+    assert v.cls == "hang" and v.decided_by == "silent_end" and "stops" in v.detail
     assert verdict(tmp_path, TRAINING + NCCL_INIT, exit_code=0).cls == "success"
     # more work after the init: no hang there
     assert log_alone(tmp_path, NCCL_INIT + TRAINING) == "unknown"

@@ -75,7 +75,7 @@ def test_xla_alloc_oom_with_a_gpu_device_in_the_log_is_gpu_memory(tmp_path: Path
            "step 10 loss 0.3\n" + XLA_OOM)
     v = job_verdict([task(tmp_path, log)])
     assert v.cls == "cuda_oom"
-    assert "Out of memory allocating" in v.evidence[0]["text"]
+    assert "Out of memory allocating" in v.evidence[0].text
 
 
 def test_if_seen_looks_at_every_task_log_of_the_job(tmp_path: Path) -> None:
@@ -241,7 +241,7 @@ def test_kernel_oom_line_inside_a_task_log_decides_host_oom(tmp_path):
                  "(python) total-vm:9123456kB, anon-rss:8812345kB\nKilled\n")
     v = classify([TaskInput(path)], JobFacts(exit_code=137))
     assert v.cls == "host_oom"
-    assert "Out of memory: Killed process" in v.evidence[0]["text"]
+    assert "Out of memory: Killed process" in v.evidence[0].text
 
 
 # ---- host memory seen from inside the program ----

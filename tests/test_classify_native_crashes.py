@@ -50,7 +50,7 @@ def test_bare_killed_from_bash_is_killed_and_with_oom_evidence_anywhere_host_oom
                            stderr=subprocess.STDOUT, timeout=60)
     assert p.returncode == 137 and "Killed" in log.read_text()
     v = classify([TaskInput(str(log))], JobFacts(exit_code=137))
-    assert v.cls == "killed" and "Killed" in v.evidence[0]["text"]
+    assert v.cls == "killed" and "Killed" in v.evidence[0].text
     # the same job with slurmstepd's cgroup OOM message forwarded into another log
     other = write(tmp_path, "batch.0.log", "slurmstepd: error: Detected 1 oom-kill event(s) in "
                   "StepId=5.0 cgroup. Some of your processes may have been killed by the cgroup "

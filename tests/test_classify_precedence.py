@@ -54,7 +54,7 @@ def _worker_oom_job(tmp_path: Path):
 def test_reading_another_precedence_changes_no_verdict(tmp_path: Path) -> None:
     shipped = shipped_precedence()
     before = _worker_oom_job(tmp_path)
-    assert before.cls == "host_oom" and before.step == "worker_oom", before.to_json()
+    assert before.cls == "host_oom" and before.decided_by == "worker_oom", before.to_json()
     # another order, whose worker_oom step names no symptom: a value of its own
     other = precedence.load("steps:\n  - {id: worker_oom, symptoms: []}\n  - unknown\n", STEPS)
     assert other.steps == ("worker_oom", "unknown")

@@ -133,7 +133,7 @@ def test_a_launchers_cut_traceback_after_exitcode_9_is_a_kill(tmp_path: Path) ->
 def test_a_kill_with_memory_words_is_the_oom_killer(tmp_path: Path) -> None:
     mem = "step 300 | host RAM used: 61.8 GB / 64.0 GB (96%)\n"
     v = verdict(tmp_path, TRAINING + mem + ELASTIC, exit_code=None)
-    assert v.cls == "host_oom" and v.step == "killed_memory", v.detail
+    assert v.cls == "host_oom" and v.decided_by == "killed_memory", v.detail
     # GPU memory is not the host's
     for gpu in ("step 300 | cuda max_memory_allocated 61.8 GB\n", "step 300 | GPU RAM: 61.8 GB\n",
                 "step 300 | CUDA memory used: 70.1 GiB\n", "step 300 | VRAM 23.5 GB\n"):
@@ -420,7 +420,7 @@ def test_srun_naming_the_first_task_beats_a_peer_error_in_its_own_log(tmp_path):
     ]
     v = classify(tasks, JobFacts(exit_code=1))
     assert (v.cls, v.root_rank, v.root_node) == ("host_oom", 1, "n2")
-    assert any(c["cls"] == "nccl_error" and c["rank"] == 0 for c in v.cascades)
+    assert any(c.cls == "nccl_error" and c.rank == 0 for c in v.cascades)
 
 
 def test_mpirun_names_the_rank_and_node_that_died(tmp_path):

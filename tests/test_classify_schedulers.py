@@ -96,7 +96,7 @@ def test_mpi_daemon_lost(tmp_path: Path, block: str) -> None:
 def test_slurms_memory_verdict_beats_its_cancel_line(tmp_path: Path, text: str) -> None:
     v = verdict(tmp_path, text, exit_code=None)
     assert v.cls == "host_oom", v.detail
-    assert v.step == "host_oom_state" and "verdict" in v.detail
+    assert v.decided_by == "host_oom_state" and "verdict" in v.detail
 
 
 def test_a_step_over_its_memory_at_some_point_that_succeeded_stays_success(
@@ -257,7 +257,7 @@ def test_time_limit_line_does_not_demote_a_cause_that_came_just_before_it(tmp_pa
     path = write(tmp_path, "0.0.log", LOSSES + "Traceback (most recent call last):\n  File "
                  "\"t.py\", line 4, in <module>\nKeyError: 'input_ids'\n" + LIMIT)
     v = classify([TaskInput(path, signal=15)], JobFacts(signal=15))
-    assert (v.cls, v.step) == ("python_exception", "time_limit_or_cancel")
+    assert (v.cls, v.decided_by) == ("python_exception", "time_limit_or_cancel")
     assert v.detail.startswith("(then time limit)")
     # an exception the job survived, long before the limit: the limit decides
     path = write(tmp_path, "1.log", "KeyError: 'x' (logged and skipped)\n" + LOSSES * 10 + LIMIT)

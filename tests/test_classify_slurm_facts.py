@@ -25,15 +25,15 @@ from classifylib import (
 )
 
 from gpualert_slurm.classify import (
+    Cause,
     JobFacts,
     TaskInput,
-    Verdict,
     classify,
 )
 from gpualert_slurm.commands.classify import main as classify_main
 
 
-def _batch_only(tmp_path: Path, node: str | None, ended: bool) -> Verdict:
+def _batch_only(tmp_path: Path, node: str | None, ended: bool) -> Cause:
     t = task(tmp_path, "epoch 1: loss 1.93\nepoch 2: 37% 380/1024\n", "batch.0.log", 0,
              exit_code=None, signal=9 if ended else None, step="batch", node=node,
              end_time=2000.0 if ended else None)
@@ -114,7 +114,7 @@ def test_cut_off_traceback_and_shell_exit_codes(tmp_path):
     text = Path(t.path).read_text()
     cut = write(tmp_path, "cut.log", text[:text.rindex("ModuleNotFoundError")])
     v = classify([TaskInput(cut)], JobFacts(exit_code=1))
-    assert (v.cls, v.step) == ("python_exception", "cut_traceback")
+    assert (v.cls, v.decided_by) == ("python_exception", "cut_traceback")
     frames = write(tmp_path, "dev.log", "Traceback (most recent call last):\n  File \"t.py\", line"
                    " 3, in <module>\n  File \"/v/torch/_prims_common/__init__.py\", line 931, in "
                    "check_same_device\n    raise RuntimeError(msg)")

@@ -114,7 +114,7 @@ def test_chain_last_exception_decides_missing_distribution(tmp_path):
     assert "During handling of the above exception" in log  # really a chain
     v = run_verdict(t)
     assert v.cls == "import_error", (v.cls, v.detail)
-    assert "PackageNotFoundError" in v.evidence[0]["text"]
+    assert "PackageNotFoundError" in v.evidence[0].text
     assert "StopIteration" not in v.detail
 
 
@@ -139,7 +139,7 @@ def test_chain_connection_refused_wrapped_in_urlerror_is_storage_io(tmp_path):
     assert "ConnectionRefusedError" in Path(t.path).read_text()
     v = run_verdict(t)
     assert v.cls == "storage_io", (v.cls, v.detail)
-    assert "URLError" in v.evidence[0]["text"] or "urlopen" in v.evidence[0]["text"]
+    assert "URLError" in v.evidence[0].text or "urlopen" in v.evidence[0].text
 
 
 # ---- Python failures without a traceback ----
@@ -352,7 +352,7 @@ def test_dcp_checkpoint_exception_carries_the_cause(tmp_path: Path, inner: str, 
             + "Traceback (most recent call last): (RANK 1)\n" + DCP_FRAMES + inner + "\n")
     v = verdict(tmp_path, text)
     assert v.cls == cls, (v.cls, v.evidence)
-    assert v.evidence[0]["text"] == inner
+    assert v.evidence[0].text == inner
 
 
 def test_ray_task_error_with_deep_remote_frames(tmp_path: Path) -> None:

@@ -100,7 +100,8 @@ def test_state_alone_finds_the_node_none_of_whose_ranks_exited(tmp_path):
     assert (v.root_node, v.root_rank, v.root_step) == ("n2", 1, "0"), v
     assert "ranks 1, 4 ran on n2" in v.detail, v.detail
     assert {"file": "(task records)", "line": None,
-            "text": "rank 4 (step 0) started on n2, no exit record"} in v.evidence
+            "text": "rank 4 (step 0) started on n2, no exit record"} in [e.to_json()
+                                                                        for e in v.evidence]
 
 
 def test_no_node_is_guessed_without_exit_records_to_compare():

@@ -176,7 +176,7 @@ def test_hostile_bytes_are_a_clear_error(data: bytes, msg: str) -> None:
 
 
 def test_the_real_classifier_answer_round_trips(tmp_path: Path) -> None:
-    """classify.Verdict.to_json() with the provenance the job epilog puts on it: a Cause, and
+    """classify()'s Cause.to_json() with the provenance the job epilog puts on it: a Cause, and
     back, byte for byte."""
     log = tmp_path / "0.0.log"
     log.write_text("step 1\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to "

@@ -1,5 +1,5 @@
 """One job's evidence, computed once, that every decision step looks at (_Ctx), and how a step
-makes its Verdict from it (make, app_verdict: the evidence lines, the confidence, the root rank
+makes its Draft from it (make, app_verdict: the evidence lines, the confidence, the root rank
 and node, the cascades)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 from gpualert_slurm.classify.incident import INCIDENT_WINDOW, SCHEDULER, _exception_name
 from gpualert_slurm.classify.locate import _cascades, _findings, _locate, _straggler
 from gpualert_slurm.classify.logread import _next_line
-from gpualert_slurm.classify.model import MAX_EVIDENCE, JobFacts, TaskInput, Verdict, _ev, _Finding
+from gpualert_slurm.classify.model import MAX_EVIDENCE, Draft, JobFacts, TaskInput, _ev, _Finding
 from gpualert_slurm.classify.precedence import Precedence
 from gpualert_slurm.classify.rules import RuleSet
 from gpualert_slurm.classify.scan import Event, ScanResult
@@ -92,21 +92,21 @@ class _Ctx:
         self.crashed = self.root is not None and self.root.failed_by_itself()
 
     def make(self, cls: str, conf: float, detail: str, evidence: list[dict],
-             at: _Finding | TaskInput | None = None) -> Verdict:
+             at: _Finding | TaskInput | None = None) -> Draft:
         info = self.rs.classes[cls]
-        v = Verdict(cls, info.domain, conf, info.hint, detail, evidence[:MAX_EVIDENCE])
+        v = Draft(cls, info.domain, conf, info.hint, detail, evidence[:MAX_EVIDENCE])
         if cls != "success" and (cls != "unknown" or at is not None):
             self.locate(v, at)
             v.cascades = _cascades(self.findings, self.root if isinstance(at, _Finding)
                                    else None)
         return v
 
-    def locate(self, v: Verdict, at: _Finding | TaskInput | None) -> None:
+    def locate(self, v: Draft, at: _Finding | TaskInput | None) -> None:
         """Fill v's root rank, node and step (locate.py's _locate) from this job's evidence."""
         _locate(v, at, self.tasks, self.scans, self.first_fail)
 
     def app_verdict(self, f: _Finding, conf: float, prefix: str = "",
-                    inc: Event | None = None) -> Verdict:
+                    inc: Event | None = None) -> Draft:
         inc = inc or f.incident
         assert inc is not None
         detail = inc.detail or inc.text[:200]

@@ -5,7 +5,7 @@ and the other ranks' errors (cascades) that were symptoms of the root cause."""
 from __future__ import annotations
 
 from gpualert_slurm.classify.incident import _incident
-from gpualert_slurm.classify.model import TaskInput, Verdict, _Finding
+from gpualert_slurm.classify.model import Draft, TaskInput, _Finding
 from gpualert_slurm.classify.scan import Event, ScanResult
 
 MAX_CASCADES = 20
@@ -41,7 +41,7 @@ def _findings(tasks: list[TaskInput], scans: list[ScanResult | None]) -> list[_F
     return per_task + batch
 
 
-def _batch_host_lost(tasks: list[TaskInput], v: Verdict) -> Verdict:
+def _batch_host_lost(tasks: list[TaskInput], v: Draft) -> Draft:
     """No node named: the batch step runs on the job's first node (rank 0's); when it left no
     exit record while Slurm says a node failed, that node went with it (a surviving batch
     host records how its step ended)."""
@@ -88,7 +88,7 @@ def _lost_node(events: list[Event], tasks: list[TaskInput]) -> tuple[str | None,
     return node, lost
 
 
-def _locate(v: Verdict, at: _Finding | TaskInput | None, tasks: list[TaskInput],
+def _locate(v: Draft, at: _Finding | TaskInput | None, tasks: list[TaskInput],
             scans: list[ScanResult | None], first_fail: TaskInput | None) -> None:
     """Which rank and node failed first, from the best witness there is: the rank's own log
     (its global [rankN] label when one Slurm task runs several ranks); else torchrun's Root

@@ -1,11 +1,13 @@
-"""The classifier's API types (docs/CLASSIFY-API.md): what goes in (TaskInput, JobFacts), what
-comes out (Verdict, whose to_json() is the CLI's and every report's object), and _Finding, what
-one log says, which the rest of the package passes around. Nothing here decides anything.
+"""The classifier's API types (docs/CLASSIFY-API.md): what goes in (TaskInput, JobFacts); what
+comes out is core.verdict.Cause, made once from the Draft the steps worked on (Draft.cause());
+and _Finding, what one log says, which the rest of the package passes around. Nothing here
+decides anything.
 
 JobFacts is frozen (a job's facts are given, never edited); TaskInput is not yet, since
-`gpualert classify` fills one in from a task's records (commands/classify.py). Verdict stays
-mutable: the deciding step fills its rank and node after it is made (locate.py),
-and classify() appends the notes on unreadable logs to its detail.
+`gpualert classify` fills one in from a task's records (commands/classify.py). Draft is the
+classifier's own working record, mutable while it decides: the deciding step fills its rank and
+node after it is made (locate.py), and classify() appends the notes on unreadable logs to its
+detail. It never leaves the classifier; its JSON shape is Cause's (verdict.json's "verdict").
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualert_slurm.classify.scan import Event, ScanResult
+from gpualert_slurm.core.verdict import Cause
 
 MAX_EVIDENCE = 8
 
@@ -44,7 +47,9 @@ class JobFacts:
 
 
 @dataclass
-class Verdict:
+class Draft:
+    """A verdict while the classifier makes it; cause() is what classify() returns."""
+
     cls: str
     domain: str
     confidence: float
@@ -73,6 +78,11 @@ class Verdict:
             "silent_failure": self.silent_failure,
             "decided_by": self.step,
         }
+
+    def cause(self) -> Cause:
+        """The finished verdict: core.verdict.Cause, whose to_json() is this draft's to_json()
+        (the confidence rounded to two places, the evidence and cascades as Evidence)."""
+        return Cause.from_json(self.to_json())
 
 
 @dataclass

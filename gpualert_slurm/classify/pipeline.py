@@ -11,14 +11,16 @@ import weakref
 from gpualert_slurm.classify.context import _Ctx
 from gpualert_slurm.classify.incident import FRAME_WINDOW, _traceback_ends
 from gpualert_slurm.classify.logread import _log_lines
-from gpualert_slurm.classify.model import JobFacts, TaskInput, Verdict
+from gpualert_slurm.classify.model import JobFacts, TaskInput
 from gpualert_slurm.classify.rules import RuleSet, load_rules
 from gpualert_slurm.classify.scan import Event, ScanResult, scan_file
 from gpualert_slurm.classify.steps import decide, shipped_precedence
+from gpualert_slurm.core.verdict import Cause
 
 
-def classify(tasks: list[TaskInput], job: JobFacts, rules: RuleSet | None = None) -> Verdict:
-    """Classify one job from its task logs and facts. Unreadable logs are noted, not fatal."""
+def classify(tasks: list[TaskInput], job: JobFacts, rules: RuleSet | None = None) -> Cause:
+    """Classify one job from its task logs and facts (the verdict: a frozen Cause).
+    Unreadable logs are noted, not fatal."""
     rs = rules or load_rules()
     notes: list[str] = []
     scans: list[ScanResult | None] = []
@@ -47,7 +49,7 @@ def classify(tasks: list[TaskInput], job: JobFacts, rules: RuleSet | None = None
     v = decide(_Ctx(tasks, scans, kscan, job, rs, shipped_precedence()))
     if notes:
         v.detail = "; ".join([v.detail, *notes]) if v.detail else "; ".join(notes)
-    return v
+    return v.cause()
 
 
 # ---- a NaN the run recovered from (issue 22, f10m-) ----

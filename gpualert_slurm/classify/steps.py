@@ -1,4 +1,4 @@
-"""The decision steps: each looks at one kind of evidence in a job (_Ctx) and gives a Verdict,
+"""The decision steps: each looks at one kind of evidence in a job (_Ctx) and gives a Draft,
 or None when its evidence is not there. STEPS names every step; precedence.yaml says in which
 order they are asked (the first that gives a verdict decides), so changing the order edits
 that one list and adding a step is a function here, a row of STEPS and a row of the file.
@@ -36,7 +36,7 @@ from gpualert_slurm.classify.locate import (
     _lost_node,
     _task_of,
 )
-from gpualert_slurm.classify.model import MAX_EVIDENCE, Verdict, _ev, _Finding
+from gpualert_slurm.classify.model import MAX_EVIDENCE, Draft, _ev, _Finding
 from gpualert_slurm.classify.scan import Event
 
 LIMIT_GAP = 50  # lines from a cause to Slurm's time-limit line: the job had failed before it
@@ -80,7 +80,7 @@ def _nvml_hardware(nvml: dict | None) -> str | None:
 
 # ---- the decision steps; their order is precedence.yaml ----
 
-def _step_hardware(c: _Ctx) -> Verdict | None:
+def _step_hardware(c: _Ctx) -> Draft | None:
     # a kernel log's fault counts always; the same line in a task log when the job failed
     hw = [e for e in c.kevents + ([] if c.clean else c.all_events)
           if e.cls == "gpu_hardware" and e.role == "root"]
@@ -93,7 +93,7 @@ def _step_hardware(c: _Ctx) -> Verdict | None:
     return c.make("gpu_hardware", 0.9, hw[0].text[:200] if hw else nv or "", ev, c.root)
 
 
-def _step_node_failure(c: _Ctx) -> Verdict | None:
+def _step_node_failure(c: _Ctx) -> Draft | None:
     if c.state_cls != "node_failure":
         return None
     what = c.sched_event.text[:200] if c.sched_event else f"Slurm state {c.state or 'NODE_FAIL'}"
@@ -129,7 +129,7 @@ def _scheduler_ended(e: Event) -> bool:
     return e.cls in ("time_limit", "cancelled")
 
 
-def _step_hang(c: _Ctx) -> Verdict | None:
+def _step_hang(c: _Ctx) -> Draft | None:
     j = c.job
     if j.silence_s is None and not c.clean and not c.crashed:
         stuck = _stuck_after_setup(c)
@@ -160,7 +160,7 @@ def _step_hang(c: _Ctx) -> Verdict | None:
                   + c.state_ev)
 
 
-def _step_preempted(c: _Ctx) -> Verdict | None:
+def _step_preempted(c: _Ctx) -> Draft | None:
     if c.state_cls != "preempted":
         return None
     # a log line (Slurm's, a launcher's, a cloud's or Ray's) says who preempted it
@@ -184,7 +184,7 @@ def _failed_before_limit(c: _Ctx) -> bool:
     return bool(lim) and lim[0].order - inc.order <= LIMIT_GAP and not _went_on(inc, lim[0])
 
 
-def _step_time_limit_or_cancel(c: _Ctx) -> Verdict | None:
+def _step_time_limit_or_cancel(c: _Ctx) -> Draft | None:
     if c.state_cls not in ("time_limit", "cancelled"):
         return None
     if c.state_cls == "cancelled" and _memory_verdicts(c):
@@ -223,7 +223,7 @@ _WARNING_LEVEL = re.compile(r"(?:^|[\s:\]])(?:W\d{4} \d|W(?= \S+\.(?:cc|cpp|h|py
                             r"WARN(?:ING)?\b|[Ww]arning:)")
 
 
-def _step_host_oom_state(c: _Ctx) -> Verdict | None:
+def _step_host_oom_state(c: _Ctx) -> Draft | None:
     said = _memory_verdicts(c) if c.state_cls != "host_oom" else []
     if said:
         then = (f"; then {c.state_ev[0]['text'][:120]}" if c.state_cls == "cancelled"
@@ -243,7 +243,7 @@ def _step_host_oom_state(c: _Ctx) -> Verdict | None:
                   r if r and r.incident and r.incident.cls == "host_oom" else None)
 
 
-def _step_silent_failure(c: _Ctx) -> Verdict | None:
+def _step_silent_failure(c: _Ctx) -> Draft | None:
     if not c.clean:
         return None
     for f in sorted(c.findings, key=_Finding.key):
@@ -267,7 +267,7 @@ def _step_silent_failure(c: _Ctx) -> Verdict | None:
     return None
 
 
-def _step_abandoned(c: _Ctx) -> Verdict | None:
+def _step_abandoned(c: _Ctx) -> Draft | None:
     if not c.clean:
         return None
     for f in sorted(c.findings, key=_Finding.key):
@@ -289,7 +289,7 @@ def _was_recovered(c: _Ctx, f: _Finding) -> bool:
     return not f.from_batch and any(f.task is t for t in c.recovered)
 
 
-def _step_clean_exit(c: _Ctx) -> Verdict | None:
+def _step_clean_exit(c: _Ctx) -> Draft | None:
     if not c.clean:
         return None
     if c.recovered:
@@ -305,7 +305,7 @@ def _step_clean_exit(c: _Ctx) -> Verdict | None:
     return c.make("success", 0.95, "exit code 0, no failure evidence", [])
 
 
-def _step_worker_oom(c: _Ctx) -> Verdict | None:
+def _step_worker_oom(c: _Ctx) -> Draft | None:
     """The first cause is a worker that vanished and the OOM killer's report is anywhere:
     host_oom, the worker's death its symptom (precedence.yaml lists the symptom rules)."""
     if c.clean:
@@ -328,7 +328,7 @@ def _step_worker_oom(c: _Ctx) -> Verdict | None:
                       c.findings, lost[0]))
 
 
-def _step_log_root(c: _Ctx) -> Verdict | None:
+def _step_log_root(c: _Ctx) -> Draft | None:
     if c.root is None:
         return None
     v = c.app_verdict(c.root, 0.9 if (c.job.exit_code or c.sig or c.task_failed) else 0.7)
@@ -347,7 +347,7 @@ def _step_log_root(c: _Ctx) -> Verdict | None:
     return v
 
 
-def _step_cut_traceback(c: _Ctx) -> Verdict | None:
+def _step_cut_traceback(c: _Ctx) -> Draft | None:
     """A log whose last lines are a traceback's frames: the exception line was cut off."""
     if c.clean:
         return None
@@ -384,7 +384,7 @@ def _step_cut_traceback(c: _Ctx) -> Verdict | None:
     return None
 
 
-def _step_oom_evidence(c: _Ctx) -> Verdict | None:
+def _step_oom_evidence(c: _Ctx) -> Draft | None:
     oom = [e for e in c.kevents + c.all_events
            if e.cls == "host_oom" and e.role in ("root", "confirmation")]
     if not oom:
@@ -397,7 +397,7 @@ _SIGKILL_WORDS = re.compile(r"\b9\b|KILL|[Kk]illed|\b137\b|已杀死|強制|죽�
                             r"Ucciso|Morto|Убито|Unicestwiony|Geëlimineerd|Dödad|Вбито|Zabit")
 
 
-def _step_killed_memory(c: _Ctx) -> Verdict | None:
+def _step_killed_memory(c: _Ctx) -> Draft | None:
     """f10k-: a SIGKILL reported by the shell or a launcher (precedence.yaml's symptoms) in a
     log that speaks of the host's memory (rule memory_pressure): the OOM killer is the likely
     killer, though the kernel's own report is not in the log."""
@@ -419,7 +419,7 @@ def _step_killed_memory(c: _Ctx) -> Verdict | None:
                   _finding_of(c.findings, k) if k is not None else c.sig_task)
 
 
-def _step_confirmation(c: _Ctx) -> Verdict | None:
+def _step_confirmation(c: _Ctx) -> Draft | None:
     # weak confirmations (a rule with a confidence cap, e.g. a printed "Error: ...") yield to
     # the signal that ended the job
     confs = [e for e in c.confirmations if not (c.sig and e.rule.confidence is not None)]
@@ -450,7 +450,7 @@ def _step_confirmation(c: _Ctx) -> Verdict | None:
                   _finding_of(c.findings, e))
 
 
-def _step_signal(c: _Ctx) -> Verdict | None:
+def _step_signal(c: _Ctx) -> Draft | None:
     who = c.sig_task
     core_dumped = who is not None and who.core_dumped
     code = "" if c.job.exit_code is None else c.job.exit_code
@@ -478,7 +478,7 @@ def _first_failed_rank(c: _Ctx) -> int | None:
     return t.rank if t is not None and t.step != "batch" else None
 
 
-def _step_cascade(c: _Ctx) -> Verdict | None:
+def _step_cascade(c: _Ctx) -> Draft | None:
     casc = sorted((f for f in c.findings if any(e.role == "cascade" for e in f.events)),
                   key=_Finding.key)
     if not casc:
@@ -494,13 +494,13 @@ def _step_cascade(c: _Ctx) -> Verdict | None:
     return c.make(e.cls, 0.45, f"only symptoms found: {e.text[:160]}", [_ev(e)], f)
 
 
-def _step_slurm_state(c: _Ctx) -> Verdict | None:
+def _step_slurm_state(c: _Ctx) -> Draft | None:
     if not c.state_cls:
         return None
     return c.make(c.state_cls, 0.8, f"Slurm state {c.state}", c.state_ev)
 
 
-def _step_silent_end(c: _Ctx) -> Verdict | None:
+def _step_silent_end(c: _Ctx) -> Draft | None:
     """f10k-: a failed job (not clean) with no failure evidence whose log stops right after a
     collective was set up or entered (rule collective_setup): it hung in the collective."""
     if c.clean or c.with_root or c.confirmations:
@@ -519,7 +519,7 @@ def _step_silent_end(c: _Ctx) -> Verdict | None:
     return None
 
 
-def _step_unknown(c: _Ctx) -> Verdict:
+def _step_unknown(c: _Ctx) -> Draft:
     j = c.job
     what = "no exit status given and " if j.exit_code is None and not c.state else ""
     where = _where_it_stops(c) if not c.state_ev else ""
@@ -536,7 +536,7 @@ def _step_unknown(c: _Ctx) -> Verdict:
     return v
 
 
-Step = Callable[[_Ctx], Verdict | None]
+Step = Callable[[_Ctx], Draft | None]
 
 # every decision step by its precedence.yaml id (in the shipped order; the file's order is
 # the one that counts)
@@ -577,7 +577,7 @@ def shipped_precedence() -> precedence.Precedence:
     return precedence.load(None, STEPS)
 
 
-def decide(c: _Ctx) -> Verdict:
+def decide(c: _Ctx) -> Draft:
     """The verdict of the first step, in c.prec's order, that gives one."""
     for step in c.prec.steps:
         v = STEPS[step](c)
