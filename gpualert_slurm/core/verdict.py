@@ -1,6 +1,6 @@
 """verdict.json as one type: `VerdictRecord` (one attempt of one job), its `Cause` (the
 classifier's answer, JSON key "verdict"), `Evidence` with its `Provenance`, `JobInfo` and
-`ArrayRef`. (The classifier's own result is classify's `Verdict`, a different thing.)
+`ArrayRef`. (classify() returns a `Cause`: the classifier's answer is this type.)
 
 The one place that reads verdict.json (`read_at`, `read_run`, `VerdictRecord.from_bytes`) and
 the one that writes it (`write_at`, `VerdictRecord.to_json`). Reading never trusts the file: it
@@ -257,7 +257,7 @@ def _evidence(v: Any, where: str) -> tuple[Evidence, ...]:
 
 @dataclass(frozen=True)
 class Cause(_Record):
-    """The classifier's answer (verdict.json's "verdict"; classify.Verdict.to_json): the
+    """The classifier's answer (what classify() returns; verdict.json's "verdict"): the
     class and its domain, how sure, the hint, the evidence, the root rank/node/step, the
     cascades, and which precedence step decided."""
 
