@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpualert_slurm.core.config import ConfigError, RecoveryConfig, check_rule_names, parse_config
-from gpualert_slurm.core.verdict import Verdict
+from gpualert_slurm.core.verdict import VerdictRecord
 from gpualert_slurm.recovery import checkpoint_newest
 from gpualert_slurm.recovery.actions import drain_reason, merged_exclusion
 from gpualert_slurm.recovery.attribution import attribute
@@ -305,7 +305,7 @@ def _script(tmp_path: Path, body: str) -> tuple[str, ...]:
     return (str(p),)
 
 
-V = Verdict.of({"job_id": "7", "verdict": {"class": "nccl_error", "domain": "infrastructure",
+V = VerdictRecord.of({"job_id": "7", "verdict": {"class": "nccl_error", "domain": "infrastructure",
                                            "root_node": "n1"}})
 
 

@@ -189,7 +189,7 @@ class Config:
     default_monitoring: bool = False
     hook_timeout_s: float = 20.0
     epilog_wait_s: float = 30.0
-    # job epilogs of one user at work at once on the controller (hooks/drain.py); None: half
+    # job epilogs of one user at work at once on the controller (hooks/queue.py); None: half
     epilog_slots_per_user: int | None = None
     budget_bytes: int = 20 * 1024**2
     hang_s: int | None = None  # None: no hang detection unless the job asks (hang=)

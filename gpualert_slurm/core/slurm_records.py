@@ -177,7 +177,9 @@ def expand_hostlist(text: str) -> list[str]:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -202,7 +204,7 @@ def _expand_one(part: str) -> list[str]:
         return [part]
     prefix, ranges, rest = m.groups()
     tails = _expand_one(rest) if rest else [""]
-    out = []
+    out: list[str] = []
     for r in ranges.split(","):
         if "-" in r:
             lo, hi = r.split("-", 1)
@@ -456,7 +458,7 @@ def parse_sacct_table(text: str, delimiter: str = SACCT_DELIM,
                 step=step, state=base_state(row["State"]),
                 exit_code=ExitCode.parse(row["ExitCode"] or "0:0"),
                 nodes=tuple(expand_hostlist(row["NodeList"]))))
-    out = []
+    out: list[JobState] = []
     for j in jobs:
         row = j["row"]
         nodelist = "" if row["NodeList"] in ("None assigned", "(null)") else row["NodeList"]

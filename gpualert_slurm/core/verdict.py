@@ -562,12 +562,6 @@ class VerdictRecord(_Record):
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
 
 
-# The name VerdictRecord had before (issue 30: two unrelated `Verdict`s). recovery/ still
-# imports it by that name while another change is at work there; it goes once recovery/ says
-# VerdictRecord.
-Verdict = VerdictRecord
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 

@@ -69,10 +69,6 @@ class PendingVerdict:
                 out = v.to_json()
                 if note:
                     out["detail"] = "; ".join(x for x in (out.get("detail"), note) if x)
-                # flags the classifier may add beyond the documented fields (silent failure)
-                for extra in ("silent_failure", "silent"):
-                    if hasattr(v, extra) and extra not in out:
-                        out[extra] = getattr(v, extra)
                 return out
 
             self.child = Forked(judge)

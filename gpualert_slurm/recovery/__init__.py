@@ -22,13 +22,13 @@ from typing import Any
 
 from gpualert_slurm.core import slurm
 from gpualert_slurm.core.config import Config
-from gpualert_slurm.core.verdict import Verdict
+from gpualert_slurm.core.verdict import VerdictRecord
 
 SLURM_CALL_S = 5.0
 LOCK_WHY = "the audit lock did not come"
 
 
-def _claimed(verdict: Verdict, nodes: list[str]) -> list[str]:
+def _claimed(verdict: VerdictRecord, nodes: list[str]) -> list[str]:
     """The nodes the verdict blames, whatever its evidence's origin: the root rank's node,
     else the node whose log holds the first evidence, else the job's only node. (A claim:
     the job's own text and files say so.)"""
@@ -42,7 +42,7 @@ def _claimed(verdict: Verdict, nodes: list[str]) -> list[str]:
     return list(nodes) if len(nodes) == 1 else []
 
 
-def _suspects(verdict: Verdict, cls: str, nodes: list[str], deadline: float
+def _suspects(verdict: VerdictRecord, cls: str, nodes: list[str], deadline: float
               ) -> tuple[list[str], dict[str, str], dict[str, str], list[str]]:
     """(claimed, proven, refuted, notes) for the nodes Slurm says ran this attempt (`nodes`):
     what the verdict blames; node -> the Slurm or root fact that backs the class there (for
@@ -173,23 +173,23 @@ def _summary(dec: dict[str, Any], outcome: str | None, results: list[dict[str, A
     }
 
 
-def on_verdict(cfg: Config, verdict: Verdict | Mapping[str, Any], log: Any = None,
+def on_verdict(cfg: Config, verdict: VerdictRecord | Mapping[str, Any], log: Any = None,
                deadline: float | None = None, act: bool = True) -> dict[str, Any] | None:
-    """Decide (and in action mode act) on one run's verdict (a Verdict, or a verdict-shaped
+    """Decide (and in action mode act) on one run's verdict (a VerdictRecord, or a verdict-shaped
     mapping: the hang watcher's); the summary for the report, or None for a run that did not
     fail. act=False: decide and record only; the summary's outcome is then "planned" when
     actions wait for a later act=True call, or "undecided" when the decision lock did not come
     in time (nothing recorded: the later call decides). Never raises."""
     try:
-        return _on_verdict(cfg, Verdict.of(verdict), log, deadline, act)
+        return _on_verdict(cfg, VerdictRecord.of(verdict), log, deadline, act)
     except Exception as e:  # fail open: the epilog and Slurm go on as if gpualert were absent
         if log is not None:
-            job_id = verdict.job_id if isinstance(verdict, Verdict) else verdict.get("job_id")
+            job_id = verdict.job_id if isinstance(verdict, VerdictRecord) else verdict.get("job_id")
             log.error(f"job {job_id}: recovery failed: {e!r}")
         return {"outcome": "error", "error": repr(e)[:300]}
 
 
-def _facts(cfg: Config, verdict: Verdict, deadline: float) -> dict[str, Any]:
+def _facts(cfg: Config, verdict: VerdictRecord, deadline: float) -> dict[str, Any]:
     """What the decision needs beyond the audit log: the site's attribution, the suspects,
     the partition's size, the checkpoint's progress (outside the lock: they take time)."""
     from gpualert_slurm.recovery import attribution
@@ -218,7 +218,7 @@ def _facts(cfg: Config, verdict: Verdict, deadline: float) -> dict[str, Any]:
                                                    deadline, str(job.user or ""), cfg)}
 
 
-def _on_verdict(cfg: Config, verdict: Verdict, log: Any,
+def _on_verdict(cfg: Config, verdict: VerdictRecord, log: Any,
                 deadline: float | None, act: bool = True) -> dict[str, Any] | None:
     from gpualert_slurm.recovery import actions, policy
     from gpualert_slurm.recovery.audit import AuditLog, audit_path, breaker_open, decision_state

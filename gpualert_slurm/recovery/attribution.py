@@ -12,14 +12,14 @@ import subprocess
 from typing import Any
 
 from gpualert_slurm.core.classes import class_domains
-from gpualert_slurm.core.verdict import Cause, Verdict, VerdictError
+from gpualert_slurm.core.verdict import Cause, VerdictError, VerdictRecord
 
 AMENDABLE = ("class", "domain", "root_node", "root_rank", "evidence", "detail", "hint")
 MAX_OUTPUT = 1024 * 1024
 
 
-def attribute(argv: tuple[str, ...], verdict: Verdict, timeout_s: float
-              ) -> tuple[Verdict, dict[str, Any]]:
+def attribute(argv: tuple[str, ...], verdict: VerdictRecord, timeout_s: float
+              ) -> tuple[VerdictRecord, dict[str, Any]]:
     """(the verdict to decide on, what happened: {"status", "detail", "changed"}). The command
     sees verdict.json's record; what it answers is checked as verdict.json's "verdict" is."""
     if not argv:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpualert_slurm.core.classes import class_domains
 from gpualert_slurm.core.config import RecoveryConfig
-from gpualert_slurm.core.verdict import Verdict
+from gpualert_slurm.core.verdict import VerdictRecord
 from gpualert_slurm.core.vocab import (
     NODE_ACTIONS,
     REQUEUE_FAMILY,
@@ -137,11 +137,11 @@ _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\b\d{4,}\b|\d{4}-\d\d-\d\d[T ][\d:.]+|pi
                        re.IGNORECASE)
 
 
-def signature(verdict: Verdict | Mapping[str, Any], nodes: tuple[str, ...] = ()) -> str:
+def signature(verdict: VerdictRecord | Mapping[str, Any], nodes: tuple[str, ...] = ()) -> str:
     """What makes two failures "the same": the class and its first evidence line without the
     parts that differ every time (addresses, pids, times, long numbers, the "node: " prefix of
     kernel lines). Xid 79 stays 79."""
-    v = Verdict.of(verdict).cause
+    v = VerdictRecord.of(verdict).cause
     cls = v.klass
     ev = v.evidence
     text = str(ev[0].text or "") if ev else ""
@@ -224,7 +224,7 @@ class _Case:
         return self.refuted.get(n) or f"no fact from Slurm or root on {n} says {cls}"
 
 
-def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: JobFacts,
+def decide(cfg: RecoveryConfig, verdict: VerdictRecord | Mapping[str, Any], facts: JobFacts,
            history: list[dict[str, Any]]) -> Decision:
     """What to do about one failed run. `history`: the audit log's records (any order).
     Drains, escalations, suspect-node statistics and the breaker go only by facts.proven
@@ -232,7 +232,7 @@ def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: Job
     may requeue the job itself, excluding only nodes Slurm says it ran on (docs/SECURITY.md).
     The phases, in order: escalation, blast radius, retry budget, then what is planned (the
     breaker, the per-user cap, monitor mode), then the nodes flagged for the admin."""
-    c = _case(cfg, Verdict.of(verdict), facts, history)
+    c = _case(cfg, VerdictRecord.of(verdict), facts, history)
     _xid_bucket(c)
     _escalate(c)
     _blast_radius(c)
@@ -242,7 +242,7 @@ def decide(cfg: RecoveryConfig, verdict: Verdict | Mapping[str, Any], facts: Job
     return c.d
 
 
-def _case(cfg: RecoveryConfig, verdict: Verdict, facts: JobFacts,
+def _case(cfg: RecoveryConfig, verdict: VerdictRecord, facts: JobFacts,
           history: list[dict[str, Any]]) -> _Case:
     cls = verdict.cause.klass
     domain = str(verdict.cause.domain or class_domains().get(cls, "unknown"))
