@@ -53,9 +53,11 @@ srun -n2 -o 'rank-%j-%t.out' bash -c 'echo rank $SLURM_PROCID
 echo done
 """
 
-# slurmstepd's own line when a Prolog is slow (seen once under the guest's TCG, in a tapped
-# job): the Prolog's, not the tap's; only this line is set aside.
-PROLOG_HUNG = re.compile(rb"^slurmstepd(?:-[\w.-]+)?: error: Prolog hung on node \S+\n", re.M)
+# slurmstepd's own line when a Prolog is slow (seen under the guest's TCG, in tapped jobs):
+# the Prolog's, not the tap's; only this line is set aside. 26.05 prefixes it with the time
+# ("[2026-12-06T08:49:14.779] error: Prolog hung on node n2") instead of "slurmstepd: ".
+PROLOG_HUNG = re.compile(rb"^(?:slurmstepd(?:-[\w.-]+)?:|\[[0-9T:.-]+\]) error: Prolog hung on "
+                         rb"node \S+\n", re.M)
 
 
 def job_out(path: Path) -> bytes:

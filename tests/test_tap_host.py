@@ -38,6 +38,24 @@ def c(cluster: ClusterFacts) -> ClusterFacts:
     return require_plugin(cluster)
 
 
+# Slurm 26.05 names the job's cgroup by its SLUID ("s" and 13 Crockford base-32 digits) unless
+# CgroupJobIdPaths=yes; earlier releases job_<id> (spank/cgroup.c, is_job_dir)
+SLUID = re.compile(r"s[0-9A-HJKMNP-TV-Z]{13}")
+
+
+def _job_dir(cgroup: str, job: int, task: int) -> bool:
+    """CGROUP is in the job's directory, then a step's: job_<id>, or the job's SLUID (the one
+    the task's environment names, where it names one)."""
+    m = re.search(r"/([^/]+)/step_[^/]+(?:/|$)", cgroup)
+    if not m:
+        return False
+    env = Path(f"/proc/{task}/environ").read_bytes().split(b"\0")
+    sluid = next((e.split(b"=", 1)[1].decode() for e in env
+                  if e.startswith(b"SLURM_JOB_SLUID=")), None)
+    if sluid:
+        return m.group(1) in (f"job_{job}", sluid)
+    return m.group(1) == f"job_{job}" or bool(SLUID.fullmatch(m.group(1)))
+
 def holders(pipe: str) -> list[int]:
     """Pids with an fd on the pipe (`pipe:[N]`)."""
     found = []
@@ -95,7 +113,7 @@ def test_copiers_run_outside_the_step_cgroup_and_nothing_outlives_the_job(c: Clu
             copier = others[0]
             assert freezer(copier) != freezer(task), (
                 f"{f.name}: the copier {copier} is in the task's cgroup {freezer(task)}")
-            assert f"job_{job}/step_" in freezer(task), freezer(task)
+            assert _job_dir(freezer(task), job, task), freezer(task)
             if UNIFIED_ONLY:  # v2: gpualert's own cgroup beside Slurm's scope (spank/host.c)
                 assert freezer(copier).endswith("/gpualert_copiers"), freezer(copier)
             assert status_ids(copier, "Uid")[:3] == [uid] * 3
