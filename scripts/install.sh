@@ -51,7 +51,7 @@ stamp=$VENV/.deps-stamp
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] || [ scripts/install.sh -nt "$stamp" ]; then
     "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
     # prometheus_client: the tests parse `gpualert metrics` output with its text parser.
-    # matplotlib: the report's timeline picture of multi-node failures (README, dependencies).
+    # matplotlib: the report's timeline picture of multi-node failures (docs/ADMIN.md, "Dependencies, and why each").
     # import-linter: the package's layering and no-cycle contracts (.importlinter, make lint).
     # mypy, types-PyYAML: the type check of core, recovery and notify (pyproject.toml, make lint).
     "$VENV/bin/pip" install -q Jinja2 PyYAML nvidia-ml-py apprise matplotlib pytest aiosmtpd ruff \

@@ -38,7 +38,7 @@ cp -a pyproject.toml setup.cfg README.md gpualert_slurm spank epilog.d etc ood d
 mkdir -p "$src/docs" && cp -a docs/*.md "$src/docs/"
 find "$src" \( -name __pycache__ -o -name '*.egg-info' -o -name '*.o' -o -name '*.so' \) -prune \
     -exec rm -rf {} +
-# NVIDIA's NVML binding is not in Debian (README, "The Debian package"): the one-file module
+# NVIDIA's NVML binding is not in Debian (docs/ADMIN.md, "The Debian package"): the one-file module
 # nvidia-ml-py installs, as gpualert_slurm/_vendor/pynvml.py.
 # GPUALERT_PYNVML (and GPUALERT_PYNVML_VERSION) name another copy of that file: a build
 # machine without the venv.

@@ -1,6 +1,8 @@
 /*
- * The tap: one copier process per task that forwards every byte of the task's stdout and
- * stderr to where Slurm would have put it, and logs it to the spool.
+ * The tap: one copier per task that forwards every byte of the task's stdout and stderr to
+ * where Slurm would have put it, and logs it to the spool. A copier is two threads of the
+ * step's copier host (host.c); where no host runs (an unknown cgroup layout, say), it is a
+ * process the task forks (tap.c).
  *
  * Two rules shape it (spank/README.md):
  * - The job never notices. The copier leaves the job's process group and session and blocks

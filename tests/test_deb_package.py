@@ -6,7 +6,7 @@ and `apt-get remove` leaves no gpualert process running and slurm.conf as it was
 The node is one container (`gpadeb-node`, not the container cluster's `gpadock-*`) running
 its own slurmctld and slurmd on ports of its own (+700: 7517, 7531); it uses the host's network
 so that apt reaches Debian's mirror for the package's dependencies and the job epilog reaches
-the sink on 127.0.0.1. Measured: see README, "The Debian package"."""
+the sink on 127.0.0.1. Measured: see docs/ADMIN.md, "The Debian package"."""
 
 from __future__ import annotations
 

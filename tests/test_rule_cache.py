@@ -331,7 +331,7 @@ def test_a_full_disk_leaves_no_half_file(dirs, monkeypatch):
 
 
 def test_the_key_covers_every_file_and_the_code(dirs):
-    """A rule added to rules.yaml (as the classifier's authors do), a class, a site file's
+    """A rule added to rules/NN-<family>.yaml (as its authors do), a class, a site file's
     name or bytes: each gives another key, so no cache outlives the files it was built from;
     the same files give the same key."""
     files = rules_mod._rule_files(True, None)

@@ -6,7 +6,7 @@ log is noted in the verdict's detail, never fatal. Cause.to_json() is the object
 classify --json` prints, verdict.json's "verdict" and what every report reads. load_rules()
 gives the rule set (RuleError naming file, rule and field when a rule file is wrong);
 load_precedence() the order in which the kinds of evidence decide. Rules, classes and
-that order are data (rules.yaml, classes.yaml, a site's rules.d, precedence.yaml).
+that order are data (rules/NN-<family>.yaml, classes.yaml, a site's rules.d, precedence.yaml).
 
 Inside, one job a module; each imports only modules listed above it (and rules, scan, core):
   model       the API types (TaskInput, JobFacts), Draft (the verdict while it is made), _Finding

@@ -21,8 +21,8 @@ from gpualert_slurm.classify.scan import Event, ScanResult, line_view
 CUT_TAIL = 3  # a traceback frame within this many lines of a log's end: the log was cut
 SKIP_RUN = 2  # a log ending in this many skipped-NaN lines in a row: the loop never recovered
 END_TAIL = 5  # an exception within this many lines of a log's end were the program's last words
-ABANDON_RULE = "work_abandoned"  # rules.yaml: a logged error saying the work stops
-STOP_RULE = "work_stopped"  # rules.yaml: any line saying the work stopped (crashed, exiting)
+ABANDON_RULE = "work_abandoned"  # rules/*.yaml: a logged error saying the work stops
+STOP_RULE = "work_stopped"  # rules/*.yaml: any line saying the work stopped (crashed, exiting)
 
 
 LOG_HANG_S = 3600.0  # from a log alone: silence before Slurm's end line that counts as a hang

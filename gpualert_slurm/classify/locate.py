@@ -63,7 +63,7 @@ def _no_exit(t: TaskInput) -> bool:
 
 def _lost_node(events: list[Event], tasks: list[TaskInput]) -> tuple[str | None, list[TaskInput]]:
     """The node Slurm lost and the ranks that ran there without an exit record, first rank
-    first. The node is the one a node-failure line names (rules.yaml's `node` group); else,
+    first. The node is the one a node-failure line names (the rules' `node` group); else,
     when other nodes' tasks left exit records, the one node none of whose tasks did."""
     named = [e.ref_node for e in events
              if e.cls == "node_failure" and e.role == "root" and e.ref_node]

@@ -41,8 +41,8 @@ from gpualert_slurm.classify.scan import Event
 
 LIMIT_GAP = 50  # lines from a cause to Slurm's time-limit line: the job had failed before it
 SILENT_TAIL = 50  # silent failure evidence within this many lines of a log's end decides
-LAUNCHER_FRAME = "launcher_frame"  # rules.yaml: a frame of torchrun's / DeepSpeed's own traceback
-# rules.yaml: a launcher passing SIGINT on (torchrun's "Received 2 death signal", srun's
+LAUNCHER_FRAME = "launcher_frame"  # rules/*.yaml: a frame of torchrun's / DeepSpeed's own traceback
+# rules/*.yaml: a launcher passing SIGINT on (torchrun's "Received 2 death signal", srun's
 # "sending Ctrl-C to"): a traceback that starts within INTERRUPT_GAP lines after one is the
 # interrupt's (its KeyboardInterrupt line is what a cut log lost)
 INTERRUPT_NOTICE = ("elastic_got_sigint", "srun_sent_ctrl_c")
