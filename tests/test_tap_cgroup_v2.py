@@ -63,8 +63,13 @@ modprobe dummy && ip link add gpa0 type dummy && ip addr add 192.0.2.1/24 dev gp
   && ip link set gpa0 up
 docker/slurm-cluster/cluster up > /mnt/out/up.log 2>&1 || { tail -30 /mnt/out/up.log; exit 1; }
 grep -E '^(cgroup|slurm_version|proctrack)=' /mnt/out/up.log
+rc=0
 scripts/run-pytest.sh -p no:cacheprovider -v -rA -s --junitxml=/mnt/out/junit.xml \\
-  """ + " ".join(f"tests/{f}.py" for f in FILES) + "\n"
+  """ + " ".join(f"tests/{f}.py" for f in FILES) + """ || rc=$?
+# Slurm's and the hooks' logs outlive the guest (its disk is a snapshot): a failure's why
+cp -a /var/lib/gpualert-cluster/log /mnt/out/cluster-log 2>/dev/null || true
+exit $rc
+"""
 
 pytestmark = [pytest.mark.cluster, pytest.mark.docker]
 
@@ -138,5 +143,6 @@ def test_tap_suite_under_v2(version: str, name: str) -> None:
     for line in output.splitlines():
         if line.startswith("cgroup v2: job "):        # test_tap_stall's figures
             print(line)
-    assert not bad, f"tests/{name}.py in the v2 guest: {bad}\n{output[-4000:]}"
+    assert not bad, (f"tests/{name}.py in the v2 guest: {bad} (the guest's Slurm and hook logs:"
+                     f" {out_dir}/cluster-log)\n{output[-4000:]}")
 
