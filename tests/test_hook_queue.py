@@ -504,3 +504,35 @@ def test_an_array_whose_tasks_never_recorded_is_summarised(cluster, workdir, tmp
         == {"file_not_found", "unknown"}
     assert settle(0) == 0  # sent: settled, no second mail
     assert len(list((tmp_path / "mail").glob("*.eml"))) == 1
+
+
+# settle_array's decision alone, Slurm's and accounting's answers given (its reads of squeue and
+# sacct are tested on the real cluster above and in test_array_acct.py); in a child, since it
+# ends itself with EXIT_NOT_YET
+SETTLE_GIVEN = """import json, sys
+sys.path.insert(0, {repo!r})
+from gpualert_slurm.hooks import array_acct, array_settle
+states, acct = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+array_acct.task_states = lambda array_id, timeout=0: states
+array_acct.accounted = lambda array_id, timeout=0: {{t: tuple(a) for t, a in acct.items()}}
+array_settle.array_state = lambda env: {{"tasks": {{"0": {{"class": "unknown"}}}}}}
+array_settle.settle_array({{"SLURM_ARRAY_JOB_ID": "7"}}, 3600.0)
+"""
+
+
+@pytest.mark.parametrize(("states", "acct", "settled"), [
+    # all ended in slurmctld, tasks 1 and 2 not yet in accounting (slurmdbd behind a quick
+    # array, as seen in CI): not "nothing to wait for"
+    ({"0": "FAILED", "1": "FAILED", "2": "FAILED"}, {"0": ["8", 1.0, "FAILED"]}, False),
+    # slurmctld forgot the array and accounting has only the recorded task: nothing to wait for
+    ({}, {"0": ["8", 1.0, "FAILED"]}, True),
+    # a task still running: its own job epilog may come
+    ({"0": "FAILED", "1": "RUNNING"}, {"0": ["8", 1.0, "FAILED"]}, False),
+])
+def test_settle_waits_for_tasks_accounting_has_not_caught_up_with(
+        states: dict, acct: dict, settled: bool) -> None:
+    from gpualert_slurm.hooks import array_settle
+
+    rc = subprocess.run([sys.executable, "-c", SETTLE_GIVEN.format(repo=str(REPO)),
+                         json.dumps(states), json.dumps(acct)], timeout=60).returncode
+    assert rc == (0 if settled else array_settle.EXIT_NOT_YET)

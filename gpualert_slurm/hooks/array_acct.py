@@ -88,15 +88,24 @@ def accounted(array_id: str, timeout: float = SACCT_S) -> dict[str, tuple[str, f
     return got
 
 
-def active_tasks(array_id: str, timeout: float = SACCT_S) -> set[str] | None:
-    """Task ids slurmctld still holds in a state that is not final (pending, running,
-    completing: a job epilog may still come); None when Slurm cannot be asked."""
+def task_states(array_id: str, timeout: float = SACCT_S) -> dict[str, str] | None:
+    """Task id -> its state, of every task slurmctld still holds (final ones included, until
+    MinJobAge); {} when it forgot the whole array, None when Slurm cannot be asked."""
     try:
         out = slurm.run(["squeue", "-h", "-r", "-t", "all", "-j", array_id,
                          "-o", "%F|%K|%T"], timeout=timeout)
     except slurm.JobNotFound:
-        return set()  # slurmctld forgot the whole array (MinJobAge): none is active
+        return {}  # slurmctld forgot the whole array (MinJobAge): none is active
     except slurm.SlurmError:
         return None
-    return {p[1] for p in (ln.split("|") for ln in out.splitlines())
-            if len(p) == 3 and p[0] == array_id and p[2] not in FINAL_STATES}
+    return {p[1]: p[2] for p in (ln.split("|") for ln in out.splitlines())
+            if len(p) == 3 and p[0] == array_id}
+
+
+def active_tasks(array_id: str, timeout: float = SACCT_S) -> set[str] | None:
+    """Task ids slurmctld still holds in a state that is not final (pending, running,
+    completing: a job epilog may still come); None when Slurm cannot be asked."""
+    states = task_states(array_id, timeout)
+    if states is None:
+        return None
+    return {t for t, state in states.items() if state not in FINAL_STATES}

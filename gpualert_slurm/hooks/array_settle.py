@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from gpualert_slurm.core.config import Config, ConfigError, load_config
+from gpualert_slurm.core.slurm_records import FINAL_STATES
 from gpualert_slurm.core.spool import SpoolError, read_json_nofollow
 from gpualert_slurm.hooks import array_acct
 from gpualert_slurm.hooks.common import DEFAULT_TIMEOUT_S, HookLog, Watchdog, load_config_logged
@@ -118,16 +119,21 @@ def settle_array(env: dict[str, str], grace_s: float) -> None:
         return
     if st.get("sent"):
         return
-    active = array_acct.active_tasks(array_id)
+    states = array_acct.task_states(array_id)
     acct = array_acct.accounted(array_id)
-    if active is None or acct is None:
+    if states is None or acct is None:
         os._exit(EXIT_NOT_YET)
     now = time.time()
     tasks = st.get("tasks") or {}
     done = {t for t, r in tasks.items() if isinstance(r, dict) and not r.get("in_flight")}
     missing = {t: a for t, a in acct.items() if t not in done}
+    active = {t for t, state in states.items() if state not in FINAL_STATES}
     if active - done:
         os._exit(EXIT_NOT_YET)  # pending, running or completing: its own epilog may come
+    if set(states) - done - set(acct):
+        # ended in slurmctld but not yet in accounting with its nodes (slurmdbd lags behind
+        # a quick array): its record may come, so this is not "nothing to wait for"
+        os._exit(EXIT_NOT_YET)
     if not missing:
         return  # nothing to wait for: the last record sends it (or the array had no failure)
     if any(not end or now - end < grace_s for _j, end, _s in missing.values()):
