@@ -20,6 +20,7 @@ DEB_PACKAGES=(python3 python3-venv python3-dev gcc make libslurm-dev slurm-wlm-p
               slurmctld slurmd slurm-client slurmdbd munge mariadb-server
               chromium "$LIBFUSE2"  # chromium: the report's HTML render test; libfuse2: fusepy's
                                     # library (tests/fuse_stall.py, the stalled-spool test)
+              libc-l10n  # glibc's messages in other locales (the localised "Killed" test)
               docker.io debootstrap)  # the container cluster (docker/slurm-cluster/dcluster)
 
 missing=()

@@ -14,11 +14,20 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpualert_slurm.classify import Cause, JobFacts, TaskInput, classify
 
 # PyTorch (CPU) for the tests that run a real spawn or torchrun job: the venv `make test` makes
 # (scripts/install-test-deps.sh), never one that only `make corpus` leaves behind.
 TORCH_PY = os.environ.get("GPUALERT_TORCH_VENV", "/opt/gpualert/torch-venv") + "/bin/python"
+
+
+def need_torch_venv() -> None:
+    """Tests that run real torch programs fail, never skip, without the torch CPU venv."""
+    if not Path(TORCH_PY).exists():
+        pytest.fail(f"{TORCH_PY} is missing: scripts/install-test-deps.sh makes it (make test)",
+                    pytrace=False)
 
 
 def write(tmp_path: Path, name: str, text: str | bytes) -> str:

@@ -30,6 +30,7 @@ from classifylib import (
     USER_LOADER,
     crash,
     log_alone,
+    need_torch_venv,
     run,
     run_prog,
     run_verdict,
@@ -447,8 +448,8 @@ TORCH_SAVE_ESTALE = """\
 """
 
 
-@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
 def test_torch_save_cut_inside_its_frames_is_storage_io(tmp_path: Path) -> None:
+    need_torch_venv()
     # (was: python_exception) a real torch.save whose file write fails; whole, its errno decides
     # (held before); cut after torch/serialization.py's save frames, the writer's frames do
     text = run_prog(tmp_path, TORCH_PY, TORCH_SAVE_ESTALE)

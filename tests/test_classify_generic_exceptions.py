@@ -18,6 +18,7 @@ from classifylib import (
     TRAINING,
     crash,
     log_alone,
+    need_torch_venv,
     run,
     run_prog,
     run_py,
@@ -226,8 +227,8 @@ def test_a_generic_exception_from_pickle_loads_stays_generic(tmp_path: Path) -> 
     assert log_alone(tmp_path, text) == "python_exception"
 
 
-@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
 def test_an_object_torch_save_cannot_pickle_is_the_programs(tmp_path: Path) -> None:
+    need_torch_venv()
     # the same frames with pickle's own error: the program's, not the storage's
     text = run_prog(tmp_path, TORCH_PY, """\
         import torch

@@ -48,7 +48,8 @@ def test_a_stuck_nccl_watchdog_is_a_hang(tmp_path: Path) -> None:
 @pytest.mark.parametrize("lang", ["zh_CN", "de", "ru", "ko"])
 def test_real_bash_killed_in_its_locale(tmp_path: Path, lang: str) -> None:
     if not Path(f"/usr/share/locale/{lang}/LC_MESSAGES/libc.mo").exists():
-        pytest.skip(f"no glibc messages for {lang}")
+        pytest.fail(f"no glibc messages for {lang}: scripts/install.sh installs libc-l10n",
+                    pytrace=False)
     log = tmp_path / "run.0.log"
     env = dict(os.environ, LANGUAGE=lang, LANG="C.UTF-8", LC_ALL="")
     # (not the script's last command: bash would exec it and print nothing)

@@ -19,6 +19,7 @@ from classifylib import (
     TRAINING,
     job_verdict,
     log_alone,
+    need_torch_venv,
     orte_lost,
     run,
     run_verdict,
@@ -140,10 +141,10 @@ def test_a_kill_with_memory_words_is_the_oom_killer(tmp_path: Path) -> None:
         assert verdict(tmp_path, TRAINING + gpu + ELASTIC, exit_code=None).cls == "killed", gpu
 
 
-@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
 @pytest.mark.parametrize(("say", "cls"), [("", "killed"),
                                           ("print('rank 1 RSS 3.9 GB', flush=True)", "host_oom")])
 def test_real_torchrun_rank_sigkilled(tmp_path: Path, say: str, cls: str) -> None:
+    need_torch_venv()
     prog = tmp_path / "job.py"
     prog.write_text(textwrap.dedent(f"""\
         import os, signal, time
@@ -448,8 +449,8 @@ TORCHRUN_WAITING = """\
 """
 
 
-@pytest.mark.skipif(not Path(TORCH_PY).exists(), reason="needs the torch venv (make test)")
 def test_a_traceback_cut_after_torchrun_passed_on_sigint_is_cancelled(tmp_path: Path) -> None:
+    need_torch_venv()
     # (was: python_exception) torchrun got SIGINT (Ctrl-C) and passed it on; the worker's
     # KeyboardInterrupt traceback cut before its last line: the job was interrupted
     import signal
