@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualert_slurm.commands.evaluate import score
+from gpualert_slurm.commands.eval import score
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures" / "classify"

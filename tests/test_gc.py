@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from clusterlib import cancel_quietly, submit, wait_state
 
-from gpualert_slurm.commands.spool_gc import REMOVING_PREFIX, JobUsage, measure, plan
+from gpualert_slurm.commands.gc import REMOVING_PREFIX, JobUsage, measure, plan
 from gpualert_slurm.core.config import ConfigError, RetentionConfig, parse_config
 from gpualert_slurm.notify.outbox import Outbox, new_id
 
@@ -315,7 +315,7 @@ def test_gc_removes_a_deep_tree_the_user_made(cluster, site):
 
 
 def test_epilog_pass_is_bounded_rate_limited_and_never_raises(cluster, site):
-    from gpualert_slurm.commands.spool_gc import epilog_pass
+    from gpualert_slurm.commands.gc import epilog_pass
     from gpualert_slurm.core.config import load_config
 
     spool, cfg = site

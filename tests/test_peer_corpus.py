@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualert_slurm.commands.evaluate import CorpusError, evaluate, load_peer
+from gpualert_slurm.commands.eval import CorpusError, evaluate, load_peer
 
 REPO = Path(__file__).resolve().parent.parent
 PEER = REPO.parent / "shared" / "peer-corpus"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualert_slurm.commands.evaluate import CorpusError, evaluate, load_pasted
+from gpualert_slurm.commands.eval import CorpusError, evaluate, load_pasted
 
 REPO = Path(__file__).resolve().parent.parent
 REALWORLD = REPO.parent / "shared" / "realworld"

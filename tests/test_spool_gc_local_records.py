@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from clusterlib import cancel_quietly, submit, wait_state
 
-from gpualert_slurm.commands.spool_gc import plan_local, scan_local
+from gpualert_slurm.commands.gc import plan_local, scan_local
 from gpualert_slurm.core.config import ConfigError, RetentionConfig, parse_config
 
 REPO = Path(__file__).resolve().parent.parent

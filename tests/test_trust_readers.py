@@ -662,7 +662,7 @@ def test_read_run_verdict_wants_roots_file_about_this_run() -> None:
 
 
 def test_remove_tree_any_depth_bounded_fds(tmp_path: Path) -> None:
-    from gpualert_slurm.commands import spool_gc as gc
+    from gpualert_slurm.commands import gc
 
     root = tmp_path / "r"
     root.mkdir()

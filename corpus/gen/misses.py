@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from gpualert_slurm.classify import classify, load_rules
-from gpualert_slurm.commands.evaluate import case_inputs, load_labels
+from gpualert_slurm.commands.eval import case_inputs, load_labels
 
 
 def last_line(path: str) -> str:

@@ -267,7 +267,7 @@ def spool_usage(cfg: Config, time_limit_s: float = SCAN_LIMIT_S) -> list[Result]
     """What the spool holds and what `gpualert gc` will keep of it (facts, not checks)."""
     import time
 
-    from gpualert_slurm.commands.spool_gc import fmt_age, fmt_bytes, scan_spool
+    from gpualert_slurm.commands.gc import fmt_age, fmt_bytes, scan_spool
 
     r = cfg.retention
     ret = (f"retention: max_age {fmt_age(r.max_age_s) if r.max_age_s else 'none'}, "
