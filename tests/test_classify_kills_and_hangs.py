@@ -103,6 +103,44 @@ def test_a_log_that_stops_after_nccl_init_hung(tmp_path: Path) -> None:
     assert log_alone(tmp_path, NCCL_INIT + TRAINING) == "unknown"
 
 
+# NCCL_DEBUG=INFO's communicator set-up before "Init COMPLETE" (its documented lines: version,
+# bootstrap and network, an NCCL_* variable echoed, affinity, the topology dump, the search)
+NCCL_SETUP = [
+    "NCCL INFO NCCL version 2.21.5+cuda12.4",
+    "NCCL INFO Bootstrap : Using ib0:10.4.0.7<0>",
+    "NCCL INFO NET/IB : Using [0]mlx5_2:1/IB ; OOB ib0:10.4.0.7<0>",
+    "NCCL INFO Using network IB",
+    "NCCL INFO NCCL_IB_HCA set by environment to mlx5_2",
+    "NCCL INFO ncclCommInitRank comm 0x61a0 rank 1 nranks 8 cudaDev 1 nvmlDev 1 busId 1b000 "
+    "commId 0x9e1f - Init START",
+    "NCCL INFO Setting affinity for GPU 1 to ffff0000",
+    "NCCL INFO === System : maxBw 48.0 totalBw 48.0 ===",
+    "NCCL INFO CPU/1 (1/1/2)",
+    "NCCL INFO + PCI[48.0] - GPU/1B000 (1)",
+    "NCCL INFO GPU/1B000 :GPU/1B000 (0/5000.000000/LOC) CPU/1 (2/48.000000/PHB)",
+    "NCCL INFO Pattern 4, crossNic 0, nChannels 4, bw 40.000000/40.000000, type NVL/PIX",
+    "NCCL INFO Trees [0] 2/-1/-1->1->0 [1] 2/-1/-1->1->0",
+    "NCCL INFO P2P Chunksize set to 524288",
+]
+
+
+@pytest.mark.parametrize("stop", range(1, len(NCCL_SETUP) + 1))
+def test_a_log_that_stops_inside_nccl_setup_hung(tmp_path: Path, stop: int) -> None:
+    """A failed job's log (NCCL_DEBUG=INFO) that stops anywhere inside the communicator's
+    set-up, before Init COMPLETE, with no error: it hung there (was: unknown past the few
+    lines of the set-up's end the rule knew)."""
+    head = "".join(f"a17:3310:3390 [1] {t}\n" for t in NCCL_SETUP[:stop])
+    v = verdict(tmp_path, TRAINING + head, exit_code=None)
+    assert v.cls == "hang" and v.decided_by == "silent_end", (NCCL_SETUP[stop - 1], v.detail)
+    # NCCL's error trace or its retries at the end are no set-up line: not a hang
+    for tail in ("a17:3310:3390 [1] NCCL INFO bootstrap.cc:85 -> 3\n",
+                 "a17:3310:3390 [1] NCCL INFO Call to connect returned Connection timed out, "
+                 "retrying\n"):
+        assert log_alone(tmp_path, TRAINING + head + tail) != "hang", tail
+    # the set-up went through and training went on: no hang there
+    assert log_alone(tmp_path, head + TRAINING) == "unknown"
+
+
 def test_nccl_init_then_the_end_line_is_a_hang(tmp_path: Path) -> None:
     end = ("W0501 20:00:00.000000 77 torch/distributed/elastic/agent/server/api.py:719] Received "
            "15 death signal, shutting down workers\n")
