@@ -185,6 +185,51 @@ def test_timestamps_that_stop_long_before_a_kill_line_are_a_hang(tmp_path: Path)
     assert log_alone(tmp_path, lines + timed(14, 1, "step 999") + end) != "hang"
 
 
+# ---- a monitor's ticks that hide the silence ------------------------------------------------
+
+def tick(hh: int, mm: int, ss: int) -> str:
+    """A job script's background status loop (`while sleep 1800; do echo "[$(date ...)] ..."`):
+    two lines a tick, one with the job's elapsed time."""
+    return (f"[2026-05-01 {hh:02d}:{mm:02d}:{ss:02d}] watch: job 4411 state RUNNING on "
+            f"gn[07-08], elapsed {hh - 2}:{mm:02d}:{ss:02d}\n"
+            f"[2026-05-01 {hh:02d}:{mm:02d}:{ss:02d}] watch: gpu util 100% mem 71% on 8 GPUs\n")
+
+
+def test_hours_of_a_monitors_ticks_after_the_last_output_are_a_hang(tmp_path: Path) -> None:
+    """A failed job whose program went quiet while a status loop in the same log went on
+    ticking for hours: the heartbeat hid the silence; the log's own times show it (was:
+    unknown)."""
+    ticks = "".join(tick(h, m, s) for h, m, s in
+                    ((3, 10, 2), (3, 40, 3), (4, 10, 5), (4, 40, 4), (5, 10, 6)))
+    v = verdict(tmp_path, TRAINING + "evaluating on the validation set\n" + ticks,
+                exit_code=None)
+    assert v.cls == "hang" and v.decided_by == "silent_end", v.detail
+    assert "2.0 h" in v.detail and "validation set" in v.detail
+    # the program's lines between the ticks at the end: it was working
+    mixed = tick(3, 10, 2) + TRAINING + tick(3, 40, 3) + "epoch 1 | step 400 | loss 1.2\n" \
+        + tick(4, 10, 5)
+    assert log_alone(tmp_path, TRAINING + mixed) != "hang"
+    # half an hour of ticks is no proof
+    assert log_alone(tmp_path, TRAINING + tick(3, 10, 2) + tick(3, 25, 3) + tick(3, 40, 1)) \
+        == "unknown"
+    # Slurm's own end line outranks the inference; a clean exit is a success
+    end = ("slurmstepd: error: *** JOB 4411 ON gn07 CANCELLED AT 2026-05-01T05:11:00 DUE TO "
+           "TIME LIMIT ***\n")
+    assert log_alone(tmp_path, TRAINING + ticks + end) == "time_limit"
+    assert verdict(tmp_path, TRAINING + ticks, exit_code=0).cls == "success"
+
+
+def test_a_programs_own_timed_progress_is_no_monitor(tmp_path: Path) -> None:
+    """Timed lines of one shape that come when the work allows (a converter's per-file lines,
+    hours apart but not on a clock) or that count training steps are the program's own
+    output: a log that stops after them is an honest unknown."""
+    shards = "".join(f"[2026-05-01 {h:02d}:{m:02d}:00] convert: wrote shard {i} of 64\n"
+                     for i, (h, m) in enumerate(((1, 0), (1, 7), (2, 31), (2, 44), (4, 2))))
+    assert log_alone(tmp_path, "reading index\n" + shards) == "unknown"
+    epochs = "".join(timed(h, 0, f"Epoch {h * 10}, loss 0.{h}") for h in range(1, 6))
+    assert log_alone(tmp_path, "loading data\n" + epochs) == "unknown"
+
+
 # ---- other frameworks' workers lost to memory (was: python_exception / killed) ----
 
 @pytest.mark.parametrize("text", [

@@ -157,6 +157,57 @@ def _went_on(inc: Event, lim: Event) -> bool:
     return False
 
 
+HEARTBEAT_SHAPES = 3  # a monitor prints at most this many lines of its own shapes a tick
+HEARTBEAT_TICKS = 3  # ... and this many ticks at least, to be a monitor's and not a chance
+HEARTBEAT_TAIL = 60  # lines read from a log's end to find them
+_DIGITS = re.compile(r"\d+")
+
+
+def _heartbeat_tail(c: _Ctx) -> tuple[float, str, str, int | None, str] | None:
+    """f10k-: a log whose last lines are only a monitor's periodic lines (the job script's own
+    "still running" / status loop, a timed GPU-usage line, a scheduler poll: each with a time of
+    its own, at most HEARTBEAT_SHAPES shapes once digits are masked, each repeated over at least
+    HEARTBEAT_TICKS ticks on a clock's steady period, none a training count) after the
+    program's last line of another shape, the ticks spanning longer than the hang threshold
+    (LOG_HANG_S when the job gave none): the program wrote nothing all that time while the job
+    went on - a heartbeat that hides the silence from a tap that reads any output. (the span in
+    seconds, the program's last line, the last tick, its line number, the log)."""
+    for t, s in zip(c.tasks, c.scans, strict=True):
+        if s is None:
+            continue
+        tail = _tail_lines(t.path, HEARTBEAT_TAIL, size=65536)
+        year = next((int(m.group(1)) for _, _, r in tail if (m := _ISO_TIME.search(r[:80]))),
+                    2000)
+        run: list[tuple[float, str]] = []
+        shapes: list[str] = []
+        before = None
+        for _, body, raw in reversed(tail):
+            when = _line_time(raw, year)
+            shape = _DIGITS.sub("#", body)
+            if when is None or _WORK_LINE.search(body) or (
+                    shape not in shapes and len(shapes) >= HEARTBEAT_SHAPES):
+                before = body
+                break
+            if shape not in shapes:
+                shapes.append(shape)
+            run.append((when, shape))
+        if before is None or not run:
+            continue
+        ticks = min(sum(1 for _, sh in run if sh == x) for x in shapes)
+        span = max(w for w, _ in run) - min(w for w, _ in run)
+        if ticks < HEARTBEAT_TICKS or span < (c.job.hang_threshold_s or LOG_HANG_S):
+            continue
+        # a timer's ticks: one shape's steps within a quarter of their median (a program's
+        # own progress lines come when the work allows, not on a clock)
+        at = sorted(w for w, sh in run if sh == shapes[0])
+        steps = sorted(b - a for a, b in zip(at, at[1:], strict=False))
+        mid = steps[len(steps) // 2]
+        if mid <= 0 or any(abs(x - mid) > mid / 4 for x in steps):
+            continue
+        return span, before, tail[-1][1], tail[-1][0], t.path
+    return None
+
+
 def _lines_after(e: Event, scan: ScanResult) -> int:
     """Lines of the log after event e's line (by line, not by segment: a CRLF or a `\\r`
     progress bar makes more segments than lines)."""

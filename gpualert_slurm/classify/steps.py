@@ -21,6 +21,7 @@ from gpualert_slurm.classify.endings import (
     STOP_RULE,
     _abandoned,
     _handled_run,
+    _heartbeat_tail,
     _lines_after,
     _log_silence,
     _stuck_after_setup,
@@ -502,7 +503,9 @@ def _step_slurm_state(c: _Ctx) -> Draft | None:
 
 def _step_silent_end(c: _Ctx) -> Draft | None:
     """f10k-: a failed job (not clean) with no failure evidence whose log stops right after a
-    collective was set up or entered (rule collective_setup): it hung in the collective."""
+    collective was set up or entered (rule collective_setup): it hung in the collective; or
+    whose log ends in hours of a monitor's periodic lines after the program's last line
+    (endings._heartbeat_tail): the program hung while the job went on."""
     if c.clean or c.with_root or c.confirmations:
         return None
     for f in sorted(c.findings, key=_Finding.key):
@@ -516,6 +519,15 @@ def _step_silent_end(c: _Ctx) -> Draft | None:
         return c.make("hang", 0.4, f"the log stops{at} right after a collective was set up "
                       f"({last.text[:120]!r}, line {last.line}); no error line and no end line: "
                       "it hung in the collective (or was killed without a word)", [_ev(last)], f)
+    # (or its last lines are a monitor's ticks, hours of them, after the program's last line)
+    beat = _heartbeat_tail(c)
+    if beat is not None:
+        span, before, tick, n, path = beat
+        return c.make("hang", 0.4, f"the log's last lines are a monitor's periodic lines over "
+                      f"{span / 3600:.1f} h (the last {tick[:100]!r}) after the program's last "
+                      f"line {before[:100]!r}; no error line and no end line: the program wrote "
+                      "nothing all that time while the job went on - it hung (evidence: the "
+                      "log's own timestamps)", [{"file": path, "line": n, "text": tick[:300]}])
     return None
 
 
