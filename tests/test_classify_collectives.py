@@ -25,9 +25,10 @@ from classifylib import (
     task,
     tb_by_line,
     verdict,
+    write,
 )
 
-from gpualert_slurm.classify import Cause
+from gpualert_slurm.classify import Cause, JobFacts, TaskInput, classify
 
 
 def failures_block(entries: list[tuple[int, str]], root: int) -> str:
@@ -384,3 +385,42 @@ def test_watchdog_with_an_nccl_error_stays_an_nccl_error(tmp_path: Path) -> None
             "Process group watchdog thread terminated with exception: NCCL error: remote process "
             "exited or there was a network error, NCCL version 2.21.5\n")
     assert log_alone(tmp_path, TRAINING + SOCKET_RETURNS + line) == "nccl_error"
+
+
+# ---- NCCL's verbs out of locked memory; a peer that failed torch's monitored barrier ----
+
+@pytest.mark.parametrize("line", [
+    "gn4:20117:20190 [1] NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory",
+    "gn4:20117:20190 [1] NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory",
+    "[1,6]<stderr>:gn4:20117:20190 [6] NCCL WARN Call to ibv_reg_mr_iova2 failed with error "
+    "Cannot allocate memory",
+    "gn4:20117:20190 [1] misc/ibvwrap.cu:212 WARN Call to ibv_reg_mr failed with error Cannot "
+    "allocate memory",
+])
+def test_nccl_verbs_out_of_locked_memory_is_nccl_not_host_memory(tmp_path: Path,
+                                                                 line: str) -> None:
+    """ibv_* failing with ENOMEM is RLIMIT_MEMLOCK (ulimit -l), NCCL's set-up: was host_oom
+    from the strerror text alone."""
+    log = TRAINING + line + "\ngn4:20117:20190 [1] NCCL INFO transport/net_ib.cc:688 -> 2\n"
+    v = verdict(tmp_path, log, exit_code=None)
+    assert v.cls == "nccl_error" and "ulimit -l" in v.detail, v.to_json()
+    v = verdict(tmp_path, log + MAIN_TB + "torch.distributed.DistBackendError: NCCL error in: "
+                "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO "
+                "for details), NCCL version 2.20.5\n")
+    assert v.cls == "nccl_error", v.to_json()
+    # the host's own allocation failing stays host memory
+    assert log_alone(tmp_path, TRAINING + MAIN_TB + "OSError: [Errno 12] Cannot allocate "
+                     "memory\n") == "host_oom"
+
+
+def test_monitored_barrier_peer_error_names_the_faulty_rank(tmp_path: Path) -> None:
+    """torch's monitored_barrier on rank 0 when rank 3's send/recv failed (was:
+    python_exception, the RuntimeError's class)."""
+    log = (TRAINING + MAIN_TB + "RuntimeError: Rank 0 successfully reached monitoredBarrier, "
+           "but received errors while waiting for send/recv from rank 3. Please check rank 3 "
+           "logs for faulty rank.\n")
+    # a pasted log (no rank known): the barrier's failure, rank 3 named
+    v = classify([TaskInput(write(tmp_path, "pasted.log", log))], JobFacts())
+    assert v.cls == "collective_timeout" and v.root_rank == 3, v.to_json()
+    # rank 0's log of a job: rank 3 is where to look
+    assert verdict(tmp_path, log, exit_code=1).root_rank == 3
