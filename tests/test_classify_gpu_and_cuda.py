@@ -322,6 +322,15 @@ def test_xid_in_a_task_log_is_gpu_hardware_when_the_job_failed(tmp_path):
     "+ nvidia-smi -q -d ROW_REMAPPER\n    Remapped Rows\n        Correctable Error           : 0\n"
     "        Uncorrectable Error         : 3\n        Pending                     : Yes\n"
     "        Remapping Failure Occurred  : Yes\n",
+    # a health check the job script ran before its work (was: unknown / the later error's)
+    "+ dcgmi diag -r 2\n| Diagnostic                | Result                        |\n"
+    "| Denylist                  | Pass                          |\n"
+    "| Memory                    | Fail - GPU: 5                 |\n"
+    "| Warning                   | GPU 5 Error using CUDA API cudaMalloc |\n",
+    "+ dcgmi diag -r 3\n| PCIe                      | Fail - GPU: 1                 |\n",
+    "+ nvidia-smi\n|   3  NVIDIA H100 80GB HBM3          On  |   00000000:9B:00.0 Off |   "
+    "               ERR! |\n| ERR!  ERR!   ERR!     ERR! /  ERR! |       0MiB /  81559MiB |"
+    "     ERR!      Default |\n" + MAIN_TB + "RuntimeError: CUDA error: unknown error\n",
 ])
 def test_gpu_hardware_wordings_in_job_output(tmp_path: Path, text: str) -> None:
     v = verdict(tmp_path, TRAINING + text)
@@ -333,11 +342,24 @@ def test_gpu_hardware_wordings_in_job_output(tmp_path: Path, text: str) -> None:
     "| Overall Health            | Failure                |",
     "Detected 3 volatile double-bit ECC error(s) in GPU 2.",
     "        Remapping Failure Occurred  : Yes",
+    "| Memory                    | Fail - GPU: 5                 |",
+    "| ERR!  ERR!   ERR!     ERR! /  ERR! |       0MiB /  81559MiB |     ERR!      Default |",
 ])
 def test_job_output_hardware_wordings_back_no_drain(line: str) -> None:
     # the trust boundary stands: only the kernel rules judge root's sealed driver lines, and
     # these job-output wordings are not among them
     assert "gpu_hardware" not in _kernel_classes(line)
+
+
+@pytest.mark.parametrize("text", [
+    # the set-up rows, not the hardware's: a check that could not run
+    "| Software                  | Fail                          |\n",
+    "| Deployment                | Fail                          |\n",
+    # a board without a reading says N/A, and one ERR! is no row of them
+    "|  0%   34C    P0    N/A /  N/A |    0MiB / 16384MiB |      0%      Default |\n",
+])
+def test_health_rows_that_are_no_gpu_fault(tmp_path: Path, text: str) -> None:
+    assert log_alone(tmp_path, TRAINING + text) != "gpu_hardware"
 
 
 # ---- the build, not the program: invalid device function (was: unknown) ----
