@@ -18,7 +18,7 @@ from notifylib import free_port
 REPO = Path(__file__).resolve().parent.parent
 FAILED = "Slurm Job_id={job} Name=train-llama Failed, Run time 00:00:07, FAILED, ExitCode 1"
 VERDICT = {
-    "class": "cuda_oom", "domain": "gpu", "confidence": 0.97,
+    "class": "cuda_oom", "domain": "workload", "confidence": 0.97,
     "hint": "Lower the batch size or enable activation checkpointing.",
     "root_rank": 5, "root_node": "n2",
     "evidence": [{"file": "tasks/0.5.log", "line": 812, "text": "torch.OutOfMemoryError: "

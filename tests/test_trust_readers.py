@@ -645,13 +645,13 @@ def test_read_run_verdict_wants_roots_file_about_this_run() -> None:
     with own_spool() as base:
         spool = base / "spool"
         jd = prolog_dir(spool, 88400001, cl.TEST_USER, None)
-        good = {"job_id": "88400001", "attempt": 0, "verdict": {"class": "x"}}
+        good = {"job_id": "88400001", "attempt": 0, "verdict": {"class": "cuda_oom"}}
         fd = os.open(jd, os.O_RDONLY | os.O_DIRECTORY)
         try:
             sp.write_json_atomic(fd, "verdict.json", good)
         finally:
             os.close(fd)
-        assert read_run(str(spool), 88400001, 0).cause.to_json() == {"class": "x"}
+        assert read_run(str(spool), 88400001, 0).cause.to_json() == {"class": "cuda_oom"}
         as_user("mkdir attempt-1 && cp verdict.json attempt-1/verdict.json", jd)
         with pytest.raises(sp.SpoolError, match="owned by uid"):  # the user's own file
             read_run(str(spool), 88400001, 1)

@@ -160,6 +160,49 @@ def test_wrong_types_are_refused_naming_the_field(path: tuple[Any, ...], bad: An
     assert msg in str(e.value) and str(e.value).startswith("verdict.json: ")
 
 
+@pytest.mark.parametrize("path,bad,msg", [
+    (("verdict", "class"), "gpu_broken",
+     "verdict.class: 'gpu_broken' is not a class of classify/classes.yaml (cancelled, "),
+    (("verdict", "domain"), "gpu",
+     "verdict.domain: 'gpu' is not a domain (workload, infrastructure, scheduler, unknown, none)"),
+    (("verdict", "evidence", 0, "provenance", "origin"), "munge",
+     "verdict.evidence[0].provenance.origin: 'munge' is not an origin (slurm, root, job)"),
+    (("verdict", "cascades", 0, "cls"), "NCCL",
+     "verdict.cascades[0].cls: 'NCCL' is not a class of classify/classes.yaml"),
+    (("verdict", "cascades", 0, "provenance", "origin"), "Root", "is not an origin"),
+])
+def test_a_word_outside_the_vocabulary_is_refused_naming_it(path: tuple[Any, ...], bad: str,
+                                                             msg: str) -> None:
+    """class, domain and provenance origin read as core/vocab.py's ClassId, Domain and Origin:
+    a word the vocabulary lacks (a typo, a newer gpualert's class) is no fallback but a
+    VerdictError naming the field, the word and the words accepted."""
+    d = json.loads(json.dumps(FULL))
+    at = d
+    for p in path[:-1]:
+        at = at[p]
+    at[path[-1]] = bad
+    with pytest.raises(V.VerdictError) as e:
+        V.VerdictRecord.from_json(d)
+    assert msg in str(e.value) and str(e.value).startswith("verdict.json: ")
+
+
+def test_the_vocabulary_fields_read_as_the_vocabulary_s_words() -> None:
+    from gpualert_slurm.core import vocab
+
+    c = V.VerdictRecord.from_json(FULL).cause
+    assert c.cls in vocab.CLASS_IDS and c.domain in vocab.DOMAINS
+    assert c.cascades[0].cls in vocab.CLASS_IDS
+    assert {e.origin for e in (*c.evidence, *c.cascades)} <= set(vocab.ORIGINS)
+    # null stays null (a fallback verdict's evidence, a record from before provenance)
+    bare = V.Cause.from_json({"class": None, "domain": None,
+                              "evidence": [{"text": "x", "provenance": {"origin": None}}]})
+    assert (bare.cls, bare.domain, bare.klass) == (None, None, "unknown")
+    assert bare.evidence[0].origin == "job"
+    # a long word is shown cut, not whole
+    with pytest.raises(V.VerdictError, match=r"'y{60}\.\.\.' is not a domain"):
+        V.Cause.from_json({"domain": "y" * 5000})
+
+
 @pytest.mark.parametrize("data,msg", [
     (b"{\"job_id\": \"1\"", "not valid JSON"),
     (b"\xff\xfe{}", "not valid JSON"),

@@ -7,7 +7,11 @@ the one that writes it (`write_at`, `VerdictRecord.to_json`). Reading never trus
 is read as root reads a user's directory (fd-relative, no link followed, non-blocking, owner-
 and size-checked: spool.read_bytes_nofollow / read_job_bytes), parsed with NaN/Infinity
 refused, and every field the readers use is type-checked; anything else is a VerdictError
-naming the field.
+naming the field. The vocabulary fields read as core/vocab.py's types: a class (`Cause.cls`,
+`Evidence.cls`) as a `ClassId`, a domain as a `Domain`, a provenance origin as an `Origin`; a
+word outside the vocabulary is a VerdictError too, naming the field, the word and the words
+accepted (no fallback: a class this gpualert does not know has no policy, hint or domain, and
+an origin it does not know must not be trusted).
 
 Round trip: `VerdictRecord.from_json(d).to_json() == d` for every file the job epilog writes.
 A key the file lacks is recorded in `omitted` (so it is not written back as null) and reads as its
@@ -36,6 +40,7 @@ from gpualert_slurm.core.spool import (
     read_job_bytes,
     write_json_atomic,
 )
+from gpualert_slurm.core.vocab import ClassId, Domain, Origin
 
 __all__ = ["VERSION", "FILE", "MAX_BYTES", "VerdictError", "Provenance", "Evidence", "Cause",
            "JobInfo", "ArrayRef", "VerdictRecord", "read_at", "read_run", "write_at"]
@@ -54,6 +59,7 @@ class VerdictError(SpoolError):
 
 
 _T = TypeVar("_T", bound="_Record")
+_W = TypeVar("_W", bound=str)
 
 
 # ---- field checks: each returns the value as it came (for the round trip) or raises -------
@@ -66,6 +72,23 @@ def _str(v: Any, where: str) -> str | None:
     if v is None or isinstance(v, str):
         return v
     raise _fail(where, "a string or null", v)
+
+
+def _word(v: Any, where: str, words: tuple[_W, ...], what: str) -> _W | None:
+    """A vocabulary field: null, or one of `words` (a core/vocab.py tuple), returned as that
+    word, so it has the vocabulary's type; another string is a VerdictError."""
+    s = _str(v, where)
+    if s is None:
+        return None
+    for w in words:
+        if w == s:
+            return w
+    shown = s if len(s) <= 60 else s[:60] + "..."
+    raise VerdictError(f"{where}: {shown!r} is not {what} ({', '.join(words)})")
+
+
+def _class(v: Any, where: str) -> ClassId | None:
+    return _word(v, where, _vocab.CLASS_IDS, "a class of classify/classes.yaml")
 
 
 def _int(v: Any, where: str) -> int | None:
@@ -172,7 +195,7 @@ class Provenance(_Record):
     """Where one evidence line comes from (core.provenance.label): origin "slurm", "root" or
     "job", the node it is about, and the words the report and the audit log show."""
 
-    origin: str | None = None
+    origin: Origin | None = None
     node: str | None = None
     label: str | None = None
     omitted: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
@@ -188,7 +211,7 @@ class Provenance(_Record):
     @classmethod
     def from_json(cls, obj: Any, where: str = "provenance") -> Provenance:
         d, omitted, extra = _split(obj, where, cls.KEYS)
-        return cls(origin=_str(d.get("origin"), f"{where}.origin"),
+        return cls(origin=_word(d.get("origin"), f"{where}.origin", ORIGINS, "an origin"),
                    node=_str(d.get("node"), f"{where}.node"),
                    label=_str(d.get("label"), f"{where}.label"), omitted=omitted, extra=extra)
 
@@ -207,7 +230,7 @@ class Evidence(_Record):
     line: int | None = None
     text: str | None = None
     rank: int | None = None
-    cls: str | None = None  # cascades: the class of the symptom
+    cls: ClassId | None = None  # cascades: the class of the symptom
     provenance: Provenance | None = None
     omitted: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -217,7 +240,7 @@ class Evidence(_Record):
     KEYS = ("rank", "cls", "file", "line", "text", "provenance")
 
     @property
-    def origin(self) -> str:
+    def origin(self) -> Origin:
         """Who the line comes from; a line without provenance (an older verdict) is the job's."""
         return (self.provenance.origin if self.provenance else None) or "job"
 
@@ -234,7 +257,7 @@ class Evidence(_Record):
                    line=_int(d.get("line"), f"{where}.line"),
                    text=_str(d.get("text"), f"{where}.text"),
                    rank=_int(d.get("rank"), f"{where}.rank"),
-                   cls=_str(d.get("cls"), f"{where}.cls"),
+                   cls=_class(d.get("cls"), f"{where}.cls"),
                    provenance=None if p is None else Provenance.from_json(p, f"{where}.provenance"),
                    omitted=omitted, extra=extra)
 
@@ -261,8 +284,8 @@ class Cause(_Record):
     class and its domain, how sure, the hint, the evidence, the root rank/node/step, the
     cascades, and which precedence step decided."""
 
-    cls: str | None = None  # JSON "class"
-    domain: str | None = None
+    cls: ClassId | None = None  # JSON "class"
+    domain: Domain | None = None
     confidence: float | int | None = None
     hint: str | None = None
     detail: str | None = None
@@ -280,7 +303,7 @@ class Cause(_Record):
             "root_node", "root_step", "cascades", "silent_failure", "decided_by")
 
     @property
-    def klass(self) -> str:
+    def klass(self) -> ClassId:
         """The class id, "unknown" where there is none."""
         return self.cls or "unknown"
 
@@ -288,8 +311,9 @@ class Cause(_Record):
     def from_json(cls, obj: Any, where: str = "verdict") -> Cause:
         d, omitted, extra = _split(obj, where, cls.KEYS)
         omitted = frozenset("cls" if k == "class" else k for k in omitted)
-        return cls(cls=_str(d.get("class"), f"{where}.class"),
-                   domain=_str(d.get("domain"), f"{where}.domain"),
+        return cls(cls=_class(d.get("class"), f"{where}.class"),
+                   domain=_word(d.get("domain"), f"{where}.domain", _vocab.DOMAINS,
+                                "a domain"),
                    confidence=_num(d.get("confidence"), f"{where}.confidence"),
                    hint=_str(d.get("hint"), f"{where}.hint"),
                    detail=_str(d.get("detail"), f"{where}.detail"),

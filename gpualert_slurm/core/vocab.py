@@ -156,20 +156,20 @@ MODES: tuple[str, ...] = tuple(str(m) for m in Mode)
 # Who a fact comes from (core/verdict.py's Provenance.origin): Slurm's and root's word may
 # act on a node; the job's may not (docs/SECURITY.md).
 Origin = Literal["slurm", "root", "job"]
-ORIGINS: tuple[str, ...] = get_args(Origin)
-TRUSTED_ORIGINS: tuple[str, ...] = ("slurm", "root")
+ORIGINS: tuple[Origin, ...] = get_args(Origin)
+TRUSTED_ORIGINS: tuple[Origin, ...] = ("slurm", "root")
 
 # The failure classes' domains and ids (classify/classes.yaml is the table, read by
 # core/classes.py; tests/test_action_specs.py checks these lists against it).
 Domain = Literal["workload", "infrastructure", "scheduler", "unknown", "none"]
-DOMAINS: tuple[str, ...] = get_args(Domain)
+DOMAINS: tuple[Domain, ...] = get_args(Domain)
 ClassId = Literal[
     "cancelled", "checkpoint_corrupt", "collective_timeout", "cuda_device_assert", "cuda_error",
     "cuda_oom", "cuda_setup", "dataloader_worker", "device_mismatch", "disk_full",
     "file_not_found", "gpu_hardware", "hang", "host_oom", "import_error", "killed",
     "nan_divergence", "nccl_error", "node_failure", "permission_denied", "preempted",
     "python_exception", "segfault", "storage_io", "success", "time_limit", "unknown"]
-CLASS_IDS: tuple[str, ...] = get_args(ClassId)
+CLASS_IDS: tuple[ClassId, ...] = get_args(ClassId)
 
 
 if __name__ == "__main__":  # python -m gpualert_slurm.core.vocab: the table for the docs
