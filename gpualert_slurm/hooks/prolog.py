@@ -7,8 +7,10 @@ free this runs before the first task; in a burst it may run after the job starte
 job's run N (SLURM_JOB_RESTART_COUNT=N) gets its own attempt-N/ with nodes/ and tasks/
 (docs/CONTRACTS.md, Attempts); job.json stays at the job root and lists every attempt. Bounded by
 hook_timeout_s; returns 0 whatever happens and logs its own faults (hooks/run_hook.py).
-Everything it reads comes from Slurm's environment (see SLURM-NOTES.md), so a test can run it
-as a plain subprocess with a made-up environment.
+Everything it reads comes from the environment slurmd gives a Prolog (SLURM_JOB_ID, _UID, _GID,
+_USER, _NODELIST, _RESTART_COUNT, SLURMD_NODENAME, ..., and the plugin's SPANK_GPUALERT:
+docs/CONTRACTS.md; what differs between Slurm versions: docs/SLURM-VERSIONS.md), so a test can
+run it as a plain subprocess with a made-up environment.
 """
 
 from __future__ import annotations
