@@ -424,3 +424,29 @@ def test_monitored_barrier_peer_error_names_the_faulty_rank(tmp_path: Path) -> N
     assert v.cls == "collective_timeout" and v.root_rank == 3, v.to_json()
     # rank 0's log of a job: rank 3 is where to look
     assert verdict(tmp_path, log, exit_code=1).root_rank == 3
+
+
+# ---- a rank that never reached rank 0's store ----
+
+def c10d_retries(n: int, addr: str = "[gn7.hpc.example]:29400") -> str:
+    """c10d's warning at each try of a client to connect to the TCPStore (socket.cpp)."""
+    return "".join(f"[W{1103 + i // 60:04d} 09:{i % 60:02d}:12.004 socket.cpp:697] [c10d] The "
+                   f"client socket has failed to connect to {addr} (errno: 111 - Connection "
+                   "refused).\n" for i in range(n))
+
+
+@pytest.mark.parametrize("addr", ["[gn7.hpc.example]:29400",
+                                  "any network address of (gn7.hpc.example, 29400)"])
+def test_a_log_ending_in_store_connect_retries_is_a_rendezvous_failure(
+        tmp_path: Path, addr: str) -> None:
+    """(was: unknown, the warning-level lines shadowed) the rank never joined; the store's
+    address is in the verdict."""
+    v = verdict(tmp_path, "loading model\n" + c10d_retries(6, addr), exit_code=None)
+    assert v.cls == "collective_timeout" and "gn7.hpc.example" in v.detail, v.to_json()
+    assert v.confidence <= 0.5
+    # the signal that ended the job says more than the warnings
+    assert verdict(tmp_path, c10d_retries(6, addr), exit_code=None, signal=9).cls == "killed"
+    # retries at start-up, then a run that went through: success
+    assert verdict(tmp_path, c10d_retries(2, addr) + TRAINING, exit_code=0).cls == "success"
+    # and a real error later decides
+    assert log_alone(tmp_path, c10d_retries(2, addr) + TRAINING + NCCL_TB) == "nccl_error"
