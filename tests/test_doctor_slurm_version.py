@@ -47,10 +47,14 @@ def test_no_scontrol_is_a_warning(tmp_path: Path) -> None:
 
 def test_timeouts_below_the_hooks_bounds_are_said(tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
+    conf.write_text("PrologEpilogTimeout=5\n")
+    lines = [r.line() for r in doctor.check_hook_timeouts(str(conf))]
+    assert len(lines) == 2 and lines[0].startswith("warn PrologTimeout (5 s)"), lines
+    assert "drains the node" in lines[0]
+    # the Prolog shim holds a job at most its wait (8 s): 20 s is enough for it, not the Epilog
     conf.write_text("PrologEpilogTimeout=20\n")
     lines = [r.line() for r in doctor.check_hook_timeouts(str(conf))]
-    assert len(lines) == 2 and lines[0].startswith("warn PrologTimeout (20 s)"), lines
-    assert "drains the node" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("warn EpilogTimeout (20 s)"), lines
     # the README's PrologEpilogTimeout=60 covers both; unset means no limit at all
     conf.write_text("PrologEpilogTimeout=60\n")
     assert doctor.check_hook_timeouts(str(conf)) == []
@@ -60,3 +64,17 @@ def test_timeouts_below_the_hooks_bounds_are_said(tmp_path: Path) -> None:
     conf.write_text("PrologEpilogTimeout=60\nEpilogTimeout=30\n")
     lines = [r.line() for r in doctor.check_hook_timeouts(str(conf))]
     assert len(lines) == 1 and lines[0].startswith("warn EpilogTimeout (30 s)"), lines
+
+
+def test_a_batch_start_timeout_below_the_prologs_wait_is_said(tmp_path: Path) -> None:
+    """slurmctld requeues a batch job its node has not started within BatchStartTimeout
+    (default 10 s), the Prolog included: a site that lowers it below the Prolog shim's wait
+    would have jobs requeued "missing from batch node" because of gpualert."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("PrologEpilogTimeout=60\nBatchStartTimeout=5\n")
+    lines = [r.line() for r in doctor.check_hook_timeouts(str(conf))]
+    assert len(lines) == 1 and lines[0].startswith("warn BatchStartTimeout (5 s)"), lines
+    assert "missing from batch node" in lines[0] and "GPUALERT_PROLOG_COLD_WAIT" in lines[0]
+    for ok in ("BatchStartTimeout=10\n", "BatchStartTimeout=120\n", "ClusterName=x\n"):
+        conf.write_text(ok)
+        assert doctor.check_hook_timeouts(str(conf)) == [], ok

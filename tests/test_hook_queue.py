@@ -344,10 +344,12 @@ def test_a_node_epilog_waits_for_its_jobs_prolog(tmp_path: Path) -> None:
     assert _settled(tmp_path)
 
 
-def _prolog_no_answer(tmp_path: Path, worker: str) -> tuple[subprocess.Popen, float, Path]:
+def _prolog_no_answer(tmp_path: Path, worker: str,
+                      prolog_s: int = 0) -> tuple[subprocess.Popen, float, Path]:
     fake = tmp_path / "gpualert"
     out = tmp_path / "ran"
-    fake.write_text(f"#!/bin/sh\n[ \"$2\" = queue ] && {{ {worker}; }}\necho \"$@\" >> {out}\n")
+    fake.write_text(f"#!/bin/sh\n[ \"$2\" = queue ] && {{ {worker}; }}\nsleep {prolog_s}\n"
+                    f"echo \"$@\" >> {out}\n")
     fake.chmod(0o755)
     env = dict(os.environ, GPUALERT_BIN=str(fake), GPUALERT_QUEUE_DIR=str(tmp_path / "q"),
                GPUALERT_PROLOG_WAIT="1", SLURM_JOB_ID="7001")
@@ -361,9 +363,13 @@ def _prolog_no_answer(tmp_path: Path, worker: str) -> tuple[subprocess.Popen, fl
 
 def test_a_prolog_no_worker_answers_runs_in_its_shim(tmp_path: Path) -> None:
     """No worker (here: one that exits at once, letting go of the lock): after
-    GPUALERT_PROLOG_WAIT the shim takes its job back and runs the Prolog itself."""
-    _p, took, out = _prolog_no_answer(tmp_path, "exit 0")
-    assert took < 10
+    GPUALERT_PROLOG_WAIT the shim takes its job back and runs the Prolog itself, detached, so
+    that the job is not held past BatchStartTimeout (10 s) for it."""
+    _p, took, out = _prolog_no_answer(tmp_path, "exit 0", prolog_s=12)
+    assert took < 10  # the Prolog itself takes 12 s here
+    deadline = time.time() + 30
+    while time.time() < deadline and not (out.exists() and out.read_text().strip()):
+        time.sleep(0.05)
     assert out.read_text().split() == ["hook", "prolog"]
     assert [x.name for x in (tmp_path / "q").iterdir()] == ["drainer.lock"]
 

@@ -324,26 +324,38 @@ def judge_slurm_version(version: str) -> Result:
 
 
 # What Slurm gives the hooks before it kills them (PrologTimeout, EpilogTimeout, both from
-# PrologEpilogTimeout; unset: no limit) against the shims' own bounds (epilog.d: `timeout -k
-# 2` of GPUALERT_HOOK_TIMEOUT, 25 s on a node, 55 s for EpilogSlurmctld, the kill included):
-# a node's Prolog or Epilog killed by Slurm drains the node, EpilogSlurmctld killed loses the
-# report (slurm.conf(5)). EpilogTimeout bounds both epilogs.
-HOOK_BOUNDS_S = {"PrologTimeout": 27, "EpilogTimeout": 57}
+# PrologEpilogTimeout; unset: no limit) against the shims' own bounds (epilog.d): the Prolog
+# shim holds a job at most its wait for the queue worker (GPUALERT_PROLOG_COLD_WAIT, 8 s) and
+# runs a Prolog nobody took detached; the node Epilog is `timeout -k 2` of
+# GPUALERT_HOOK_TIMEOUT (25 s), EpilogSlurmctld 55 s, the kill included. A node's Prolog or
+# Epilog killed by Slurm drains the node, EpilogSlurmctld killed loses the report
+# (slurm.conf(5)). EpilogTimeout bounds both epilogs. BatchStartTimeout (default 10 s)
+# counts the Prolog: past it slurmctld requeues the job, "missing from batch node".
+HOOK_BOUNDS_S = {"PrologTimeout": 10, "EpilogTimeout": 57, "BatchStartTimeout": 10}
 
 
 def check_hook_timeouts(slurm_conf: str) -> list[Result]:
     both = _conf_value(slurm_conf, "PrologEpilogTimeout")
     res = []
     for key, bound in HOOK_BOUNDS_S.items():
-        value = _conf_value(slurm_conf, key) or both
+        value = _conf_value(slurm_conf, key) or (both if key != "BatchStartTimeout" else "")
         if not value or not value.isdigit():
-            continue  # unset: Slurm waits for them without a limit
-        if int(value) < bound:
-            res.append(Result(f"{key} ({value} s)", False, f"gpualert's hooks may run {bound} s "
-                              "and Slurm would kill them first (a node's Prolog or Epilog "
-                              "killed drains the node; EpilogSlurmctld killed loses the "
-                              f"report)", f"set {key}= (or PrologEpilogTimeout=) to {bound} or "
-                              "more, or lower GPUALERT_HOOK_TIMEOUT in the shims", kind="warn"))
+            continue  # unset: Slurm waits for the hooks without a limit, or 10 s for a batch
+        if int(value) >= bound:
+            continue
+        if key == "BatchStartTimeout":
+            res.append(Result(f"{key} ({value} s)", False, f"gpualert's Prolog may hold a job "
+                              f"{bound - 1} s (its wait for the queue worker), and slurmctld "
+                              "requeues a batch job not started within BatchStartTimeout "
+                              "(\"missing from batch node\")", f"set {key}= to {bound} or "
+                              "more (Slurm's default), or lower GPUALERT_PROLOG_COLD_WAIT in "
+                              "the Prolog shim", kind="warn"))
+            continue
+        res.append(Result(f"{key} ({value} s)", False, f"gpualert's hooks may run {bound} s "
+                          "and Slurm would kill them first (a node's Prolog or Epilog "
+                          "killed drains the node; EpilogSlurmctld killed loses the "
+                          f"report)", f"set {key}= (or PrologEpilogTimeout=) to {bound} or "
+                          "more, or lower GPUALERT_HOOK_TIMEOUT in the shims", kind="warn"))
     return res
 
 
