@@ -501,3 +501,21 @@ def test_cut_traceback_after_a_launchers_interrupt(tmp_path: Path, notice: str, 
 ])
 def test_a_daemon_killed_then_lost_is_killed(tmp_path: Path, kill: str, n: int) -> None:
     assert log_alone(tmp_path, TRAINING + kill + orte_lost("gpu-12", n)) == "killed"
+
+
+# ---- Ray's driver printing its workers' lines ----
+
+@pytest.mark.parametrize("prefix", ["(pid=51877) ", "(pid=51877, ip=10.40.2.9) ",
+                                    "(RayTrainWorker pid=51877, ip=10.40.2.9) ",
+                                    "(preprocess_shard pid=51877) "])
+def test_ray_worker_prefixes_are_launcher_prefixes(tmp_path: Path, prefix: str) -> None:
+    """A worker's traceback as Ray's driver prints it, each line behind "(name pid=N, ip=A)":
+    rules that read a line from its start (a bare "MemoryError") see the message (was:
+    unknown); a rank prefix behind it still names the rank."""
+    tb = ('Traceback (most recent call last):\n  File "/srv/app/shard.py", line 31, in run\n'
+          "    table = load(part)\nMemoryError\n")
+    text = "".join(prefix + ln + "\n" for ln in (TRAINING + tb).splitlines())
+    assert log_alone(tmp_path, text) == "host_oom"
+    ranked = "".join(f"{prefix}[rank5]: {ln}\n" for ln in tb.splitlines())
+    v = classify([TaskInput(write(tmp_path, "ray.log", TRAINING + ranked))], JobFacts())
+    assert v.cls == "host_oom" and v.root_rank == 5, v.to_json()

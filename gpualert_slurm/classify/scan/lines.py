@@ -45,6 +45,10 @@ _PREFIXES: list[tuple[str, str | None]] = [
     (r"[A-Za-z][\w.-]*\s+\| ", None),
     (r"\[pod/[^\]\s]+\]\s", None),
     (r"[\w.-]+\s+[\w./-]+\[\d+\]:\s", None),
+    # Ray's driver printing its workers' lines ("(pid=4242) ", "(pid=4242, ip=10.0.0.3) ",
+    # "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "(train_fn pid=4242) ": worker.py
+    # print_worker_logs)
+    (r"\((?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\)\s+", None),
     # pdsh / DeepSpeed / srun-style host prefixes: a name with a digit ("gpu041: ", "n3: ")
     (r"[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9-]+)*: (?=\S)", None),
     # a tqdm bar the message was glued onto (the bar ends with "\r", not a newline)
