@@ -6,12 +6,14 @@ over small written logs."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from classifylib import LOOP_PROGRESS, job_verdict, task, write
+from classifylib import LOOP_PROGRESS, TRAINING, job_verdict, log_alone, task, write
 
 from gpualert_slurm.classify import (
     JobFacts,
@@ -57,3 +59,34 @@ def test_bare_killed_from_bash_is_killed_and_with_oom_evidence_anywhere_host_oom
                   "out-of-memory handler.\n")
     v = classify([TaskInput(str(log)), TaskInput(other, step="batch")], JobFacts(exit_code=137))
     assert v.cls == "host_oom"
+
+
+# ---- a batch script's shell reporting a crash, its signal's name padded ----
+
+@pytest.mark.parametrize("word", ["Bus error", "Illegal instruction", "Aborted"])
+@pytest.mark.parametrize("core", [True, False])
+def test_a_scripts_shell_pads_the_crash_signal_name(tmp_path: Path, word: str,
+                                                    core: bool) -> None:
+    """bash pads a job's end to a column ("Killed                  cmd"): "Bus error
+    (core dumped)" with spaces between, or no core at all (was: unknown; only one space
+    was read)."""
+    end = f"{word:<24}" + ("(core dumped) " if core else "") + "python3 fit.py --cfg a.yaml\n"
+    text = TRAINING + "/var/spool/slurmd/job70211/slurm_script: line 14: 51003 " + end
+    assert log_alone(tmp_path, text) == "segfault"
+
+
+@pytest.mark.parametrize("sig", ["BUS", "ILL", "ABRT"])
+def test_real_bash_script_reports_a_crash_signal(tmp_path: Path, sig: str) -> None:
+    """The same from a real bash running a batch script (LANG=C): its report of a command
+    that died of SIGBUS / SIGILL / SIGABRT."""
+    script = tmp_path / "job.sh"
+    # (not the script's last command: bash would exec it and print nothing)
+    script.write_text(f"echo 'epoch 2 loss 0.52'\n{sys.executable} -c 'import os, signal; "
+                      f"os.kill(os.getpid(), signal.SIG{sig})'\nexit $?\n")
+    env = dict(os.environ, LANG="C", LC_ALL="C", LANGUAGE="")
+    p = subprocess.run(["bash", "-c", f"ulimit -c 0; bash {script}"], capture_output=True,
+                       env=env, timeout=30)
+    text = (p.stdout + p.stderr).decode()
+    assert p.returncode == 128 + getattr(signal, f"SIG{sig}"), text
+    assert log_alone(tmp_path, text) == "segfault", text
+
