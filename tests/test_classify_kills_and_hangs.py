@@ -95,6 +95,44 @@ def test_real_faulthandler_timeout_is_a_hang(tmp_path: Path) -> None:
     assert v.cls == "hang", v.detail
 
 
+def _python_log(tmp_path: Path, code: str, *opts: str) -> tuple[str, int]:
+    log = tmp_path / "run.0.log"
+    with open(log, "wb") as out:
+        p = subprocess.run([sys.executable, *opts, "-c", code], stdout=out,
+                           stderr=subprocess.STDOUT, timeout=30)
+    return str(log), p.returncode
+
+
+def test_real_faulthandler_dump_asked_for_with_a_signal_is_a_hang(tmp_path: Path) -> None:
+    """faulthandler.register(SIGUSR1) and a `kill -USR1` on a stuck job (the dump has no
+    "Timeout (...)!" header): each thread's stack, then the job was ended (was: unknown)."""
+    code = ("import faulthandler, os, signal, threading\nprint('step 0', flush=True)\n"
+            "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+            "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+            "os.kill(os.getpid(), signal.SIGUSR1)\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    log, rc = _python_log(tmp_path, code)
+    text = Path(log).read_text()
+    assert rc == -15 and "Current thread 0x" in text and "Fatal Python error" not in text
+    v = classify([TaskInput(log, rank=0, step="0", signal=15)], JobFacts(exit_code=None))
+    assert v.cls == "hang", v.detail
+    assert classify([TaskInput(log)], JobFacts()).cls == "hang"  # the log alone
+
+
+@pytest.mark.parametrize("threads", [1, 60])
+def test_a_crashs_thread_dump_stays_the_crash(tmp_path: Path, threads: int) -> None:
+    """python -X faulthandler prints the same thread stacks under "Fatal Python error:
+    Segmentation fault": the crash, not a hang (60 threads: the dump runs far past it)."""
+    code = ("import ctypes, threading\nprint('step 0', flush=True)\n"
+            f"for _ in range({threads}):\n"
+            "    threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+            "ctypes.string_at(0)\n")
+    log, rc = _python_log(tmp_path, code, "-X", "faulthandler")
+    assert rc == -11 and "(most recent call first)" in Path(log).read_text()
+    assert classify([TaskInput(log, rank=0, step="0", signal=11)],
+                    JobFacts(exit_code=None)).cls == "segfault"
+    assert classify([TaskInput(log)], JobFacts()).cls == "segfault"
+
+
 def test_a_log_that_stops_after_nccl_init_hung(tmp_path: Path) -> None:
     v = verdict(tmp_path, TRAINING + NCCL_INIT, exit_code=None)
     assert v.cls == "hang" and v.decided_by == "silent_end" and "stops" in v.detail
