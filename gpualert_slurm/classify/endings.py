@@ -160,6 +160,7 @@ def _went_on(inc: Event, lim: Event) -> bool:
 HEARTBEAT_SHAPES = 3  # a monitor prints at most this many lines of its own shapes a tick
 HEARTBEAT_TICKS = 3  # ... and this many ticks at least, to be a monitor's and not a chance
 HEARTBEAT_TAIL = 60  # lines read from a log's end to find them
+HEARTBEAT_LOGS = 4  # in the first logs of a job only (each tail read counts the log's lines)
 _DIGITS = re.compile(r"\d+")
 
 
@@ -172,9 +173,8 @@ def _heartbeat_tail(c: _Ctx) -> tuple[float, str, str, int | None, str] | None:
     (LOG_HANG_S when the job gave none): the program wrote nothing all that time while the job
     went on - a heartbeat that hides the silence from a tap that reads any output. (the span in
     seconds, the program's last line, the last tick, its line number, the log)."""
-    for t, s in zip(c.tasks, c.scans, strict=True):
-        if s is None:
-            continue
+    logs = [t for t, s in zip(c.tasks, c.scans, strict=True) if s is not None]
+    for t in logs[:HEARTBEAT_LOGS]:
         tail = _tail_lines(t.path, HEARTBEAT_TAIL, size=65536)
         year = next((int(m.group(1)) for _, _, r in tail if (m := _ISO_TIME.search(r[:80]))),
                     2000)
