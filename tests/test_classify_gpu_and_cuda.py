@@ -328,6 +328,11 @@ def test_xid_in_a_task_log_is_gpu_hardware_when_the_job_failed(tmp_path):
     "| Memory                    | Fail - GPU: 5                 |\n"
     "| Warning                   | GPU 5 Error using CUDA API cudaMalloc |\n",
     "+ dcgmi diag -r 3\n| PCIe                      | Fail - GPU: 1                 |\n",
+    # dcgmi's own name of the memory test, and a test that failed on one GPU of several: its
+    # row says which passed, the next row (no name) which failed
+    "+ dcgmi diag -r 2\n| GPU Memory                | Fail - GPU: 3                 |\n",
+    "+ dcgmi diag -r 2\n| GPU Memory                | Pass - GPUs: 0, 1, 2, 4, 5, 6, 7 |\n"
+    "|                           | Fail - GPU: 3                 |\n",
     "+ nvidia-smi\n|   3  NVIDIA H100 80GB HBM3          On  |   00000000:9B:00.0 Off |   "
     "               ERR! |\n| ERR!  ERR!   ERR!     ERR! /  ERR! |       0MiB /  81559MiB |"
     "     ERR!      Default |\n" + MAIN_TB + "RuntimeError: CUDA error: unknown error\n",
@@ -343,6 +348,7 @@ def test_gpu_hardware_wordings_in_job_output(tmp_path: Path, text: str) -> None:
     "Detected 3 volatile double-bit ECC error(s) in GPU 2.",
     "        Remapping Failure Occurred  : Yes",
     "| Memory                    | Fail - GPU: 5                 |",
+    "|                           | Fail - GPU: 0                 |",
     "| ERR!  ERR!   ERR!     ERR! /  ERR! |       0MiB /  81559MiB |     ERR!      Default |",
 ])
 def test_job_output_hardware_wordings_back_no_drain(line: str) -> None:
@@ -355,6 +361,10 @@ def test_job_output_hardware_wordings_back_no_drain(line: str) -> None:
     # the set-up rows, not the hardware's: a check that could not run
     "| Software                  | Fail                          |\n",
     "| Deployment                | Fail                          |\n",
+    # a test that passed on every GPU, and a set-up row's second line
+    "| GPU Memory                | Pass - All                    |\n",
+    "| Persistence Mode          | Fail                          |\n"
+    "|                           | Fail                          |\n",
     # a board without a reading says N/A, and one ERR! is no row of them
     "|  0%   34C    P0    N/A /  N/A |    0MiB / 16384MiB |      0%      Default |\n",
 ])
