@@ -187,7 +187,175 @@ def _code(rng: random.Random, p: dict) -> str:
                                     f"[[{jid},0],{i + 1}] on node {b}")
                        for i in range(rng.randrange(1, 3)))
         return kill + lost
+    if kind == "nccl_setup_stop":
+        return _nccl_setup_stop(rng, p.get("n", 0))
+    if kind == "monitor_ticks":
+        return _monitor_ticks(rng, p.get("n", 0))
+    if kind == "c10d_retry":
+        # c10d's client retrying rank 0's TCPStore (torch/csrc/distributed/c10d/socket.cpp,
+        # C10D_WARNING at each try): "[c10d] The client socket has failed to connect to
+        # [host]:port (errno: N - strerror)." (torch 2.0-2.3's "[W socket.cpp:N]" prefix) or
+        # "... to any network address of (host, port)." (glog's "W<mmdd> hh:mm:ss.us" prefix
+        # of later torch), until the log ends
+        host = rng.choice(["gn01.cluster.local", "node-a07", "hgx-b07.ib", "10.20.0.11"])
+        port = rng.choice([29500, 29400, 12355, 6000])
+        err = rng.choice(["111 - Connection refused", "110 - Connection timed out",
+                          "113 - No route to host"])
+        t, out = rng.randrange(3600, 80000), []
+        for i in range(rng.randrange(5, 14)):
+            s = t + i * rng.randrange(5, 11)
+            hms = f"{s // 3600 % 24:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+            if p.get("n", 0) % 2:
+                out.append(f"[W{rng.choice(['0212', '0305'])} {hms}.{rng.randrange(10 ** 9):09d} "
+                           f"socket.cpp:{rng.choice([752, 697])}] [c10d] The client socket has "
+                           f"failed to connect to any network address of ({host}, {port}).")
+            else:
+                out.append(f"[W socket.cpp:{rng.choice([601, 663])}] [c10d] The client socket "
+                           f"has failed to connect to [{host}]:{port} (errno: {err}).")
+        return ("loading model and tokenizer\ninitialising torch.distributed (backend nccl, "
+                f"init_method env://, MASTER_ADDR={host}, MASTER_PORT={port})\n"
+                + "\n".join(out) + "\n")
+    if kind == "ray_worker":
+        return _ray_worker(rng, p.get("n", 0))
     raise ValueError(f"unknown f11_log kind {kind!r}")
+
+
+# ---- the families of the issue's second pass (hangs NCCL_DEBUG=INFO or a monitor shows, NCCL's
+# verbs, the c10d store, GPU health checks, Ray's worker prefixes)
+
+def _gloo_error(rng: random.Random, n: int) -> str:
+    """gloo's TCP pair error (transport/tcp/pair.cc) under monitored_barrier's message."""
+    peer = f"[10.1.{rng.randrange(255)}.{rng.randrange(1, 254)}]:{rng.randrange(30000, 60000)}"
+    return [f"Connection closed by peer {peer}", f"Read error {peer}: Connection reset by peer"][
+        n % 2]
+
+
+def _dcgm_rows(g: int, n: int) -> str:
+    """dcgmi diag's Hardware rows for a test that failed on GPU g (Diag.cpp's table): n even
+    the GPU Memory test passing on the others and failing on g on the next row, n odd the
+    Diagnostic test of -r 3 failing on g."""
+    if n % 2 == 0:
+        ok = ", ".join(str(i) for i in range(8) if i != g)
+        return (f"| GPU Memory                | {'Pass - GPUs: ' + ok:<47}|\n"
+                f"|                           | {'Fail - GPU: ' + str(g):<47}|")
+    return ("| GPU Memory                | Pass - All                                     |\n"
+            f"| Diagnostic                | {'Fail - GPU: ' + str(g):<47}|")
+
+
+def _nccl_setup_stop(rng: random.Random, n: int) -> str:
+    """NCCL_DEBUG=INFO's communicator set-up (init.cc, bootstrap.cc, net_ib.cc, graph/topo.cc,
+    graph/search.cc, graph/connect.cc; "host:pid:tid [dev] NCCL INFO ..." from debug.h) that
+    stops before "Init COMPLETE" with no error: n even stops early (the bootstrap, Init START,
+    the affinity), n odd inside the topology dump or the search's result."""
+    h, pid, d = _host(rng), rng.randrange(1000, 99999), rng.randrange(8)
+    nranks, ip = rng.choice([8, 16, 32, 64]), f"10.3.{rng.randrange(255)}.{rng.randrange(1, 254)}"
+    bus = rng.choice(["1b000", "41000", "86000", "c1000"])
+    ver = rng.choice(["2.18.5+cuda12.2", "2.19.3+cuda12.3", "2.21.5+cuda12.4"])
+    rank = rng.randrange(nranks)
+    body = [f"cudaDriverVersion {rng.choice([12020, 12040, 12060])}",
+            f"Bootstrap : Using ib0:{ip}<0>",
+            f"NCCL version {ver}",
+            f"NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:{ip}<0>",
+            "Using network IB",
+            "NCCL_IB_HCA set by environment to mlx5_0,mlx5_1",
+            f"ncclCommInitRank comm 0x{rng.randrange(1 << 40):x} rank {rank} nranks {nranks} "
+            f"cudaDev {d} nvmlDev {d} busId {bus} commId 0x{rng.randrange(1 << 60):x} - "
+            "Init START",
+            f"Setting affinity for GPU {d} to ffff,ffff0000,00000000",
+            f"NVLS multicast support is not available on dev {d}",
+            "=== System : maxBw 48.0 totalBw 48.0 ===",
+            "CPU/1 (1/1/2)",
+            f"+ PCI[48.0] - GPU/{bus.upper()} ({d})",
+            f"GPU/{bus.upper()} :GPU/{bus.upper()} (0/5000.000000/LOC) CPU/1 (2/48.000000/PHB)",
+            f"Pattern 4, crossNic 0, nChannels {rng.choice([2, 4])}, bw 40.000000/40.000000, "
+            "type NVL/PIX, sameChannels 1",
+            f"Trees [0] {(rank + 1) % nranks}/-1/-1->{rank}->{(rank - 1) % nranks} "
+            f"[1] {(rank + 1) % nranks}/-1/-1->{rank}->{(rank - 1) % nranks}",
+            "P2P Chunksize set to 524288"]
+    if rank:  # only rank 0 prints the version
+        body.remove(f"NCCL version {ver}")
+    stop = rng.randrange(4, 9) if n % 2 == 0 else rng.randrange(11, len(body) + 1)
+    tid = pid + rng.randrange(50, 90)
+    return (f"[train] starting run {rng.randrange(1000, 9999)}: {nranks} ranks, NCCL_DEBUG=INFO\n"
+            f"rank {rank}: building model, wrapping it in DistributedDataParallel\n"
+            + "".join(f"{h}:{pid}:{tid} [{d}] NCCL INFO {ln}\n" for ln in body[:stop]))
+
+
+def _monitor_ticks(rng: random.Random, n: int) -> str:
+    """A job script's background status loop (`while sleep P; do echo "$(date '+%F %T') ..."`)
+    writing into the job's log on a steady period from the start, the program's timed progress
+    lines (logging's "%(asctime)s") between its ticks, then the program's last line and hours
+    of ticks alone: n even two lines a tick (a liveness line and nvidia-smi --query-gpu's csv
+    values behind the date) and the program's last line a print() of its own (no time), n odd
+    one line a tick with `date -Is`'s ISO time and the program's last line its last timed step.
+    (A timed last line that is no step, "<time> INFO running validation", is not read as the
+    program's last line by endings._heartbeat_tail yet: no case of it here.)"""
+    period = rng.choice([600, 900, 1200])
+    t = rng.randrange(0, 4) * 3600 + rng.randrange(0, 600)
+    jid, host = rng.randrange(100000, 999999), _host(rng)
+
+    def stamp(s: int, iso: bool = False) -> str:
+        hms = f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+        return f"2026-03-02T{hms}+00:00" if iso else f"2026-03-02 {hms}"
+
+    def tick(s: int) -> str:
+        if n % 2:
+            return f"{stamp(s, True)} [watch] job {jid} alive on {host}\n"
+        return (f"{stamp(s)} [monitor] job {jid} still running on {host}\n"
+                f"{stamp(s)} [monitor] gpu: {rng.randrange(97, 101)} %, "
+                f"{rng.randrange(60000, 79000)} MiB\n")
+
+    out, loss, nxt, step = [f"{stamp(t)} INFO train: loading shards from /scratch/ds\n"], \
+        rng.uniform(2, 4), t + period, 0
+    stop = t + rng.randrange(2, 5) * period + rng.randrange(60, period - 60)
+    while t < stop:  # training, the monitor ticking between
+        t += rng.randrange(40, 90)
+        if t >= nxt:
+            out.append(tick(nxt + rng.randrange(0, 3)))
+            nxt += period
+        step += 50
+        loss *= rng.uniform(0.97, 0.999)
+        out.append(f"{stamp(t)},{rng.randrange(1000):03d} INFO train: step {step} "
+                   f"loss {loss:.4f}\n")
+    if n % 2 == 0:  # the program's last word, a print() of its own (no time)
+        out.append(f"running validation ({rng.randrange(200, 900)} batches)\n")
+    end = t + rng.randrange(2, 5) * 3600
+    while nxt < end:  # the program quiet, the monitor on
+        out.append(tick(nxt + rng.randrange(0, 3)))
+        nxt += period
+    return "".join(out)
+
+
+def _ray_worker(rng: random.Random, n: int) -> str:
+    """A worker's traceback as Ray's driver prints it (worker.py print_worker_logs): each line
+    behind "(pid=N) " (a task; n even: a bare MemoryError, host memory) or "(Name pid=N,
+    ip=A) " (an actor, Ray Train's RayTrainWorker; n odd: torch's CUDA out-of-memory)."""
+    pid, ip = rng.randrange(1000, 99999), f"10.40.{rng.randrange(255)}.{rng.randrange(1, 254)}"
+    if n % 2 == 0:
+        frames = [("/home/u1/etl/prep.py", "preprocess_shard",
+                   "table = pa.concat_tables(parts)"),
+                  ("/home/u1/etl/prep.py", "_merge", "return pa.Table.from_pylist(rows)")]
+        head = (f"(pid={pid}) preprocessing shard {rng.randrange(200)} of 256\n")
+        return head + _prefixed(f"(pid={pid}) ", _tb(rng, frames, "MemoryError"))
+    frames = [(f"{SITE}/ray/train/_internal/utils.py", "discard_return_wrapper",
+               "train_func(*args, **kwargs)"),
+              ("/home/u1/llm/train_ray.py", "train_loop_per_worker",
+               "loss = model(**batch).loss"),
+              (f"{SITE}/torch/nn/modules/module.py", "_call_impl",
+               "return forward_call(*args, **kwargs)")]
+    free, total = rng.uniform(0.2, 2.0), rng.choice([39.39, 79.15])
+    exc = (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+           f"{rng.choice([1.0, 2.0, 4.5])} GiB. GPU 0 has a total capacity of {total} GiB of "
+           f"which {free:.2f} GiB is free. Including non-PyTorch memory, this process has "
+           f"{total - free:.2f} GiB memory in use. Of the allocated memory "
+           f"{total - free - 1.5:.2f} GiB is allocated by PyTorch, and 1.20 GiB is reserved by "
+           "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+           "documentation for Memory Management  (https://pytorch.org/docs/stable/notes/"
+           "cuda.html#environment-variables)")
+    prefix = f"(RayTrainWorker pid={pid}, ip={ip}) "
+    return (prefix + "Moving model to device: cuda:0\n"
+            + _prefixed(prefix, _tb(rng, frames, exc)))
 
 
 # ---- a traceback cut before or inside its exception line (a paste, a log killed mid-write):
@@ -295,7 +463,8 @@ def log(rng: random.Random, p: dict) -> str | tuple:
 
 # logs that are the tool's or the scheduler's own output from their first line
 PLAIN = ("tl_quiet", "tl_setup", "quiet_stop", "eval_nan", "pyxis_hook", "pyxis_denied",
-         "pyxis_alone", "pdsh_nccl", "ds_runner_nccl", "mpirun_nccl")
+         "pyxis_alone", "pdsh_nccl", "ds_runner_nccl", "mpirun_nccl", "nccl_setup_stop",
+         "monitor_ticks", "c10d_retry")
 # (exit code, signal) where the task did not just exit 1
 CODES = {"tl_quiet": (None, 15), "tl_setup": (None, 15), "cancel_signal": (None, 15),
          "eval_nan": (0, None), "wd_abort": (None, 6), "wd_segv": (None, 11),

@@ -17,6 +17,12 @@
   f10k_ends.py dask-oom            a Dask LocalCluster with a 300 MB worker memory limit and a
                                    task that needs 700 MB: the nanny restarts the worker, the
                                    scheduler gives up (KilledWorker)
+  f10k_ends.py stuck-sig           (f11-) progress, faulthandler.register(SIGUSR1) as users add
+                                   it to a job, then a lock nobody releases: a `kill -USR1`
+                                   dumps every thread's stack, the job goes on hanging
+  f10k_ends.py crash BUS|ILL|ABRT  (f11-) progress, then a real crash of the interpreter: a
+                                   read of an mmap'd file truncated under it (SIGBUS), an
+                                   illegal instruction executed (ud2, SIGILL), abort() (SIGABRT)
 """
 
 from __future__ import annotations
@@ -98,6 +104,40 @@ def stuck(timeout: float) -> None:
     lock.acquire()  # never released: the loop waits forever
 
 
+def stuck_sig() -> None:
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    log(f"pid {os.getpid()}: faulthandler on SIGUSR1 (kill -USR1 dumps the stacks)")
+    stuck(0)
+
+
+def crash(kind: str) -> None:
+    import ctypes
+    import mmap
+    import tempfile
+
+    for s in range(3):
+        log(f"epoch 1 step {s * 100} loss {0.8 / (s + 1):.3f}")
+    if kind == "BUS":  # a memory-mapped shard whose file was truncated under the reader
+        with tempfile.TemporaryFile() as f:
+            f.write(b"\0" * 65536)
+            f.flush()
+            m = mmap.mmap(f.fileno(), 65536, access=mmap.ACCESS_READ)
+            log("reading the memory-mapped shard")
+            f.truncate(0)
+            log(str(m[40000]))
+    elif kind == "ILL":  # code built for another CPU: an instruction this one rejects (ud2)
+        m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        m.write(b"\x0f\x0b")
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        log("calling the fused kernel")
+        ctypes.CFUNCTYPE(None)(addr)()
+    else:  # a native library's failed check calls abort()
+        log("checking the index header")
+        ctypes.CDLL(None).abort()
+
+
 def quiet() -> None:
     for s in range(5):
         log(f"epoch {s} step {s * 100} loss {1.0 / (s + 1):.3f}")
@@ -151,5 +191,9 @@ if __name__ == "__main__":
         spy(sys.argv[2])
     elif mode == "dask-oom":
         dask_oom()
+    elif mode == "stuck-sig":
+        stuck_sig()
+    elif mode == "crash":
+        crash(sys.argv[2])
     else:
         sys.exit(f"unknown mode {mode}")
