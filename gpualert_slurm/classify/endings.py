@@ -164,6 +164,44 @@ HEARTBEAT_LOGS = 4  # in the first logs of a job only (each tail read counts the
 _DIGITS = re.compile(r"\d+")
 
 
+# NCCL's communicator set-up with NCCL_DEBUG=INFO, in the order it prints it (init.cc,
+# bootstrap.cc, net plugins, graph/topo.cc ncclTopoPrint and its path dump, graph/search.cc,
+# graph/connect.cc, enqueue tuning): "NCCL version 2.x+cudaY", "cudaDriverVersion N",
+# "Bootstrap : Using eth0:...", "NET/IB : Using [0]mlx5_0:1/IB", "Using network IB",
+# "NCCL_P2P_LEVEL set by environment to NVL", "ncclCommInitRank comm 0x.. - Init START",
+# "Setting affinity for GPU 3 to ...", "NVLS multicast support is not available on dev 3",
+# "=== System : maxBw 24.0 totalBw 24.0 ===", "CPU/0 (1/1/2)", "+ PCI[24.0] - GPU/1000 (0)",
+# "GPU/1000 :GPU/1000 (0/5000.000000/LOC) ...", "Pattern 4, crossNic 0, nChannels 2, ...",
+# "Tree 0 : -1 -> 0 -> 1/-1/-1", "Ring 00 : 0 1 2 3", "Trees [0] 1/-1/-1->0->-1",
+# "P2P Chunksize set to 131072", "threadThresholds 8/8/64", "2 coll channels, 0 nvls
+# channels, 2 p2p channels". Not the error trace "init.cc:1079 -> 2", "Call to connect
+# returned ..., retrying", nor a teardown's "Destroy COMPLETE" / "Abort COMPLETE". Read in a
+# log's last line only (rule collective_setup has the set-up's end, which the scan keeps).
+NCCL_SETUP_LINE = re.compile(
+    r"NCCL INFO (?:NCCL version \d|cudaDriverVersion \d|Bootstrap ?: Using |NET/\w+ ?: Using "
+    r"|Using network \w|Using non-device net plugin|NCCL_\w+ set by environment to "
+    r"|ncclCommInitRank comm 0x[0-9a-f]+ .*Init START|Setting affinity for GPU \d"
+    r"|NVLS multicast support is not available|=== System : maxBw"
+    r"|(?:CPU|GPU|NIC|NET|PCI|NVS)/[0-9A-Fa-f]+ ?(?:\(|:)|\+ (?:PCI|NVL|NET|SYS|PIX|PXB|PHB)\b"
+    r"|Pattern \d+, crossNic|Tree \d+ : |Ring \d+ : (?:\d+ )+|Trees \[\d+\]|P2P Chunksize set to"
+    r"|threadThresholds \d|\d+ coll channels, )")
+
+
+def _stops_in_nccl_setup(c: _Ctx) -> tuple[str, int | None, str] | None:
+    """A log (of the job's first HEARTBEAT_LOGS) that stops within CUT_TAIL lines of a line of
+    NCCL's communicator set-up (NCCL_SETUP_LINE), no event of the scan after it (a pasted or
+    cut log may end mid-line): (its text, its line number, the log)."""
+    logs = [(t, s) for t, s in zip(c.tasks, c.scans, strict=True) if s is not None]
+    for t, s in logs[:HEARTBEAT_LOGS]:
+        for n, body, _raw in reversed(_tail_lines(t.path, CUT_TAIL)):
+            if not NCCL_SETUP_LINE.search(body):
+                continue
+            if n is not None and not any(e.line is not None and e.line > n for e in s.events):
+                return body, n, t.path
+            break
+    return None
+
+
 def _heartbeat_tail(c: _Ctx) -> tuple[float, str, str, int | None, str] | None:
     """f10k-: a log whose last lines are only a monitor's periodic lines (the job script's own
     "still running" / status loop, a timed GPU-usage line, a scheduler poll: each with a time of

@@ -24,6 +24,7 @@ from gpualert_slurm.classify.endings import (
     _heartbeat_tail,
     _lines_after,
     _log_silence,
+    _stops_in_nccl_setup,
     _stuck_after_setup,
     _went_on,
     _where_it_stops,
@@ -519,6 +520,16 @@ def _step_silent_end(c: _Ctx) -> Draft | None:
         return c.make("hang", 0.4, f"the log stops{at} right after a collective was set up "
                       f"({last.text[:120]!r}, line {last.line}); no error line and no end line: "
                       "it hung in the collective (or was killed without a word)", [_ev(last)], f)
+    # (or its last line is one of NCCL's set-up before the set-up's end)
+    setup = _stops_in_nccl_setup(c)
+    if setup is not None:
+        text, n, path = setup
+        m = _CLOCK.search(text)
+        at = f" at {m.group(1)}" if m else ""
+        return c.make("hang", 0.4, f"the log stops{at} inside NCCL's communicator set-up "
+                      f"({text[:120]!r}, line {n}); no error line and no end line: it hung in "
+                      "the set-up (or was killed without a word)",
+                      [{"file": path, "line": n, "text": text[:300]}])
     # (or its last lines are a monitor's ticks, hours of them, after the program's last line)
     beat = _heartbeat_tail(c)
     if beat is not None:
