@@ -129,6 +129,18 @@ def test_a_newer_version_is_refused() -> None:
         V.VerdictRecord.from_json(dict(FULL, version=V.VERSION + 1))
 
 
+def assert_refused(path: tuple[Any, ...], bad: Any, msg: str) -> None:
+    """FULL with `bad` at `path` is refused, the error naming the field."""
+    d = json.loads(json.dumps(FULL))
+    at = d
+    for p in path[:-1]:
+        at = at[p]
+    at[path[-1]] = bad
+    with pytest.raises(V.VerdictError) as e:
+        V.VerdictRecord.from_json(d)
+    assert msg in str(e.value) and str(e.value).startswith("verdict.json: ")
+
+
 @pytest.mark.parametrize("path,bad,msg", [
     (("job_id",), ["4242"], "job_id: expected a string, an integer or null, got list"),
     (("attempt",), "1", "attempt: expected an integer or null, got str"),
@@ -150,14 +162,7 @@ def test_a_newer_version_is_refused() -> None:
 ])
 def test_wrong_types_are_refused_naming_the_field(path: tuple[Any, ...], bad: Any,
                                                   msg: str) -> None:
-    d = json.loads(json.dumps(FULL))
-    at = d
-    for p in path[:-1]:
-        at = at[p]
-    at[path[-1]] = bad
-    with pytest.raises(V.VerdictError) as e:
-        V.VerdictRecord.from_json(d)
-    assert msg in str(e.value) and str(e.value).startswith("verdict.json: ")
+    assert_refused(path, bad, msg)
 
 
 @pytest.mark.parametrize("path,bad,msg", [
@@ -176,14 +181,7 @@ def test_a_word_outside_the_vocabulary_is_refused_naming_it(path: tuple[Any, ...
     """class, domain and provenance origin read as core/vocab.py's ClassId, Domain and Origin:
     a word the vocabulary lacks (a typo, a newer gpualert's class) is no fallback but a
     VerdictError naming the field, the word and the words accepted."""
-    d = json.loads(json.dumps(FULL))
-    at = d
-    for p in path[:-1]:
-        at = at[p]
-    at[path[-1]] = bad
-    with pytest.raises(V.VerdictError) as e:
-        V.VerdictRecord.from_json(d)
-    assert msg in str(e.value) and str(e.value).startswith("verdict.json: ")
+    assert_refused(path, bad, msg)
 
 
 def test_the_vocabulary_fields_read_as_the_vocabulary_s_words() -> None:

@@ -187,22 +187,32 @@ NCCL_SETUP_LINE = re.compile(
     r"|threadThresholds \d|\d+ coll channels, )")
 
 
-def _stops_in_nccl_setup(c: _Ctx) -> tuple[str, int | None, str] | None:
-    """A log (of the job's first HEARTBEAT_LOGS) that stops within CUT_TAIL lines of a line of
-    NCCL's communicator set-up (NCCL_SETUP_LINE), no event of the scan after it (a pasted or
-    cut log may end mid-line): (its text, its line number, the log)."""
+def _log_tails(c: _Ctx) -> list[tuple[str, ScanResult, list[tuple[int | None, str, str]]]]:
+    """The last HEARTBEAT_TAIL lines (logread._tail_lines) of the job's first HEARTBEAT_LOGS
+    scanned logs, read once for the steps that look at a log's end: (path, scan, lines)."""
     logs = [(t, s) for t, s in zip(c.tasks, c.scans, strict=True) if s is not None]
-    for t, s in logs[:HEARTBEAT_LOGS]:
-        for n, body, _raw in reversed(_tail_lines(t.path, CUT_TAIL)):
+    return [(t.path, s, _tail_lines(t.path, HEARTBEAT_TAIL, size=65536))
+            for t, s in logs[:HEARTBEAT_LOGS]]
+
+
+def _stops_in_nccl_setup(tails: list[tuple[str, ScanResult, list[tuple[int | None, str, str]]]]
+                         ) -> tuple[str, int | None, str] | None:
+    """A log (of _log_tails) that stops within CUT_TAIL lines of a line of NCCL's communicator
+    set-up (NCCL_SETUP_LINE), no event of the scan after it (a pasted or cut log may end
+    mid-line): (its text, its line number, the log)."""
+    for path, s, tail in tails:
+        for n, body, _raw in reversed(tail[-CUT_TAIL:]):
             if not NCCL_SETUP_LINE.search(body):
                 continue
             if n is not None and not any(e.line is not None and e.line > n for e in s.events):
-                return body, n, t.path
+                return body, n, path
             break
     return None
 
 
-def _heartbeat_tail(c: _Ctx) -> tuple[float, str, str, int | None, str] | None:
+def _heartbeat_tail(c: _Ctx, tails: list[tuple[str, ScanResult, list[tuple[int | None, str,
+                                                                           str]]]]
+                    ) -> tuple[float, str, str, int | None, str] | None:
     """f10k-: a log whose last lines are only a monitor's periodic lines (the job script's own
     "still running" / status loop, a timed GPU-usage line, a scheduler poll: each with a time of
     its own, at most HEARTBEAT_SHAPES shapes once digits are masked, each repeated over at least
@@ -211,9 +221,7 @@ def _heartbeat_tail(c: _Ctx) -> tuple[float, str, str, int | None, str] | None:
     (LOG_HANG_S when the job gave none): the program wrote nothing all that time while the job
     went on - a heartbeat that hides the silence from a tap that reads any output. (the span in
     seconds, the program's last line, the last tick, its line number, the log)."""
-    logs = [t for t, s in zip(c.tasks, c.scans, strict=True) if s is not None]
-    for t in logs[:HEARTBEAT_LOGS]:
-        tail = _tail_lines(t.path, HEARTBEAT_TAIL, size=65536)
+    for path, _scan, tail in tails:
         year = next((int(m.group(1)) for _, _, r in tail if (m := _ISO_TIME.search(r[:80]))),
                     2000)
         run: list[tuple[float, str]] = []
@@ -242,7 +250,7 @@ def _heartbeat_tail(c: _Ctx) -> tuple[float, str, str, int | None, str] | None:
         mid = steps[len(steps) // 2]
         if mid <= 0 or any(abs(x - mid) > mid / 4 for x in steps):
             continue
-        return span, before, tail[-1][1], tail[-1][0], t.path
+        return span, before, tail[-1][1], tail[-1][0], path
     return None
 
 

@@ -24,6 +24,7 @@ from gpualert_slurm.classify.endings import (
     _heartbeat_tail,
     _lines_after,
     _log_silence,
+    _log_tails,
     _stops_in_nccl_setup,
     _stuck_after_setup,
     _went_on,
@@ -521,7 +522,8 @@ def _step_silent_end(c: _Ctx) -> Draft | None:
                       f"({last.text[:120]!r}, line {last.line}); no error line and no end line: "
                       "it hung in the collective (or was killed without a word)", [_ev(last)], f)
     # (or its last line is one of NCCL's set-up before the set-up's end)
-    setup = _stops_in_nccl_setup(c)
+    tails = _log_tails(c)
+    setup = _stops_in_nccl_setup(tails)
     if setup is not None:
         text, n, path = setup
         m = _CLOCK.search(text)
@@ -531,7 +533,7 @@ def _step_silent_end(c: _Ctx) -> Draft | None:
                       "the set-up (or was killed without a word)",
                       [{"file": path, "line": n, "text": text[:300]}])
     # (or its last lines are a monitor's ticks, hours of them, after the program's last line)
-    beat = _heartbeat_tail(c)
+    beat = _heartbeat_tail(c, tails)
     if beat is not None:
         span, before, tick, n, path = beat
         return c.make("hang", 0.4, f"the log's last lines are a monitor's periodic lines over "
