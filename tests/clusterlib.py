@@ -332,8 +332,41 @@ def diagnostics(job_id: int | None = None, root: Path | None = None) -> str:
             parts.append(f"$ {shlex.join(argv)}\n{proc.stdout}{proc.stderr}")
         except (OSError, subprocess.TimeoutExpired) as e:
             parts.append(f"$ {shlex.join(argv)}: {e}")
+    if job_id:
+        parts.append(gpualert_records(job_id, root))
     parts.append(log_tails(root))
     return "\n".join(parts)
+
+
+def gpualert_records(job_id: int, root: Path | None = None) -> str:
+    """What gpualert decided about the job (the audit logs under <root>/audit) and each
+    attempt's verdict (class, attempt, failed): why a recovery did what it did."""
+    import json
+
+    base = root or default_root()
+    out = []
+    for f in sorted((base / "audit").glob("*.jsonl")):
+        with open(f, errors="replace") as fh:
+            for line in fh:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if str(r.get("job", "")) == str(job_id) or \
+                        str(r.get("id", "")).startswith(f"{job_id}."):
+                    keep = ("time", "event", "id", "class", "attempt", "planned", "action",
+                            "target", "outcome", "why", "before")
+                    out.append(f"{f.name}: " + json.dumps({k: r[k] for k in keep if k in r}))
+    for v in sorted(base.glob(f"spool/{job_id}/**/verdict.json")):
+        try:
+            d = json.loads(v.read_text(errors="replace"))
+            cause = d.get("verdict") or {}
+            out.append(f"{v}: attempt {d.get('attempt')} class {cause.get('class')} "
+                       f"({cause.get('detail')}) failed {d.get('failed')} "
+                       f"silent {d.get('silent_failure')}")
+        except (OSError, ValueError) as e:
+            out.append(f"{v}: {e}")
+    return "----- gpualert's records of the job -----\n" + ("\n".join(out) or "(none)")
 
 
 # ---------------------------------------------------------------------------------------------
