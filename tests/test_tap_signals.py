@@ -171,10 +171,12 @@ CASES: list[Case] = [
     *(batch_case(sig, how) for how in ("kill0", "pgid", "scancel") for sig in SIGNALS),
     # --signal=B:SIG@N: the batch shell alone. slurmctld sends it at its first periodic check
     # (every 30 s) when less than N + 30 s remain: due at once (--time=2, @115), it came
-    # before the script had set its trap and killed it (seen). --time=2, @70: at 20-50 s.
+    # before the script had set its trap and killed it (seen). --time=2, @70 (at 20-50 s)
+    # was lost in the cgroup v2 guest, where the batch shell started 47 s after the
+    # allocation: the job ran into its time limit. --time=3, @100: at 50-80 s.
     *(Case(f"sbatch-signal-B-{sig}",
-           f'echo start\nwait_for {sig} 100\nburst batch\n',
-           sbatch=("--time=2", f"--signal=B:{sig}@70")) for sig in ("USR1", "HUP")),
+           f'echo start\nwait_for {sig} 150\nburst batch\n',
+           sbatch=("--time=3", f"--signal=B:{sig}@100")) for sig in ("USR1", "HUP")),
     # --signal=SIG@N: every srun step (not the batch shell). slurmctld sends it once, at its
     # first periodic check (every 30 s) when less than N + 30 s remain: with --time=3 and
     # @150 that was 9 s after the start, before srun had launched the step under load, and
@@ -183,8 +185,9 @@ CASES: list[Case] = [
            sbatch=("-n2", "--time=4", f"--signal={sig}@150"), ranks=2, timeout=330)
       for sig in ("USR1", "USR2")),
     # scancel -s (no --full): the srun step's tasks.
+    # (its 2-rank step took more than 120 s to be ready in the cgroup v2 guest)
     Case("scancel-steps-USR2", SRUN.replace("rank.sh", "rank-wait-USR2.sh"),
-         sbatch=("-n2",), scancel=("USR2",), scancel_full=False, ranks=2),
+         sbatch=("-n2",), scancel=("USR2",), scancel_full=False, ranks=2, timeout=330),
     # A rank that signals its own process group (kill 0 inside an srun task).
     Case("rank-kill0-USR1", SRUN.replace("rank.sh", "rank-self-USR1.sh"),
          sbatch=("-N1", "-n2"), ranks=2),
@@ -220,10 +223,11 @@ def ready(d: Path, job: int, ranks: int) -> bool:
 
 def send_signals(s: Submitted) -> None:
     """Once each job says it is ready (its traps are set), scancel it with the case's
-    signals, 1 s apart."""
+    signals, 1 s apart. Readiness is bounded by the case's own timeout, less a minute for the
+    signal and the output after it."""
     try:
         for job in s.jobs:
-            wait_until(lambda j=job: ready(s.dir, j, s.case.ranks), 120,
+            wait_until(lambda j=job: ready(s.dir, j, s.case.ranks), s.case.timeout - 60,
                        f"job {job} ({s.case.id}) to be ready for its signal", interval=0.2)
         for i, sig in enumerate(s.case.scancel):
             if i:
@@ -288,8 +292,19 @@ SIGNAL_RACE = re.compile(rb"^slurmstepd(?:-[\w.-]+)?: error: _handle_signal_cont
                          rb"failed signal \d+ pid \d+ StepId=\S+ No such process\n", re.M)
 
 
+# Slurm's cgroup/v2 at the step's end: slurmstepd waits (a bounded time) for the step's own
+# leaf, step_X/slurm, where slurmstepd itself runs, to empty, and writes this into the job's
+# output when it did not in time. Seen in the cgroup v2 guest (TCG, slow) in jobs *without*
+# gpualert too (24.11: kill0-HUP; 26.05: one of three), so it is Slurm's timing there, not a
+# difference the tap makes; the tap's copier host is never in that leaf (it is in
+# gpualert_copiers: test_tap_host).
+STEP_LEAF_SLOW = re.compile(rb"^(?:\[[\dT:.-]+\] |slurmstepd(?:-[\w.-]+)?: )error: Timeout "
+                            rb"waiting for /\S+/step_\w+/slurm/cgroup\.events to become "
+                            rb"empty\.\n", re.M)
+
+
 def job_output(path: Path) -> bytes:
-    return SIGNAL_RACE.sub(b"", path.read_bytes())
+    return STEP_LEAF_SLOW.sub(b"", SIGNAL_RACE.sub(b"", path.read_bytes()))
 
 
 @pytest.mark.parametrize("case_id", [case.id for case in CASES])
@@ -299,7 +314,8 @@ def test_signal_leaves_job_unchanged(c: ClusterFacts, submitted: dict[str, Submi
     tapped, plain = s.jobs
     finals = wait_final_or_cancel(c, s.jobs, s.case.timeout)
     if s.sender:
-        s.sender.join(150)
+        s.sender.join(s.case.timeout)
+        assert not s.sender.is_alive(), "the signal sender did not finish"
         assert s.sender_error is None, f"sending the signal failed: {s.sender_error}"
     assert_same_outcome(tapped, plain)
     out_t = job_output(s.dir / f"slurm-{tapped}.out")
