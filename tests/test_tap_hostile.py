@@ -34,6 +34,7 @@ from spank_jobs import (
     assert_nodes_not_drained,
     assert_same_outcome,
     job_dir,
+    job_output_bytes,
     require_plugin,
     submit_pairs,
     wait_final_or_cancel,
@@ -140,11 +141,11 @@ def test_hostile_job_dir_harms_nothing(c: ClusterFacts, attacked: Attacked,
     except AssertionError:
         unblock_fifos(job_dir(c, tapped))  # free the stuck slurmstepd, then report
         raise
-    out_p = (d / f"slurm-{plain}.out").read_bytes()
+    out_p = job_output_bytes(d / f"slurm-{plain}.out")
     assert out_p == b"start\nattacked\ndone\n", (
         f"the attack did not run as planned: {out_p!r} "
         f"{(d / f'attack-{plain}.err').read_text(errors='replace')}")
-    assert (d / f"slurm-{tapped}.out").read_bytes() == out_p
+    assert job_output_bytes(d / f"slurm-{tapped}.out") == out_p
     assert_same_outcome(tapped, plain)
     assert canary.snapshot() == made, "a root-owned file or directory was changed"
     assert canary.file.read_bytes() == canary.content

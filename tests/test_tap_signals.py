@@ -47,6 +47,7 @@ from clusterlib import (
 from spank_jobs import (
     assert_nodes_not_drained,
     assert_same_outcome,
+    job_output_bytes,
     require_plugin,
     spool_bytes,
     submit_pair,
@@ -292,19 +293,8 @@ SIGNAL_RACE = re.compile(rb"^slurmstepd(?:-[\w.-]+)?: error: _handle_signal_cont
                          rb"failed signal \d+ pid \d+ StepId=\S+ No such process\n", re.M)
 
 
-# Slurm's cgroup/v2 at the step's end: slurmstepd waits (a bounded time) for the step's own
-# leaf, step_X/slurm, where slurmstepd itself runs, to empty, and writes this into the job's
-# output when it did not in time. Seen in the cgroup v2 guest (TCG, slow) in jobs *without*
-# gpualert too (24.11: kill0-HUP; 26.05: one of three), so it is Slurm's timing there, not a
-# difference the tap makes; the tap's copier host is never in that leaf (it is in
-# gpualert_copiers: test_tap_host).
-STEP_LEAF_SLOW = re.compile(rb"^(?:\[[\dT:.-]+\] |slurmstepd(?:-[\w.-]+)?: )error: Timeout "
-                            rb"waiting for /\S+/step_\w+/slurm/cgroup\.events to become "
-                            rb"empty\.\n", re.M)
-
-
 def job_output(path: Path) -> bytes:
-    return STEP_LEAF_SLOW.sub(b"", SIGNAL_RACE.sub(b"", path.read_bytes()))
+    return SIGNAL_RACE.sub(b"", job_output_bytes(path))
 
 
 @pytest.mark.parametrize("case_id", [case.id for case in CASES])
