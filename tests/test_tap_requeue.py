@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from spank_jobs import (
 
 from gpualert_slurm.core import slurm
 from gpualert_slurm.core.spool import attempt_dir, list_attempts
+from gpualert_slurm.hooks.job_epilog.facts import ended_attempt
 
 pytestmark = pytest.mark.cluster
 
@@ -216,3 +218,42 @@ def test_attempt_dir_planted_by_the_previous_attempt_harms_nothing(c: ClusterFac
     assert b"batch says attempt 1 done" in out, out[-500:]
     assert canary.snapshot() == made, "a root-owned file or directory was changed"
     assert_nodes_not_drained(st.nodes)
+
+
+def test_a_requeued_runs_job_epilog_reports_that_run(c: ClusterFacts) -> None:
+    """Slurm counts the restart before it starts EpilogSlurmctld for a run it requeues, so
+    run 0's job epilog reads SLURM_JOB_RESTART_COUNT=1. The epilog works out the run that
+    ended from Slurm's record (facts.ended_attempt), checked here against the real record of
+    a requeued job: an epilog started at the requeue reports run 0, while run 0 completes,
+    while run 1 waits and after run 1 has ended; one started after run 1's end reports run 1;
+    and each run's verdict is in its own attempt dir, with its own outcome."""
+    d = make_workdir(c, "requeue-epilog")
+    script = write_user_file(d / "job.sh", SCRIPT.replace("{wait}", WAIT_FOR_REQUEUE))
+    job = submit_held(c, script)
+    try:
+        wait_until(lambda: (d / f"failed-{job}").exists(), 120,
+                   f"attempt 0 of job {job} to fail its step",
+                   diagnose=lambda: diagnostics(job, c.root))
+        requeued_at = time.time()
+        slurm.requeue(job)
+        env = {"SLURM_JOB_RESTART_COUNT": "1"}
+        # run 1 not started yet (still completing run 0, then pending)
+        assert ended_attempt(str(job), env, requeued_at) == 0
+        wait_state(job, "PENDING", 90)
+        assert ended_attempt(str(job), env, requeued_at) == 0
+        start_now_after_requeue(job)
+        st = wait_final(job, 180, c.root)
+    finally:
+        cancel_unless_ended(job)
+    assert (st.state, str(st.exit_code)) == ("COMPLETED", "0:0"), st
+    # run 1 has run and ended: run 0's epilog, had it come now, still reports run 0
+    assert ended_attempt(str(job), env, requeued_at) == 0
+    assert ended_attempt(str(job), env, time.time()) == 1  # run 1's own epilog
+    assert ended_attempt(str(job), {}, time.time()) == 0
+    verdicts = [job_dir(c, job) / "verdict.json", job_dir(c, job) / "attempt-1" / "verdict.json"]
+    wait_until(lambda: all(v.exists() for v in verdicts), 120,
+               f"both runs' verdicts of job {job}", diagnose=lambda: diagnostics(job, c.root))
+    first, second = (json.loads(v.read_text()) for v in verdicts)
+    assert (first["attempt"], first["failed"]) == (0, True), first["verdict"]
+    assert (second["attempt"], second["failed"]) == (1, False), second["verdict"]
+    assert second["verdict"]["class"] == "success", second["verdict"]

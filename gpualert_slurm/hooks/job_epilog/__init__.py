@@ -37,6 +37,7 @@ from gpualert_slurm.hooks.job_epilog.delivery import (
 )
 from gpualert_slurm.hooks.job_epilog.facts import (
     classify_facts,
+    ended_attempt,
     nodes_to_wait_for,
     slurm_facts,
     slurm_output,
@@ -49,7 +50,6 @@ from gpualert_slurm.hooks.jobspool import (
     job_options,
     open_job_spool,
     open_task_logs,
-    restart_count,
 )
 from gpualert_slurm.hooks.run_hook import detach, run_hook
 
@@ -119,7 +119,9 @@ def _start(env: dict[str, str], log: HookLog, watchdog: Watchdog, t0: float
     opts = job_options(env, cfg, log)
     if not opts.monitored:
         return None
-    ctx = JobEpilog(cfg=cfg, opts=opts, env=env, log=log, budget=budget)
+    # Slurm started it when the shim queued it, before the wait for a worker's slot
+    ctx = JobEpilog(cfg=cfg, opts=opts, env=env, log=log, budget=budget,
+                    started_at=time.time() - (gate.waited_s or 0.0))
     os.environ.setdefault("GPUALERT_TEMPLATES", ctx.rc.templates)  # report.template_dirs()
     return ctx
 
@@ -134,7 +136,8 @@ def _open_spool(ctx: JobEpilog) -> bool:
                   " no report")
         return False
     try:
-        ctx.js = open_job_spool(cfg.spool, jobid, int(uid_s), restart_count(ctx.env))
+        ctx.attempt = ended_attempt(jobid, ctx.env, ctx.started_at)
+        ctx.js = open_job_spool(cfg.spool, jobid, int(uid_s), ctx.attempt)
     except FileNotFoundError:
         log.info(f"job {jobid}: no spool dir (never started, or not monitored on its nodes)")
         if ctx.is_array:
@@ -191,7 +194,8 @@ def _judge(ctx: JobEpilog) -> dict[str, Any]:
     warm.start()
     ctx.tasks = open_task_logs(js)
     batch = next((t for t in ctx.tasks if t.step == "batch"), None)
-    sf = slurm_facts(ctx.jobid, env, (batch.exit or {}).get("signal") if batch else None)
+    sf = slurm_facts(ctx.jobid, env, (batch.exit or {}).get("signal") if batch else None,
+                     ctx.attempt)
     for m in sf["identity_mismatch"]:
         ctx.log.error(f"job {ctx.jobid}: Slurm's record disagrees with the hook's "
                         f"environment ({m}): the environment is used")

@@ -97,6 +97,9 @@ class JobEpilog:
     verdict: dict[str, Any] | None = None  # verdict.json's content, once built
     # slurmstepd's own lines in the job's StdOut file (facts.slurm_output): (the file, lines)
     slurm_output: tuple[str, list[str]] | None = None
+    # when Slurm started this epilog (the queued file's time): facts.ended_attempt
+    started_at: float = 0.0
+    attempt: int | None = None  # the run that ended (facts.ended_attempt), once known
 
     @property
     def jobid(self) -> str:

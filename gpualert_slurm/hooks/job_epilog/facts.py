@@ -33,10 +33,37 @@ SLURM_CALL_S = 5.0
 REQUEUED_WAIT_S = 3.0
 
 
-def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
-                ) -> dict[str, Any]:
+def ended_attempt(jobid: str, env: dict[str, str], started_at: float) -> int:
+    """The attempt whose end this job epilog reports. When Slurm requeues a run (scontrol
+    requeue, a node failure), it counts the restart before it starts EpilogSlurmctld
+    (job_mgr.c `_job_requeue_op`: `restart_cnt++`, then deallocate_nodes), so the requeued
+    run 0's epilog reads SLURM_JOB_RESTART_COUNT=1. Taken as is, that epilog judged the next
+    run's logs with run 0's exit once run 1 had started, and recovery requeued a job whose
+    run 1 had just succeeded (CI). Slurm's record of that count tells the two apart: a run
+    that has not ended (pending, running, or a requeued job still completing the run before,
+    whose EndTime is the next run's expected end), or one that ended after this epilog was
+    started (whole seconds), is not the run this epilog reports: that is the one before."""
+    n = restart_count(env)
+    if n == 0:
+        return 0
+    try:
+        st = slurm.show_job(jobid, timeout=SLURM_CALL_S)
+    except slurm.SlurmError:
+        return n
+    if st.restarts != n:
+        return n
+    if st.state in ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED"):
+        return n - 1
+    end = slurm.parse_time(st.raw.get("EndTime"))
+    return n - 1 if end is not None and end > started_at else n
+
+
+def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None,
+                attempt: int | None = None) -> dict[str, Any]:
     """Final state, reason and the job's record as slurmctld has it now (COMPLETING): the final
-    state is inferred from Reason and the exit code, as sacct will record it."""
+    state is inferred from Reason and the exit code, as sacct will record it. `attempt`: the
+    run that ended (ended_attempt), else the environment's restart count."""
+    run = restart_count(env) if attempt is None else attempt
     code, sig = exit_code2(env)
     out: dict[str, Any] = {"exit_code": code, "signal": sig, "slurm_state": None,
                            "slurm_reason": None, "record": {}, "error": None,
@@ -50,7 +77,7 @@ def slurm_facts(jobid: str, env: dict[str, str], batch_signal: int | None = None
             out["exit_code"], out["signal"] = code, sig
         if st.final:
             out["slurm_state"] = st.state
-        elif st.state == "PENDING" or st.restarts > restart_count(env):
+        elif st.state == "PENDING" or st.restarts > run:
             # Slurm has requeued this run: the record is the next run's (Reason=BeginTime,
             # its future StartTime), so this run's end and window come from accounting.
             nodes = env.get("SLURM_JOB_NODELIST") or ""
