@@ -184,9 +184,11 @@ CASES: list[Case] = [
     # --signal=SIG@N: every srun step (not the batch shell). slurmctld sends it once, at its
     # first periodic check (every 30 s) when less than N + 30 s remain: with --time=3 and
     # @150 that was 9 s after the start, before srun had launched the step under load, and
-    # the signal reached no task at all. --time=4 and @150: at 60-90 s, the step long there.
+    # the signal reached no task at all. --time=4 and @150 (at 60-90 s) was too early in the
+    # cgroup v2 guest, where the tapped job's step started 89 s after the allocation (26.05,
+    # after a slow Prolog). --time=6 and @210: at 120-150 s.
     *(Case(f"sbatch-signal-steps-{sig}", SRUN.replace("rank.sh", f"rank-wait-{sig}.sh"),
-           sbatch=("-n2", "--time=4", f"--signal={sig}@150"), ranks=2, timeout=330)
+           sbatch=("-n2", "--time=6", f"--signal={sig}@210"), ranks=2, timeout=420)
       for sig in ("USR1", "USR2")),
     # scancel -s (no --full): the srun step's tasks.
     # (its 2-rank step took more than 120 s to be ready in the cgroup v2 guest)
