@@ -7,6 +7,7 @@ returns its facts. Jobs run as the unprivileged test user, in work dirs that use
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -341,8 +342,6 @@ def diagnostics(job_id: int | None = None, root: Path | None = None) -> str:
 def gpualert_records(job_id: int, root: Path | None = None) -> str:
     """What gpualert decided about the job (the audit logs under <root>/audit) and each
     attempt's verdict (class, attempt, failed): why a recovery did what it did."""
-    import json
-
     base = root or default_root()
     out = []
     for f in sorted((base / "audit").glob("*.jsonl")):

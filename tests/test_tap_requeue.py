@@ -133,15 +133,27 @@ def assert_attempts_apart(c: ClusterFacts, job_id: int) -> None:
     assert verdict["class"] == "success", verdict
 
 
-def test_scontrol_requeue_keeps_attempts_apart(c: ClusterFacts) -> None:
-    """Attempt 0's ranks raise, `scontrol requeue`, attempt 1 succeeds: two sets of logs."""
-    d = make_workdir(c, "requeue")
-    script = write_user_file(d / "job.sh", SCRIPT.replace("{wait}", WAIT_FOR_REQUEUE))
+def attempt_0_failed(c: ClusterFacts, name: str, wait: str = WAIT_FOR_REQUEUE
+                     ) -> tuple[Path, int]:
+    """SCRIPT submitted (its attempt 0 ending in `wait`), once attempt 0 has failed its step:
+    (its work dir, the job). The job is cancelled if that never comes."""
+    d = make_workdir(c, name)
+    script = write_user_file(d / "job.sh", SCRIPT.replace("{wait}", wait))
     job = submit_held(c, script)
     try:
         wait_until(lambda: (d / f"failed-{job}").exists(), 120,
                    f"attempt 0 of job {job} to fail its step",
                    diagnose=lambda: diagnostics(job, c.root))
+    except BaseException:
+        cancel_unless_ended(job)
+        raise
+    return d, job
+
+
+def test_scontrol_requeue_keeps_attempts_apart(c: ClusterFacts) -> None:
+    """Attempt 0's ranks raise, `scontrol requeue`, attempt 1 succeeds: two sets of logs."""
+    d, job = attempt_0_failed(c, "requeue")
+    try:
         slurm.requeue(job)
         start_requeued_now(job)
         st = wait_final(job, 180, c.root)
@@ -198,15 +210,10 @@ def test_attempt_dir_planted_by_the_previous_attempt_harms_nothing(c: ClusterFac
     directory must gain nothing, and the node must not be drained."""
     canary = Canary.make(c.root / f"canary-attempt-{uuid.uuid4().hex[:8]}")
     made = canary.snapshot()
-    d = make_workdir(c, "requeue-planted")
     plant = (f'ln -s {canary.dir} "{c.spool}/$SLURM_JOB_ID/attempt-1"; '
              f'ln -s {canary.file} "{c.spool}/$SLURM_JOB_ID/attempt-2"; ')
-    script = write_user_file(d / "job.sh", SCRIPT.replace("{wait}", plant + WAIT_FOR_REQUEUE))
-    job = submit_held(c, script)
+    d, job = attempt_0_failed(c, "requeue-planted", plant + WAIT_FOR_REQUEUE)
     try:
-        wait_until(lambda: (d / f"failed-{job}").exists(), 120,
-                   f"attempt 0 of job {job} to fail its step",
-                   diagnose=lambda: diagnostics(job, c.root))
         assert (job_dir(c, job) / "attempt-1").is_symlink()
         slurm.requeue(job)
         start_requeued_now(job)
@@ -227,13 +234,8 @@ def test_a_requeued_runs_job_epilog_reports_that_run(c: ClusterFacts) -> None:
     a requeued job: an epilog started at the requeue reports run 0, while run 0 completes,
     while run 1 waits and after run 1 has ended; one started after run 1's end reports run 1;
     and each run's verdict is in its own attempt dir, with its own outcome."""
-    d = make_workdir(c, "requeue-epilog")
-    script = write_user_file(d / "job.sh", SCRIPT.replace("{wait}", WAIT_FOR_REQUEUE))
-    job = submit_held(c, script)
+    _, job = attempt_0_failed(c, "requeue-epilog")
     try:
-        wait_until(lambda: (d / f"failed-{job}").exists(), 120,
-                   f"attempt 0 of job {job} to fail its step",
-                   diagnose=lambda: diagnostics(job, c.root))
         requeued_at = time.time()
         slurm.requeue(job)
         env = {"SLURM_JOB_RESTART_COUNT": "1"}
